@@ -1,0 +1,36 @@
+# Set-up lives here: `make demo` and `make test` create/refresh .venv from the pinned files.
+# The venv is rebuilt only when a pinned file or pyproject.toml changes (stamp file).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.taxbreak-installed
+
+.PHONY: demo test lint bench clean-warehouse help
+
+help:
+	@echo "make demo   - set up .venv, run the main pipeline on an embedded default and show the result"
+	@echo "make test   - set up .venv and run the test suite"
+	@echo "make bench  - run the ingest/analysis benchmarks (prints MB/s, rows/s, peak RSS)"
+
+$(STAMP): requirements.lock requirements-dev.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m taxbreak.demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_kineto_ingest.py --size-mib 512
+	$(BIN)/python bench/bench_nsys_ingest.py --rows 5000000
+
+clean-warehouse:
+	rm -rf warehouse/lake warehouse/*.duckdb warehouse/exports warehouse/reports

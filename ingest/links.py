@@ -1,0 +1,38 @@
+"""Quick link counts for the ingest summary (the full linking lives in sql/)."""
+
+from __future__ import annotations
+
+import duckdb
+
+from taxbreak.ingest.lake import Lake
+
+LAUNCH_KINDS = ("runtime_api", "driver_api", "graph_launch")
+
+
+def link_counts(lake_root, trace_id: str) -> dict:
+    """Kernels, launches and memcpys of one trace, and how many kernels link to a launch call
+    (same pid and correlation id) and to a framework op (Kineto External id of a framework op)."""
+    path = Lake(lake_root).events_dir(trace_id) / "part-0.parquet"
+    con = duckdb.connect()
+    try:
+        con.execute("SET autoinstall_known_extensions=false")
+        row = con.execute(
+            """
+            WITH ev AS (SELECT * FROM read_parquet($path)),
+            k AS (SELECT pid, correlation_id, external_id FROM ev WHERE kind = 'kernel'),
+            l AS (SELECT DISTINCT pid, correlation_id FROM ev
+                  WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch') AND correlation_id IS NOT NULL),
+            ops AS (SELECT DISTINCT external_id FROM ev WHERE kind = 'framework_op' AND external_id IS NOT NULL)
+            SELECT
+              (SELECT count(*) FROM k),
+              (SELECT count(*) FROM ev WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch')
+                 AND (name ILIKE '%launch%')),
+              (SELECT count(*) FROM ev WHERE kind = 'memcpy'),
+              (SELECT count(*) FROM k JOIN l USING (pid, correlation_id)),
+              (SELECT count(*) FROM k JOIN ops USING (external_id))
+            """,
+            {"path": str(path)},
+        ).fetchone()
+    finally:
+        con.close()
+    return dict(zip(("kernels", "launches", "memcpys", "to_launch", "to_op"), row))
