@@ -149,7 +149,7 @@ def ingest_file(
         message = str(exc)
     except MemoryError:
         message = f"{p}: ran out of memory while ingesting"
-    except Exception as exc:  # an adapter bug must not stop the other files; record it verbatim
+    except Exception as exc:  # noqa: BLE001 - an adapter bug must not stop the other files; record it verbatim
         message = f"{p}: unexpected {type(exc).__name__} while ingesting: {exc}"
     if existing is not None and existing["status"] == "ingested" and lake.has_events(trace_id):
         # A forced re-ingest of content already stored failed: keep the good copy and its row.

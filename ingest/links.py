@@ -35,4 +35,4 @@ def link_counts(lake_root, trace_id: str) -> dict:
         ).fetchone()
     finally:
         con.close()
-    return dict(zip(("kernels", "launches", "memcpys", "to_launch", "to_op"), row))
+    return dict(zip(("kernels", "launches", "memcpys", "to_launch", "to_op"), row, strict=True))

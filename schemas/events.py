@@ -94,7 +94,7 @@ CATALOGUE_FIELDS: list[pa.Field] = [
     _f("gpu_names_json", pa.string(), "json", "JSON list of GPU model names, one per device."),
     _f("gpu_count", pa.int32(), "devices", "Number of GPUs described by the trace."),
     _f("host_name", pa.string(), "", "Host name, when the trace records it."),
-    _f("start_epoch_ns", pa.int64(), "ns", "Absolute time of the trace start (ts_ns = 0), ns since the Unix epoch when known."),
+    _f("start_epoch_ns", pa.int64(), "ns", "Absolute time of ts_ns = 0, ns since the Unix epoch, when known."),
     _f("duration_ns", pa.int64(), "ns", "Span from the first to the last event end."),
     _f("event_count", pa.int64(), "events", "Events stored in the lake for this trace."),
     _f("event_counts_json", pa.string(), "json", "Stored events per kind, JSON object."),

@@ -75,7 +75,7 @@ def _link_counts(paths: Paths, trace_id: str) -> dict | None:
 
     try:
         return link_counts(paths.lake, trace_id)
-    except Exception:  # a summary must not fail an ingest that succeeded
+    except Exception:  # noqa: BLE001 - a summary must not fail an ingest that succeeded
         return None
 
 
@@ -131,7 +131,7 @@ def cmd_traces(args: argparse.Namespace) -> int:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lake", help="lake root (default $TAXBREAK_LAKE or warehouse/lake)")
-    p.add_argument("--warehouse", help="DuckDB warehouse file (default $TAXBREAK_WAREHOUSE or warehouse/taxbreak.duckdb)")
+    p.add_argument("--warehouse", help="DuckDB file (default $TAXBREAK_WAREHOUSE or warehouse/taxbreak.duckdb)")
 
 
 def _add_ingest(sub: argparse._SubParsersAction) -> None:

@@ -15,7 +15,7 @@ class Paths:
     cache: Path
 
     @classmethod
-    def from_env(cls, base: Path | None = None) -> "Paths":
+    def from_env(cls, base: Path | None = None) -> Paths:
         root = Path(base) if base is not None else Path(os.environ.get("TAXBREAK_HOME", "warehouse"))
         return cls(
             lake=Path(os.environ.get("TAXBREAK_LAKE", root / "lake")),
