@@ -1,0 +1,546 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``) into the common event schema.
+
+The file is untrusted and opened read-only through ADBC-SQLite with ``mode=ro&immutable=1`` (no locks, no
+journal, nothing written beside it, extension loading off).  Each event table is streamed in record batches
+and transformed by DuckDB over the Arrow stream, so memory stays bounded whatever the file size.
+
+Conventions (docs/architecture.md): ``ts_ns = start - origin`` with ``origin`` the earliest start among the
+stored events, the catalogue's ``start_epoch_ns = TARGET_INFO_SESSION_START_TIME.utcEpochNs + origin``;
+``pid``/``tid`` decoded from ``globalTid``; device-side rows (kernel, memcpy, memset, sync, graph trace) carry
+the launching process from ``globalPid`` and the stream id as ``tid``, so ``(pid, correlation_id)`` joins a
+kernel to its launch call.  Columns the schema has no field for go to ``args_json`` unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import adbc_driver_sqlite.dbapi as adbc_sqlite
+import duckdb
+import pyarrow as pa
+
+from taxbreak.ingest import nsys_schema as S
+from taxbreak.ingest.base import AdapterOutput, IngestError, TraceInfo
+from taxbreak.schemas import EVENT_SCHEMA
+
+SOURCE_FORMAT = "nsys-sqlite"
+BATCH_ROWS = 65536
+SQLITE_MAGIC = b"SQLite format 3\x00"
+OSRT_ENV = "TAXBREAK_NSYS_OSRT"
+# TARGET_INFO_SYSTEM_ENV properties copied into the catalogue (the rest, e.g. the environment, is left out).
+SYSTEM_ENV_KEYS = (
+    "Hostname", "NvDriverVersion", "CudaDriverVersion", "OsDescription", "TargetInstallDir", "CpuDescription",
+    "CpuCores", "HardwarePlatform",
+)
+MASK = S.GLOBAL_ID_MASK
+SHIFT = S.GLOBAL_ID_SHIFT
+
+
+def _q(ident: str) -> str:
+    """Quote an SQL identifier (table/column names come from the untrusted file)."""
+    return '"' + ident.replace('"', '""') + '"'
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Refuse files that are not SQLite databases or are shorter than their header says."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    if not head.startswith(SQLITE_MAGIC):
+        raise IngestError(
+            f"{path}: not a SQLite database (no 'SQLite format 3' header); expected an nsys SQLite export"
+        )
+    if len(head) < 100:
+        raise IngestError(f"{path}: truncated SQLite file ({size} bytes, shorter than the 100-byte header)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    page_count = int.from_bytes(head[28:32], "big")
+    header_count_valid = head[24:28] == head[92:96]
+    if header_count_valid and page_count and size < page_size * page_count:
+        raise IngestError(
+            f"{path}: truncated SQLite file: the header says {page_count} pages of {page_size} bytes "
+            f"({page_size * page_count} bytes) but the file has {size} bytes"
+        )
+
+
+def sqlite_ro_uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+
+
+def _sentinel(decl_type: str) -> str:
+    t = (decl_type or "").upper()
+    if "INT" in t:
+        return "CAST(0 AS INTEGER)"
+    if any(k in t for k in ("REAL", "FLOA", "DOUB")):
+        return "CAST(0.0 AS REAL)"
+    return "''"
+
+
+class NsysDb:
+    """A read-only ADBC connection to one export."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.conn = adbc_sqlite.connect(sqlite_ro_uri(path))
+        except Exception as exc:  # noqa: BLE001 - any driver error is a bad input
+            raise IngestError(f"{path}: cannot open as SQLite: {exc}") from None
+        self._columns: dict[str, list[tuple[str, str]]] = {}
+        self._cursors: list[Any] = []  # a stream lives only as long as its cursor
+
+    def close(self) -> None:
+        for cur in self._cursors:
+            try:
+                cur.close()
+            except Exception:  # noqa: BLE001 - closing after a failed read must not mask the first error
+                pass
+        self._cursors.clear()
+        self.conn.close()
+
+    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        cur = self.conn.cursor()
+        try:
+            cur.execute(sql, params) if params else cur.execute(sql)
+            return cur.fetchall()
+        finally:
+            cur.close()
+
+    def tables(self) -> set[str]:
+        return {r[0] for r in self.rows("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def columns(self, table: str) -> list[tuple[str, str]]:
+        if table not in self._columns:
+            self._columns[table] = [(r[0], r[1] or "") for r in self.rows(
+                "SELECT name, type FROM pragma_table_info(?)", (table,))]
+        return self._columns[table]
+
+    def stream(self, table: str, where: str = "") -> pa.RecordBatchReader:
+        """All columns of ``table`` as Arrow batches, plus ``__s`` (0 on one typed sentinel row, then 1).
+
+        ADBC-SQLite infers each column's Arrow type from the first rows it sees; a leading typed row keeps a
+        column that starts with NULLs from being typed as int64 and then failing on its first string.
+        """
+        cols = self.columns(table)
+        sentinel = ", ".join(f"{_sentinel(t)} AS {_q(c)}" for c, t in cols)
+        names = ", ".join(_q(c) for c, _ in cols)
+        sql = (
+            f"SELECT 0 AS __s, {sentinel} UNION ALL "
+            f"SELECT * FROM (SELECT 1 AS __s, {names} FROM {_q(table)} {where})"
+        )
+        cur = self.conn.cursor()
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        self._cursors.append(cur)
+        cur.execute(sql)
+        return cur.fetch_record_batch()
+
+    def small_table(self, table: str) -> list[dict[str, Any]]:
+        """A small table (metadata, names) as a list of dicts."""
+        cols = [c for c, _ in self.columns(table)]
+        names = ", ".join(_q(c) for c in cols)
+        return [dict(zip(cols, r, strict=True)) for r in self.rows(f"SELECT {names} FROM {_q(table)}")]
+
+
+@dataclass
+class _TablePlan:
+    table: str
+    exprs: dict[str, str]  # EVENT_SCHEMA field -> DuckDB expression over src (and joins)
+    mapped: set[str]  # source columns consumed by exprs (not repeated in args_json)
+    extra_args: dict[str, str] = field(default_factory=dict)  # args_json key -> expression
+    keep_in_args: set[str] = field(default_factory=set)  # mapped columns still copied to args_json
+    joins: str = ""
+    where: str = ""
+
+
+def _gid_pid(col: str) -> str:
+    return f"CAST(((src.{_q(col)} >> {SHIFT}) & {MASK}) AS VARCHAR)"
+
+
+def _gid_tid(col: str) -> str:
+    return f"CAST((src.{_q(col)} & {MASK}) AS VARCHAR)"
+
+
+def _col(cols: set[str], name: str, cast: str = "BIGINT") -> str:
+    return f"CAST(src.{_q(name)} AS {cast})" if name in cols else "NULL"
+
+
+def _common_device(cols: set[str], table: str) -> dict[str, str]:
+    return {
+        "pid": _gid_pid("globalPid"),
+        "tid": "CAST(src.\"streamId\" AS VARCHAR)",
+        "device_id": _col(cols, "deviceId", "INTEGER"),
+        "stream_id": _col(cols, "streamId"),
+        "correlation_id": _col(cols, "correlationId"),
+        "category": f"'{table}'",
+    }
+
+
+def _plan(table: str, cols: set[str]) -> _TablePlan:
+    host = {"pid": _gid_pid("globalTid"), "tid": _gid_tid("globalTid"), "category": f"'{table}'"}
+    if table == "CUPTI_ACTIVITY_KIND_RUNTIME":
+        kind = (
+            "CASE WHEN s.plain LIKE 'cudaGraphLaunch%' OR s.plain LIKE 'cuGraphLaunch%' THEN 'graph_launch' "
+            "WHEN s.plain LIKE 'cublas%' OR s.plain LIKE 'cudnn%' THEN 'library_api' "
+            f"WHEN src.\"eventClass\" = {S.EVENT_CLASS_CUDA_RUNTIME} THEN 'runtime_api' "
+            f"WHEN src.\"eventClass\" = {S.EVENT_CLASS_CUDA_DRIVER} THEN 'driver_api' ELSE 'other' END"
+        )
+        return _TablePlan(
+            table,
+            {**host, "kind": kind, "name": "s.plain", "raw_name": "CASE WHEN s.value <> s.plain THEN s.value END",
+             "correlation_id": _col(cols, "correlationId")},
+            {"globalTid", "correlationId", "nameId"},
+            joins="LEFT JOIN strs s ON s.id = src.\"nameId\"",
+        )
+    if table == "CUPTI_ACTIVITY_KIND_KERNEL":
+        exprs = {
+            **_common_device(cols, table), "kind": "'kernel'", "name": "dn.value", "short_name": "sn.value",
+            "grid_x": _col(cols, "gridX"), "grid_y": _col(cols, "gridY"), "grid_z": _col(cols, "gridZ"),
+            "block_x": _col(cols, "blockX"), "block_y": _col(cols, "blockY"), "block_z": _col(cols, "blockZ"),
+            "registers_per_thread": _col(cols, "registersPerThread"),
+            "shared_memory_bytes": "CAST(src.\"staticSharedMemory\" + src.\"dynamicSharedMemory\" AS BIGINT)",
+            "graph_id": _col(cols, "graphId"), "graph_node_id": _col(cols, "graphNodeId"),
+        }
+        joins = "LEFT JOIN strs dn ON dn.id = src.\"demangledName\" LEFT JOIN strs sn ON sn.id = src.\"shortName\""
+        extra = {}
+        mapped = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName", "shortName",
+                  "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread", "graphId",
+                  "graphNodeId"}
+        if "mangledName" in cols:
+            joins += " LEFT JOIN strs mn ON mn.id = src.\"mangledName\""
+            extra["mangledName"] = "mn.value"
+            mapped.add("mangledName")
+        return _TablePlan(table, exprs, mapped, extra_args=extra, joins=joins,
+                          keep_in_args={"staticSharedMemory", "dynamicSharedMemory"})
+    if table == "CUPTI_ACTIVITY_KIND_MEMCPY":
+        exprs = {
+            **_common_device(cols, table), "kind": "'memcpy'",
+            "name": "'[CUDA memcpy ' || COALESCE(mk.label, CAST(src.\"copyKind\" AS VARCHAR)) || ']'",
+            "bytes": _col(cols, "bytes"), "copy_kind": "COALESCE(mk.short, CAST(src.\"copyKind\" AS VARCHAR))",
+            "graph_node_id": _col(cols, "graphNodeId"),
+        }
+        return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid",
+                                         "bytes", "graphNodeId"},
+                          joins="LEFT JOIN memcpy_kinds mk ON mk.id = src.\"copyKind\"", keep_in_args={"copyKind"})
+    if table == "CUPTI_ACTIVITY_KIND_MEMSET":
+        exprs = {**_common_device(cols, table), "kind": "'memset'", "name": "'[CUDA memset]'",
+                 "bytes": _col(cols, "bytes"), "graph_node_id": _col(cols, "graphNodeId")}
+        return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid",
+                                         "bytes", "graphNodeId"})
+    if table == "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION":
+        exprs = {**_common_device(cols, table), "kind": "'sync'",
+                 "name": "COALESCE(st.label, 'sync type ' || CAST(src.\"syncType\" AS VARCHAR))"}
+        return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid"},
+                          joins="LEFT JOIN sync_types st ON st.id = src.\"syncType\"", keep_in_args={"syncType"})
+    if table == "NVTX_EVENTS":
+        ranges = ", ".join(str(t) for t in S.NVTX_RANGE_TYPES)
+        marks = ", ".join(str(t) for t in S.NVTX_MARK_TYPES)
+        name = "COALESCE(src.\"text\", tx.value)" if "textId" in cols else "src.\"text\""
+        joins = "LEFT JOIN strs tx ON tx.id = src.\"textId\"" if "textId" in cols else ""
+        exprs = {
+            **host,
+            "kind": f"CASE WHEN src.\"eventType\" IN ({marks}) THEN 'nvtx_mark' ELSE 'nvtx_range' END",
+            "name": name,
+            "dur_ns": f"CASE WHEN src.\"eventType\" IN ({marks}) THEN NULL "
+            "ELSE CAST(src.\"end\" - src.\"start\" AS BIGINT) END",
+        }
+        mapped = {"start", "end", "text", "globalTid"}
+        if "domainId" in cols:
+            joins += " LEFT JOIN domains d ON d.id = src.\"domainId\""
+            exprs["domain"] = ("CASE WHEN src.\"domainId\" IS NULL OR src.\"domainId\" = 0 THEN NULL "
+                               "ELSE COALESCE(d.name, 'domainId=' || CAST(src.\"domainId\" AS VARCHAR)) END")
+        if "endGlobalTid" in cols:
+            exprs["end_tid"] = (
+                "CASE WHEN src.\"endGlobalTid\" IS NOT NULL AND src.\"endGlobalTid\" <> src.\"globalTid\" "
+                f"THEN {_gid_tid('endGlobalTid')} END"
+            )
+        where = (f"WHERE (\"eventType\" IN ({ranges}) AND \"end\" IS NOT NULL) OR \"eventType\" IN ({marks})")
+        return _TablePlan(table, exprs, mapped, joins=joins, where=where)
+    if table in ("CUBLAS_EVENTS", "CUDNN_EVENTS", "CUDA_GRAPH_EVENTS", "CUDA_GRAPH_NODE_EVENTS", "OSRT_API"):
+        kind = {"CUBLAS_EVENTS": "library_api", "CUDNN_EVENTS": "library_api", "OSRT_API": "os_runtime"}.get(
+            table, "other")
+        exprs = {**host, "kind": f"'{kind}'", "name": "s.value"}
+        mapped = {"globalTid", "nameId"}
+        if table == "CUDA_GRAPH_EVENTS" and "graphId" in cols:
+            exprs["graph_id"] = _col(cols, "graphId")
+            mapped.add("graphId")
+        if table == "CUDA_GRAPH_NODE_EVENTS":
+            exprs["graph_node_id"] = _col(cols, "graphNodeId")
+            mapped.add("graphNodeId")
+        return _TablePlan(table, exprs, mapped, joins="LEFT JOIN strs s ON s.id = src.\"nameId\"")
+    if table == "CUPTI_ACTIVITY_KIND_GRAPH_TRACE":
+        exprs = {**_common_device(cols, table), "kind": "'other'",
+                 "name": "'[CUDA graph ' || CAST(src.\"graphId\" AS VARCHAR) || ']'",
+                 "graph_id": _col(cols, "graphId")}
+        return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid",
+                                         "graphId"})
+    raise AssertionError(table)
+
+
+def _select_sql(plan: _TablePlan, cols: list[str]) -> str:
+    exprs = dict(plan.exprs)
+    exprs.setdefault("ts_ns", "CAST(src.\"start\" - $origin AS BIGINT)")
+    exprs.setdefault("dur_ns", "CAST(src.\"end\" - src.\"start\" AS BIGINT)")
+    exprs["trace_id"] = "$trace_id"
+    exprs["source_format"] = f"'{SOURCE_FORMAT}'"
+    args = [(c, f"src.{_q(c)}") for c in cols
+            if (c not in plan.mapped or c in plan.keep_in_args) and c not in ("start", "end")]
+    args += list(plan.extra_args.items())
+    if args:
+        exprs["args_json"] = "CAST(to_json(struct_pack(" + ", ".join(
+            f"{_q(k)} := {v}" for k, v in args) + ")) AS VARCHAR)"
+    else:
+        exprs["args_json"] = "'{}'"
+    select = []
+    for fld in EVENT_SCHEMA:
+        expr = exprs.get(fld.name, "NULL")
+        select.append(f"CAST({expr} AS {_DUCK_TYPES[str(fld.type)]}) AS {fld.name}")
+    return "SELECT " + ", ".join(select) + f" FROM src {plan.joins} WHERE src.__s = 1"
+
+
+_DUCK_TYPES = {"string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER"}
+
+
+def _osrt_enabled(include_osrt: bool | None) -> bool:
+    if include_osrt is not None:
+        return include_osrt
+    return os.environ.get(OSRT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _kv(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """name/value rows into a dict; repeated names become lists (META_DATA_CAPTURE repeats some)."""
+    out: dict[str, Any] = {}
+    for r in rows:
+        k, v = r.get("name"), r.get("value")
+        if k is None:
+            continue
+        if k in out:
+            out[k] = out[k] if isinstance(out[k], list) else [out[k]]
+            out[k].append(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _validate(db: NsysDb, path: Path, tables: set[str], read_tables: list[str]) -> None:
+    if not tables & set(S.NSYS_MARKER_TABLES):
+        raise IngestError(
+            f"{path}: a SQLite database but not an Nsight Systems export (no StringIds, NVTX_EVENTS, "
+            "CUPTI_ACTIVITY_KIND_* or META_DATA_EXPORT table)"
+        )
+    needs_strings = [t for t in read_tables if t != "NVTX_EVENTS"]
+    if needs_strings and "StringIds" not in tables:
+        raise IngestError(
+            f"{path}: has {', '.join(needs_strings)} but no StringIds table (names cannot be resolved); "
+            "re-export with `nsys export --type sqlite`"
+        )
+    for t in read_tables:
+        have = {c for c, _ in db.columns(t)}
+        for col in S.REQUIRED_COLUMNS[t]:
+            if col not in have:
+                raise IngestError(f"{path}: table {t} lacks required column {col!r} (columns: {sorted(have)})")
+
+
+def _trace_info(db: NsysDb, tables: set[str]) -> TraceInfo:
+    info = TraceInfo(source_format=SOURCE_FORMAT)
+    meta: dict[str, Any] = {}
+    if "META_DATA_EXPORT" in tables:
+        export = _kv(db.small_table("META_DATA_EXPORT"))
+        meta["export"] = export
+        for key, name in (("EXPORT_PRODUCT_VERSION", "nsys_export"), ("EXPORT_SCHEMA_VERSION", "export_schema")):
+            if export.get(key):
+                info.tool_versions[name] = export[key]
+    if "META_DATA_CAPTURE" in tables:
+        capture = _kv(db.small_table("META_DATA_CAPTURE"))
+        capture = {k: v for k, v in capture.items() if not k.endswith("ENVIRONMENT_VARIABLE")}
+        meta["capture"] = capture
+    if "TARGET_INFO_SYSTEM_ENV" in tables and {"name", "value"} <= {c for c, _ in db.columns("TARGET_INFO_SYSTEM_ENV")}:
+        env = _kv([{"name": r["name"], "value": r["value"]} for r in db.small_table("TARGET_INFO_SYSTEM_ENV")])
+        sysenv = {k: env[k] for k in SYSTEM_ENV_KEYS if k in env}
+        meta["system"] = sysenv
+        if isinstance(sysenv.get("Hostname"), str) and sysenv["Hostname"]:
+            info.host_name = sysenv["Hostname"]
+        install = sysenv.get("TargetInstallDir")
+        if isinstance(install, str):
+            info.tool_versions["nsys_capture_install_dir"] = install
+        for k in ("NvDriverVersion", "CudaDriverVersion"):
+            if k in sysenv:
+                info.tool_versions[k] = sysenv[k]
+        gpu_json = env.get("GpuInfo")
+        if isinstance(gpu_json, str):
+            meta["gpu_info_json"] = gpu_json
+    if "TARGET_INFO_GPU" in tables:
+        gpus = db.small_table("TARGET_INFO_GPU")
+        info.gpu_names = [str(g.get("name")) for g in sorted(gpus, key=lambda g: (g.get("id") or 0))]
+    if not info.gpu_names and isinstance(meta.get("gpu_info_json"), str):
+        try:
+            info.gpu_names = [str(g.get("Name")) for g in json.loads(meta["gpu_info_json"]).get("Gpus", [])]
+        except (ValueError, AttributeError):
+            pass
+    if not info.gpu_names and "TARGET_INFO_CUDA_DEVICE" in tables:
+        devs = {r.get("gpuId") for r in db.small_table("TARGET_INFO_CUDA_DEVICE")}
+        info.gpu_names = [f"GPU {d} (name not recorded)" for d in sorted(d for d in devs if d is not None)]
+    meta.pop("gpu_info_json", None)
+    if "TARGET_INFO_SESSION_START_TIME" in tables:
+        rows = db.small_table("TARGET_INFO_SESSION_START_TIME")
+        if rows:
+            meta["session_start"] = rows[0]
+    if "PROCESSES" in tables:
+        meta["process_names"] = {str(r.get("pid")): r.get("name") for r in db.small_table("PROCESSES")}
+    if "ThreadNames" in tables and "StringIds" in tables:
+        meta["thread_names"] = {
+            f"{(g >> SHIFT) & MASK}/{g & MASK}": n
+            for g, n in db.rows("SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId "
+                                "WHERE t.globalTid IS NOT NULL")
+        }
+    info.metadata = meta
+    return info
+
+
+def _origin(db: NsysDb, read_tables: list[str]) -> int | None:
+    lows = []
+    for t in read_tables:
+        where = ""
+        if t == "NVTX_EVENTS":
+            plan_where = _plan(t, {c for c, _ in db.columns(t)}).where
+            where = plan_where
+        (lo,) = db.rows(f"SELECT min(\"start\") FROM {_q(t)} {where}")[0]
+        if lo is not None:
+            lows.append(int(lo))
+    return min(lows) if lows else None
+
+
+def _nvtx_skips(db: NsysDb) -> dict[str, int]:
+    skipped: dict[str, int] = {}
+    for etype, no_end, n in db.rows(
+        "SELECT \"eventType\", \"end\" IS NULL, count(*) FROM NVTX_EVENTS GROUP BY 1, 2"
+    ):
+        if etype in S.NVTX_MARK_TYPES or (etype in S.NVTX_RANGE_TYPES and not no_end):
+            continue
+        if etype in S.NVTX_RANGE_TYPES:
+            reason = "NVTX_EVENTS:range_without_end"
+        elif etype == S.NVTX_DOMAIN_CREATE:
+            reason = "NVTX_EVENTS:domain_create"
+        else:
+            reason = f"NVTX_EVENTS:eventType_{etype}"
+        skipped[reason] = skipped.get(reason, 0) + int(n)
+    return skipped
+
+
+def _register_lookups(con: duckdb.DuckDBPyConnection, db: NsysDb, tables: set[str]) -> None:
+    if "StringIds" in tables:
+        reader = db.stream("StringIds")
+        con.register("strs_arrow", reader)
+        con.execute("CREATE TEMP TABLE strs AS SELECT CAST(id AS BIGINT) AS id, CAST(value AS VARCHAR) AS value, "
+                    "regexp_replace(CAST(value AS VARCHAR), '_v[0-9]+$', '') AS plain FROM strs_arrow WHERE __s = 1")
+        con.unregister("strs_arrow")
+    else:
+        con.execute("CREATE TEMP TABLE strs (id BIGINT, value VARCHAR, plain VARCHAR)")
+    kinds = {k: (short, label) for k, (short, label) in S.MEMCPY_KINDS.items()}
+    if "ENUM_CUDA_MEMCPY_OPER" in tables:
+        for r in db.small_table("ENUM_CUDA_MEMCPY_OPER"):
+            if r.get("id") is not None and r.get("label"):
+                short = kinds.get(r["id"], (None,))[0]
+                short = short or str(r.get("name") or r["id"]).removeprefix("CUDA_MEMCPY_KIND_")
+                kinds[int(r["id"])] = (short, str(r["label"]))
+    con.register("memcpy_kinds", pa.table({
+        "id": pa.array(list(kinds), pa.int64()), "short": [v[0] for v in kinds.values()],
+        "label": [v[1] for v in kinds.values()]}))
+    syncs = dict(S.SYNC_TYPES)
+    if "ENUM_CUPTI_SYNC_TYPE" in tables:
+        for r in db.small_table("ENUM_CUPTI_SYNC_TYPE"):
+            if r.get("id") is not None and r.get("label"):
+                syncs[int(r["id"])] = str(r["label"])
+    con.register("sync_types", pa.table({"id": pa.array(list(syncs), pa.int64()), "label": list(syncs.values())}))
+    domains: dict[int, str] = {}
+    if "NVTX_EVENTS" in tables and "domainId" in {c for c, _ in db.columns("NVTX_EVENTS")}:
+        has_text_id = "textId" in {c for c, _ in db.columns("NVTX_EVENTS")}
+        sql = ("SELECT n.domainId, COALESCE(n.text, s.value) FROM NVTX_EVENTS n "
+               "LEFT JOIN StringIds s ON s.id = n.textId "
+               if has_text_id and "StringIds" in tables else "SELECT n.domainId, n.text FROM NVTX_EVENTS n ")
+        for dom, name in db.rows(sql + "WHERE n.eventType = ?", (S.NVTX_DOMAIN_CREATE,)):
+            if dom is not None and name is not None:
+                domains[int(dom)] = str(name)
+    con.register("domains", pa.table({"id": pa.array(list(domains), pa.int64()),
+                                       "name": pa.array(list(domains.values()), pa.string())}))
+
+
+def read_nsys_sqlite(path: Path, trace_id: str, *, include_osrt: bool | None = None) -> AdapterOutput:
+    """Stream an nsys SQLite export as EVENT_SCHEMA batches; ``info`` is complete when they are exhausted."""
+    path = Path(path)
+    check_sqlite_file(path)
+    db = NsysDb(path)
+    try:
+        try:
+            tables = db.tables()
+        except Exception as exc:  # noqa: BLE001 - a corrupt file surfaces as a driver error here
+            raise IngestError(f"{path}: not a readable SQLite database ({exc})") from None
+        osrt = _osrt_enabled(include_osrt)
+        read_tables = [t for t in S.EVENT_TABLES if t in tables and (t != S.OSRT_TABLE or osrt)]
+        _validate(db, path, tables, read_tables)
+        info = _trace_info(db, tables)
+    except IngestError:
+        db.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - malformed pages surface as driver errors
+        db.close()
+        raise IngestError(f"{path}: cannot read the export ({exc})") from None
+    return AdapterOutput(info=info, batches=_batches(db, path, trace_id, tables, read_tables, info, osrt))
+
+
+def _batches(
+    db: NsysDb, path: Path, trace_id: str, tables: set[str], read_tables: list[str], info: TraceInfo, osrt: bool,
+) -> Iterator[pa.RecordBatch]:
+    con = duckdb.connect(config={"threads": 2, "preserve_insertion_order": False,
+                                 "autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    current = "(setup)"
+    try:
+        source_rows = 0
+        skipped: dict[str, int] = {}
+        for t in read_tables:
+            source_rows += int(db.rows(f"SELECT count(*) FROM {_q(t)}")[0][0])
+        if S.OSRT_TABLE in tables and not osrt:
+            n = int(db.rows(f"SELECT count(*) FROM {_q(S.OSRT_TABLE)}")[0][0])
+            source_rows += n
+            if n:
+                skipped["OSRT_API:not_requested"] = n
+        if "NVTX_EVENTS" in read_tables:
+            skipped.update(_nvtx_skips(db))
+        origin = _origin(db, read_tables)
+        start = info.metadata.get("session_start", {}).get("utcEpochNs")
+        info.metadata["origin_ns"] = origin
+        if start is not None and origin is not None:
+            info.start_epoch_ns = int(start) + origin
+        _register_lookups(con, db, tables)
+        for t in read_tables:
+            current = t
+            cols = [c for c, _ in db.columns(t)]
+            plan = _plan(t, set(cols))
+            reader = db.stream(t, plan.where)
+            con.register("src", reader)
+            rel = con.sql(_select_sql(plan, cols), params={"origin": origin or 0, "trace_id": trace_id})
+            out = rel.to_arrow_reader(BATCH_ROWS)
+            for batch in out:
+                if batch.num_rows:
+                    if batch.schema != EVENT_SCHEMA:
+                        batch = pa.RecordBatch.from_arrays(
+                            [col.cast(f.type) for col, f in zip(batch.columns, EVENT_SCHEMA, strict=True)],
+                            schema=EVENT_SCHEMA)
+                    yield batch
+            con.unregister("src")
+        info.skipped_counts = skipped
+        info.source_event_count = source_rows
+    except IngestError:
+        raise
+    except (duckdb.Error, adbc_sqlite.Error) as exc:
+        raise IngestError(f"{path}: cannot read table {current}: {exc}") from None
+    finally:
+        con.close()
+        db.close()
