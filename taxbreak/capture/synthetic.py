@@ -38,9 +38,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from taxbreak.capture.nsys_ddl import NSYS_DDL
 from taxbreak.capture.profile import META_KEY, META_VERSION, sidecar_path, steps_for
-
-MOCK_SQLITE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public" / "nsys-ai" / "mock.sqlite"
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,8 @@ class SyntheticConfig:
 
     def label(self) -> str:
         g = "_graphs" if self.cuda_graphs else ""
-        return f"synthetic_{self.model_kind}_L{self.n_layers}_bs{self.batch_size}_sl{self.prompt_len}_m{self.output_tokens}{g}"
+        shape = f"L{self.n_layers}_bs{self.batch_size}_sl{self.prompt_len}_m{self.output_tokens}"
+        return f"synthetic_{self.model_kind}_{shape}{g}"
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -136,7 +136,10 @@ class KernelSpec:
     token_scale: float = 1 / 1024  # duration grows by this fraction per token processed in the step
 
 
-_EW = "void at::native::vectorized_elementwise_kernel<4, {f}, std::array<char*, {n}ul> >(int, {f}, std::array<char*, {n}ul>)"
+_EW = (
+    "void at::native::vectorized_elementwise_kernel<4, {f}, std::array<char*, {n}ul> >"
+    "(int, {f}, std::array<char*, {n}ul>)"
+)
 
 
 def _ew(functor: str, n: int = 3, base: int = 1900) -> KernelSpec:
@@ -144,7 +147,8 @@ def _ew(functor: str, n: int = 3, base: int = 1900) -> KernelSpec:
 
 
 _GEMM = {
-    "sm90": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+    "sm90": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
+    "execute_segment_k_off_kernel__5x_cublas",
     "ampere": "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn",
 }
 _CUTLASS = (
@@ -165,17 +169,23 @@ def _kernels(gpu_name: str) -> dict[str, KernelSpec]:
         ),
         "add": _ew("at::native::CUDAFunctor_add<c10::BFloat16>"),
         "rsqrt": _ew("at::native::rsqrt_kernel_cuda::{lambda(c10::BFloat16)#1}", 2),
-        "mul": _ew("at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >"),
+        "mul": _ew(
+            "at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, "
+            "at::native::binary_internal::MulFunctor<float> >"
+        ),
         "silu": _ew("at::native::silu_kernel::{lambda(c10::BFloat16)#1}", 2),
-        "div": _ew("at::native::BinaryFunctor<float, float, float, at::native::binary_internal::DivFunctor<float> >"),
+        "div": _ew(
+            "at::native::BinaryFunctor<float, float, float, at::native::binary_internal::DivFunctor<float> >"
+        ),
         "fill": _ew("at::native::FillFunctor<c10::BFloat16>", 1, 1400),
         "gemm": KernelSpec(gemm, gemm.split("_kernel")[0], 7800, True, (132, 1, 1), (384, 1, 1), 168, 231424, 1 / 64),
         "gemm_small": KernelSpec(_CUTLASS, "Kernel2", 5200, True, (16, 1, 1), (128, 1, 1), 120, 49152, 1 / 64),
         "cat": KernelSpec(
-            "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<2u>, "
-            "unsigned int, 4, 64, 64>(at::native::(anonymous namespace)::OpaqueType<2u>*, at::native::(anonymous "
-            "namespace)::CatArrInputTensorMetadata<at::native::(anonymous namespace)::OpaqueType<2u>, unsigned int, 64, "
-            "64>, at::native::(anonymous namespace)::TensorSizeStride<unsigned int, 4u>, int, unsigned int)",
+            "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::"
+            "OpaqueType<2u>, unsigned int, 4, 64, 64>(at::native::(anonymous namespace)::OpaqueType<2u>*, "
+            "at::native::(anonymous namespace)::CatArrInputTensorMetadata<at::native::(anonymous namespace)::"
+            "OpaqueType<2u>, unsigned int, 64, 64>, at::native::(anonymous namespace)::TensorSizeStride<unsigned "
+            "int, 4u>, int, unsigned int)",
             "CatArrayBatchedCopy", 2600, regs=30,
         ),
         "attn_prefill": KernelSpec(
@@ -437,7 +447,8 @@ def _kineto_lines(cfg: SyntheticConfig) -> Iterator[str]:
         if tag == "op":
             _, name, ts, dur, ext = r
             yield (f'{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": {pid}, "tid": {pid}, "ts": {_us(ts)}, '
-                   f'"dur": {_us(dur)}, "args": {{"External id": {ext}, "Record function id": 0, "Ev Idx": {ev_idx}}}}}')
+                   f'"dur": {_us(dur)}, "args": {{"External id": {ext}, "Record function id": 0, '
+                   f'"Ev Idx": {ev_idx}}}}}')
             ev_idx += 1
         elif tag == "rt":
             _, api, cat, ts, dur, corr, ext = r
@@ -534,46 +545,9 @@ def write_kineto(cfg: SyntheticConfig, path: str | os.PathLike[str]) -> Path:
 
 
 # --- Nsight Systems SQLite writer -------------------------------------------------------------------------------
-NSYS_TABLES = ("StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
-               "NVTX_EVENTS", "TARGET_INFO_GPU", "META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME",
-               "PROCESSES", "ThreadNames")
-# NVTX_EVENTS as Nsight Systems 2026.2 exports it (mock.sqlite has no NVTX table; this is h100_2gpu_1s.sqlite's).
-_NVTX_DDL = """CREATE TABLE NVTX_EVENTS (
-    start                       INTEGER   NOT NULL,                    -- Event start timestamp (ns).
-    end                         INTEGER,                               -- Event end timestamp (ns).
-    eventType                   INTEGER   NOT NULL,                    -- REFERENCES ENUM_NSYS_EVENT_TYPE(id)
-    rangeId                     INTEGER,                               -- Correlation ID returned from a nvtxRangeStart call.
-    category                    INTEGER,                               -- User-controlled ID that can be used to group events.
-    color                       INTEGER,                               -- Encoded ARGB color value.
-    text                        TEXT,                                  -- Explicit name/text (non-registered string)
-    globalTid                   INTEGER,                               -- Serialized GlobalId.
-    endGlobalTid                INTEGER,                               -- Serialized GlobalId.
-    textId                      INTEGER,                               -- REFERENCES StringIds(id) -- Registered NVTX domain/string
-    domainId                    INTEGER,                               -- User-controlled ID that can be used to group events.
-    uint64Value                 INTEGER,                               -- One of possible payload value union members.
-    int64Value                  INTEGER,                               -- One of possible payload value union members.
-    doubleValue                 REAL,                                  -- One of possible payload value union members.
-    uint32Value                 INTEGER,                               -- One of possible payload value union members.
-    int32Value                  INTEGER,                               -- One of possible payload value union members.
-    floatValue                  REAL,                                  -- One of possible payload value union members.
-    jsonTextId                  INTEGER,                               -- One of possible payload value union members.
-    jsonText                    TEXT,                                  -- One of possible payload value union members.
-    binaryData                  TEXT                                   -- Binary payload. See docs for format.
-)"""
-
-
-def nsys_ddl(mock: Path = MOCK_SQLITE) -> dict[str, str]:
-    """CREATE TABLE statements of the tables written, copied from a real export's ``sqlite_master``."""
-    if not mock.exists():
-        raise FileNotFoundError(f"{mock}: the Nsight export whose schema the synthetic SQLite copies is missing")
-    con = sqlite3.connect(f"file:{mock.resolve()}?mode=ro&immutable=1", uri=True)
-    try:
-        rows = dict(con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
-    finally:
-        con.close()
-    ddl = {t: rows[t] for t in NSYS_TABLES if t in rows}
-    ddl["NVTX_EVENTS"] = _NVTX_DDL
-    return ddl
+def nsys_ddl() -> dict[str, str]:
+    """CREATE TABLE statements of the tables written (verbatim copies from real exports: ``nsys_ddl.py``)."""
+    return dict(NSYS_DDL)
 
 
 GLOBAL_PID = (1 << 48) | (PID << 24)
@@ -582,11 +556,11 @@ NVTX_PUSHPOP = 59
 SESSION_OFFSET_NS = 1_000_000_000  # nsys times count from the session start; the app starts ~1 s in
 
 
-def write_nsys_sqlite(cfg: SyntheticConfig, path: str | os.PathLike[str], mock: Path = MOCK_SQLITE) -> Path:
+def write_nsys_sqlite(cfg: SyntheticConfig, path: str | os.PathLike[str]) -> Path:
     """Write the simulated run as an Nsight Systems SQLite export (real table schema) plus its sidecar."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    ddl = nsys_ddl(mock)
+    ddl = nsys_ddl()
     tmp = p.with_name(p.name + ".part")
     tmp.unlink(missing_ok=True)
     meta = synthetic_meta(cfg)
