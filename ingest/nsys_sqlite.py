@@ -24,6 +24,7 @@ from typing import Any
 import adbc_driver_sqlite.dbapi as adbc_sqlite
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from taxbreak.ingest import nsys_schema as S
 from taxbreak.ingest.base import AdapterOutput, IngestError, TraceInfo
@@ -156,7 +157,7 @@ class _TablePlan:
     mapped: set[str]  # source columns consumed by exprs (not repeated in args_json)
     extra_args: dict[str, str] = field(default_factory=dict)  # args_json key -> expression
     keep_in_args: set[str] = field(default_factory=set)  # mapped columns still copied to args_json
-    joins: str = ""
+    lookups: dict[str, tuple[str, str]] = field(default_factory=dict)  # new column -> (id column, lookup)
     where: str = ""
 
 
@@ -187,48 +188,51 @@ def _plan(table: str, cols: set[str]) -> _TablePlan:
     host = {"pid": _gid_pid("globalTid"), "tid": _gid_tid("globalTid"), "category": f"'{table}'"}
     if table == "CUPTI_ACTIVITY_KIND_RUNTIME":
         kind = (
-            "CASE WHEN s.plain LIKE 'cudaGraphLaunch%' OR s.plain LIKE 'cuGraphLaunch%' THEN 'graph_launch' "
-            "WHEN s.plain LIKE 'cublas%' OR s.plain LIKE 'cudnn%' THEN 'library_api' "
+            "CASE WHEN src.__plain LIKE 'cudaGraphLaunch%' OR src.__plain LIKE 'cuGraphLaunch%' THEN 'graph_launch' "
+            "WHEN src.__plain LIKE 'cublas%' OR src.__plain LIKE 'cudnn%' THEN 'library_api' "
             f"WHEN src.\"eventClass\" = {S.EVENT_CLASS_CUDA_RUNTIME} THEN 'runtime_api' "
             f"WHEN src.\"eventClass\" = {S.EVENT_CLASS_CUDA_DRIVER} THEN 'driver_api' ELSE 'other' END"
         )
         return _TablePlan(
             table,
-            {**host, "kind": kind, "name": "s.plain", "raw_name": "CASE WHEN s.value <> s.plain THEN s.value END",
+            {**host, "kind": kind, "name": "src.__plain",
+             "raw_name": "CASE WHEN src.__raw <> src.__plain THEN src.__raw END",
              "correlation_id": _col(cols, "correlationId")},
             {"globalTid", "correlationId", "nameId"},
-            joins="LEFT JOIN strs s ON s.id = src.\"nameId\"",
+            lookups={"__raw": ("nameId", "strs"), "__plain": ("nameId", "plain")},
         )
     if table == "CUPTI_ACTIVITY_KIND_KERNEL":
         exprs = {
-            **_common_device(cols, table), "kind": "'kernel'", "name": "dn.value", "short_name": "sn.value",
+            **_common_device(cols, table), "kind": "'kernel'", "name": "src.__dn", "short_name": "src.__sn",
             "grid_x": _col(cols, "gridX"), "grid_y": _col(cols, "gridY"), "grid_z": _col(cols, "gridZ"),
             "block_x": _col(cols, "blockX"), "block_y": _col(cols, "blockY"), "block_z": _col(cols, "blockZ"),
             "registers_per_thread": _col(cols, "registersPerThread"),
             "shared_memory_bytes": "CAST(src.\"staticSharedMemory\" + src.\"dynamicSharedMemory\" AS BIGINT)",
             "graph_id": _col(cols, "graphId"), "graph_node_id": _col(cols, "graphNodeId"),
         }
-        joins = "LEFT JOIN strs dn ON dn.id = src.\"demangledName\" LEFT JOIN strs sn ON sn.id = src.\"shortName\""
+        lookups = {"__dn": ("demangledName", "strs"), "__sn": ("shortName", "strs")}
         extra = {}
         mapped = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName", "shortName",
                   "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread", "graphId",
                   "graphNodeId"}
         if "mangledName" in cols:
-            joins += " LEFT JOIN strs mn ON mn.id = src.\"mangledName\""
-            extra["mangledName"] = "mn.value"
+            lookups["__mn"] = ("mangledName", "strs")
+            extra["mangledName"] = "src.__mn"
             mapped.add("mangledName")
-        return _TablePlan(table, exprs, mapped, extra_args=extra, joins=joins,
+        return _TablePlan(table, exprs, mapped, extra_args=extra, lookups=lookups,
                           keep_in_args={"staticSharedMemory", "dynamicSharedMemory"})
     if table == "CUPTI_ACTIVITY_KIND_MEMCPY":
         exprs = {
             **_common_device(cols, table), "kind": "'memcpy'",
-            "name": "'[CUDA memcpy ' || COALESCE(mk.label, CAST(src.\"copyKind\" AS VARCHAR)) || ']'",
-            "bytes": _col(cols, "bytes"), "copy_kind": "COALESCE(mk.short, CAST(src.\"copyKind\" AS VARCHAR))",
+            "name": "'[CUDA memcpy ' || COALESCE(src.__mk_label, CAST(src.\"copyKind\" AS VARCHAR)) || ']'",
+            "bytes": _col(cols, "bytes"), "copy_kind": "COALESCE(src.__mk_short, CAST(src.\"copyKind\" AS VARCHAR))",
             "graph_node_id": _col(cols, "graphNodeId"),
         }
         return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid",
                                          "bytes", "graphNodeId"},
-                          joins="LEFT JOIN memcpy_kinds mk ON mk.id = src.\"copyKind\"", keep_in_args={"copyKind"})
+                          lookups={"__mk_label": ("copyKind", "memcpy_label"),
+                                   "__mk_short": ("copyKind", "memcpy_short")},
+                          keep_in_args={"copyKind"})
     if table == "CUPTI_ACTIVITY_KIND_MEMSET":
         exprs = {**_common_device(cols, table), "kind": "'memset'", "name": "'[CUDA memset]'",
                  "bytes": _col(cols, "bytes"), "graph_node_id": _col(cols, "graphNodeId")}
@@ -236,14 +240,14 @@ def _plan(table: str, cols: set[str]) -> _TablePlan:
                                          "bytes", "graphNodeId"})
     if table == "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION":
         exprs = {**_common_device(cols, table), "kind": "'sync'",
-                 "name": "COALESCE(st.label, 'sync type ' || CAST(src.\"syncType\" AS VARCHAR))"}
+                 "name": "COALESCE(src.__st, 'sync type ' || CAST(src.\"syncType\" AS VARCHAR))"}
         return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid"},
-                          joins="LEFT JOIN sync_types st ON st.id = src.\"syncType\"", keep_in_args={"syncType"})
+                          lookups={"__st": ("syncType", "sync")}, keep_in_args={"syncType"})
     if table == "NVTX_EVENTS":
         ranges = ", ".join(str(t) for t in S.NVTX_RANGE_TYPES)
         marks = ", ".join(str(t) for t in S.NVTX_MARK_TYPES)
-        name = "COALESCE(src.\"text\", tx.value)" if "textId" in cols else "src.\"text\""
-        joins = "LEFT JOIN strs tx ON tx.id = src.\"textId\"" if "textId" in cols else ""
+        name = "COALESCE(src.\"text\", src.__tx)" if "textId" in cols else "src.\"text\""
+        lookups = {"__tx": ("textId", "strs")} if "textId" in cols else {}
         exprs = {
             **host,
             "kind": f"CASE WHEN src.\"eventType\" IN ({marks}) THEN 'nvtx_mark' ELSE 'nvtx_range' END",
@@ -253,20 +257,20 @@ def _plan(table: str, cols: set[str]) -> _TablePlan:
         }
         mapped = {"start", "end", "text", "globalTid"}
         if "domainId" in cols:
-            joins += " LEFT JOIN domains d ON d.id = src.\"domainId\""
+            lookups["__dom"] = ("domainId", "domains")
             exprs["domain"] = ("CASE WHEN src.\"domainId\" IS NULL OR src.\"domainId\" = 0 THEN NULL "
-                               "ELSE COALESCE(d.name, 'domainId=' || CAST(src.\"domainId\" AS VARCHAR)) END")
+                               "ELSE COALESCE(src.__dom, 'domainId=' || CAST(src.\"domainId\" AS VARCHAR)) END")
         if "endGlobalTid" in cols:
             exprs["end_tid"] = (
                 "CASE WHEN src.\"endGlobalTid\" IS NOT NULL AND src.\"endGlobalTid\" <> src.\"globalTid\" "
                 f"THEN {_gid_tid('endGlobalTid')} END"
             )
         where = (f"WHERE (\"eventType\" IN ({ranges}) AND \"end\" IS NOT NULL) OR \"eventType\" IN ({marks})")
-        return _TablePlan(table, exprs, mapped, joins=joins, where=where)
+        return _TablePlan(table, exprs, mapped, lookups=lookups, where=where)
     if table in ("CUBLAS_EVENTS", "CUDNN_EVENTS", "CUDA_GRAPH_EVENTS", "CUDA_GRAPH_NODE_EVENTS", "OSRT_API"):
         kind = {"CUBLAS_EVENTS": "library_api", "CUDNN_EVENTS": "library_api", "OSRT_API": "os_runtime"}.get(
             table, "other")
-        exprs = {**host, "kind": f"'{kind}'", "name": "s.value"}
+        exprs = {**host, "kind": f"'{kind}'", "name": "src.__raw"}
         mapped = {"globalTid", "nameId"}
         if table == "CUDA_GRAPH_EVENTS" and "graphId" in cols:
             exprs["graph_id"] = _col(cols, "graphId")
@@ -274,7 +278,7 @@ def _plan(table: str, cols: set[str]) -> _TablePlan:
         if table == "CUDA_GRAPH_NODE_EVENTS":
             exprs["graph_node_id"] = _col(cols, "graphNodeId")
             mapped.add("graphNodeId")
-        return _TablePlan(table, exprs, mapped, joins="LEFT JOIN strs s ON s.id = src.\"nameId\"")
+        return _TablePlan(table, exprs, mapped, lookups={"__raw": ("nameId", "strs")})
     if table == "CUPTI_ACTIVITY_KIND_GRAPH_TRACE":
         exprs = {**_common_device(cols, table), "kind": "'other'",
                  "name": "'[CUDA graph ' || CAST(src.\"graphId\" AS VARCHAR) || ']'",
@@ -302,7 +306,7 @@ def _select_sql(plan: _TablePlan, cols: list[str]) -> str:
     for fld in EVENT_SCHEMA:
         expr = exprs.get(fld.name, "NULL")
         select.append(f"CAST({expr} AS {_DUCK_TYPES[str(fld.type)]}) AS {fld.name}")
-    return "SELECT " + ", ".join(select) + f" FROM src {plan.joins} WHERE src.__s = 1"
+    return "SELECT " + ", ".join(select) + " FROM src WHERE src.__s = 1"
 
 
 _DUCK_TYPES = {"string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER"}
@@ -434,31 +438,40 @@ def _nvtx_skips(db: NsysDb) -> dict[str, int]:
     return skipped
 
 
-def _register_lookups(con: duckdb.DuckDBPyConnection, db: NsysDb, tables: set[str]) -> None:
+Lookup = tuple[pa.Array, pa.Array]  # (int64 keys, string values)
+
+
+def _lookup(pairs: dict[int, str]) -> Lookup:
+    return pa.array(list(pairs), pa.int64()), pa.array(list(pairs.values()), pa.string())
+
+
+def _build_lookups(db: NsysDb, tables: set[str]) -> dict[str, Lookup]:
+    """id -> text maps resolved in Arrow per batch (a DuckDB join would buffer the whole stream)."""
+    out: dict[str, Lookup] = {}
     if "StringIds" in tables:
-        reader = db.stream("StringIds")
-        con.register("strs_arrow", reader)
-        con.execute("CREATE TEMP TABLE strs AS SELECT CAST(id AS BIGINT) AS id, CAST(value AS VARCHAR) AS value, "
-                    "regexp_replace(CAST(value AS VARCHAR), '_v[0-9]+$', '') AS plain FROM strs_arrow WHERE __s = 1")
-        con.unregister("strs_arrow")
+        ids = db.stream("StringIds").read_all()
+        ids = ids.filter(pc.equal(ids.column("__s"), 1))
+        keys = ids.column("id").combine_chunks().cast(pa.int64())
+        values = ids.column("value").combine_chunks().cast(pa.string())
+        out["strs"] = (keys, values)
+        out["plain"] = (keys, pc.replace_substring_regex(values, r"_v[0-9]+$", ""))
     else:
-        con.execute("CREATE TEMP TABLE strs (id BIGINT, value VARCHAR, plain VARCHAR)")
-    kinds = {k: (short, label) for k, (short, label) in S.MEMCPY_KINDS.items()}
+        out["strs"] = out["plain"] = _lookup({})
+    kinds = dict(S.MEMCPY_KINDS)
     if "ENUM_CUDA_MEMCPY_OPER" in tables:
         for r in db.small_table("ENUM_CUDA_MEMCPY_OPER"):
             if r.get("id") is not None and r.get("label"):
                 short = kinds.get(r["id"], (None,))[0]
                 short = short or str(r.get("name") or r["id"]).removeprefix("CUDA_MEMCPY_KIND_")
                 kinds[int(r["id"])] = (short, str(r["label"]))
-    con.register("memcpy_kinds", pa.table({
-        "id": pa.array(list(kinds), pa.int64()), "short": [v[0] for v in kinds.values()],
-        "label": [v[1] for v in kinds.values()]}))
+    out["memcpy_short"] = _lookup({k: v[0] for k, v in kinds.items()})
+    out["memcpy_label"] = _lookup({k: v[1] for k, v in kinds.items()})
     syncs = dict(S.SYNC_TYPES)
     if "ENUM_CUPTI_SYNC_TYPE" in tables:
         for r in db.small_table("ENUM_CUPTI_SYNC_TYPE"):
             if r.get("id") is not None and r.get("label"):
                 syncs[int(r["id"])] = str(r["label"])
-    con.register("sync_types", pa.table({"id": pa.array(list(syncs), pa.int64()), "label": list(syncs.values())}))
+    out["sync"] = _lookup(syncs)
     domains: dict[int, str] = {}
     if "NVTX_EVENTS" in tables and "domainId" in {c for c, _ in db.columns("NVTX_EVENTS")}:
         has_text_id = "textId" in {c for c, _ in db.columns("NVTX_EVENTS")}
@@ -468,8 +481,30 @@ def _register_lookups(con: duckdb.DuckDBPyConnection, db: NsysDb, tables: set[st
         for dom, name in db.rows(sql + "WHERE n.eventType = ?", (S.NVTX_DOMAIN_CREATE,)):
             if dom is not None and name is not None:
                 domains[int(dom)] = str(name)
-    con.register("domains", pa.table({"id": pa.array(list(domains), pa.int64()),
-                                       "name": pa.array(list(domains.values()), pa.string())}))
+    out["domains"] = _lookup(domains)
+    return out
+
+
+def _enriched(reader: pa.RecordBatchReader, plan: _TablePlan, lookups: dict[str, Lookup]) -> pa.RecordBatchReader:
+    """Add the plan's resolved-name columns to every batch of ``reader``."""
+    if not plan.lookups:
+        return reader
+    names = list(plan.lookups)
+    schema = reader.schema
+    for n in names:
+        schema = schema.append(pa.field(n, pa.string()))
+
+    def gen() -> Iterator[pa.RecordBatch]:
+        for batch in reader:
+            cols = list(batch.columns)
+            for n in names:
+                src_col, which = plan.lookups[n]
+                keys, values = lookups[which]
+                idx = pc.index_in(batch.column(src_col).cast(pa.int64()), value_set=keys)
+                cols.append(pc.take(values, idx))
+            yield pa.RecordBatch.from_arrays(cols, schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, gen())
 
 
 def read_nsys_sqlite(path: Path, trace_id: str, *, include_osrt: bool | None = None) -> AdapterOutput:
@@ -518,23 +553,25 @@ def _batches(
         info.metadata["origin_ns"] = origin
         if start is not None and origin is not None:
             info.start_epoch_ns = int(start) + origin
-        _register_lookups(con, db, tables)
+        lookups = _build_lookups(db, tables)
         for t in read_tables:
             current = t
             cols = [c for c, _ in db.columns(t)]
             plan = _plan(t, set(cols))
-            reader = db.stream(t, plan.where)
-            con.register("src", reader)
-            rel = con.sql(_select_sql(plan, cols), params={"origin": origin or 0, "trace_id": trace_id})
-            out = rel.to_arrow_reader(BATCH_ROWS)
-            for batch in out:
-                if batch.num_rows:
-                    if batch.schema != EVENT_SCHEMA:
-                        batch = pa.RecordBatch.from_arrays(
-                            [col.cast(f.type) for col, f in zip(batch.columns, EVENT_SCHEMA, strict=True)],
-                            schema=EVENT_SCHEMA)
-                    yield batch
-            con.unregister("src")
+            reader = _enriched(db.stream(t, plan.where), plan, lookups)
+            sql = _select_sql(plan, cols)
+            params = {"origin": origin or 0, "trace_id": trace_id}
+            # One DuckDB query per source batch: memory stays at a batch (a streamed scan would read ahead).
+            for src_batch in reader:
+                con.register("src", src_batch)
+                for batch in con.sql(sql, params=params).to_arrow_table().to_batches():
+                    if batch.num_rows:
+                        if batch.schema != EVENT_SCHEMA:
+                            batch = pa.RecordBatch.from_arrays(
+                                [col.cast(f.type) for col, f in zip(batch.columns, EVENT_SCHEMA, strict=True)],
+                                schema=EVENT_SCHEMA)
+                        yield batch
+                con.unregister("src")
         info.skipped_counts = skipped
         info.source_event_count = source_rows
     except IngestError:
