@@ -157,6 +157,12 @@ def _add_traces(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_traces)
 
 
+def _add_capture(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.capture.cli import add_capture_parser
+
+    add_capture_parser(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="taxbreak",
@@ -169,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-ADDERS = [_add_ingest, _add_traces]
+ADDERS = [_add_ingest, _add_traces, _add_capture]
 
 
 def main(argv: list[str] | None = None) -> int:
