@@ -1,0 +1,153 @@
+"""Jobs, the bucket sensor and the sweep schedules.
+
+The sensor takes settled files after its cursor (``taxbreak.pipeline.bucket.select_new``), hashes each trace
+(a sidecar ``<trace>.meta.json`` stands for its trace), registers unseen hashes as ``traces`` partitions and
+requests one ``trace_job`` run per trace: ingest that partition, then rebuild the tables for that trace only.
+Content already in the catalogue (ingested or failed) gets no run: a copy of a known file is not a duplicate,
+and a failed file waits for a content change or ``taxbreak retry``.  A changed sidecar re-runs its trace.
+"""
+
+
+import os
+import time
+from dataclasses import dataclass
+
+import dagster as dg
+
+from taxbreak.pipeline.bucket import Bucket, Cursor, Entry, select_new, sha256_of
+from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS
+from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES
+from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
+
+SCHEDULE_CRON = os.environ.get("TAXBREAK_SCHEDULE_CRON", "0 * * * *")
+
+trace_job = dg.define_asset_job(
+    "trace_job", selection=dg.AssetSelection.assets(TRACE_INGEST, *ANALYSIS_KEYS), partitions_def=TRACES,
+    description="Ingest one trace (a `traces` partition) and rebuild the analysis tables for it.",
+)
+refresh_job = dg.define_asset_job(
+    "refresh_job", selection=dg.AssetSelection.assets(*ANALYSIS_KEYS),
+    description="Rebuild every analysis table for all traces and re-export the warehouse.",
+)
+
+
+@dataclass(frozen=True)
+class Planned:
+    trace_id: str
+    name: str  # bucket-relative name of the trace file
+    reason: str  # "new" or "sidecar"
+    run_key: str
+
+
+def plan_requests(
+    bucket: Bucket, lake, entries: list[Entry], *, has_partition, log=None,  # noqa: ANN001
+) -> list[Planned]:
+    """Decide which entries need a run; never raises for one bad file (it is logged and skipped)."""
+    by_trace: dict[str, Entry] = {}
+    for e in entries:  # a trace and its sidecar in one batch: one run, for the trace
+        prev = by_trace.get(e.trace_name)
+        if prev is None or (prev.is_sidecar and not e.is_sidecar):
+            by_trace[e.trace_name] = e
+    planned: dict[str, Planned] = {}
+    for trace_name, e in by_trace.items():
+        try:
+            trace_id = sha256_of(bucket, trace_name)
+        except FileNotFoundError:
+            if log is not None:
+                log.info(f"{bucket.describe(e.name)}: no trace {trace_name} beside this sidecar yet")
+            continue
+        except OSError as exc:  # unreadable now; recorded by the run once it is readable
+            if log is not None:
+                log.warning(f"{bucket.describe(trace_name)}: cannot read ({exc}); left for a sweep")
+            continue
+        if trace_id in planned:
+            continue
+        row = lake.catalogue_row(trace_id)
+        if e.is_sidecar:
+            planned[trace_id] = Planned(trace_id, trace_name, "sidecar", f"{trace_id}:meta:{e.changed_ns}")
+        elif row is None or not has_partition(trace_id):
+            planned[trace_id] = Planned(trace_id, trace_name, "new", trace_id)
+        elif log is not None:
+            log.info(f"{bucket.describe(trace_name)}: content {trace_id[:16]} already {row['status']}; no run")
+    return list(planned.values())
+
+
+def _run_request(p: Planned) -> dg.RunRequest:
+    # A changed sidecar re-reads its trace (force) so the catalogue and the tables see the new metadata.
+    config = {"source": p.name, "force": p.reason == "sidecar"}
+    return dg.RunRequest(
+        run_key=p.run_key, partition_key=p.trace_id, run_config={"ops": {"trace_ingest": {"config": config}}},
+        tags={"taxbreak/source": p.name, "taxbreak/reason": p.reason},
+    )
+
+
+@dg.sensor(job=trace_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="New or changed files in the bucket (traces and sidecars) -> partitions and trace_job runs.")
+def bucket_sensor(context: dg.SensorEvaluationContext, bucket: BucketResource, lake: LakeResource) -> dg.SensorResult:
+    b = bucket.get()
+    cursor = Cursor.loads(context.cursor)
+    batch, new_cursor, waiting = select_new(
+        b.list(), cursor, now_ns=time.time_ns(), settle_s=bucket.resolved_settle_s(),
+        max_files=bucket.max_files_per_tick,
+    )
+    instance = context.instance
+    planned = plan_requests(b, lake.get(), batch, log=context.log,
+                            has_partition=lambda k: instance.has_dynamic_partition(TRACES.name, k))
+    new_keys = [p.trace_id for p in planned if not instance.has_dynamic_partition(TRACES.name, p.trace_id)]
+    skip = None
+    if not planned:
+        skip = f"{len(batch)} settled file(s), nothing new" + (f"; {waiting} still settling" if waiting else "")
+    return dg.SensorResult(
+        run_requests=[_run_request(p) for p in planned], cursor=new_cursor.dumps(), skip_reason=skip,
+        dynamic_partitions_requests=[TRACES.build_add_request(new_keys)] if new_keys else [],
+    )
+
+
+def sweep(bucket: BucketResource, lake: LakeResource, instance: dg.DagsterInstance, log=None) -> list[Planned]:  # noqa: ANN001
+    """Every settled trace in the bucket not yet in the catalogue (known files are recognised by path,
+    size and time without re-hashing); registers their partitions."""
+    b = bucket.get()
+    store = lake.get()
+    known = {
+        r["source_path"]: r for r in store.catalogue().select(
+            ["source_path", "file_bytes", "ingested_at_ns", "trace_id"]).to_pylist()
+    }
+    entries, _, _ = select_new(b.list(), Cursor(), now_ns=time.time_ns(), settle_s=bucket.resolved_settle_s(),
+                               max_files=1 << 62)
+    todo = []
+    for e in entries:
+        row = known.get(b.describe(e.name))
+        if not e.is_sidecar and row and row["file_bytes"] == e.size_bytes and row["ingested_at_ns"] >= e.changed_ns:
+            continue
+        if e.is_sidecar:
+            continue  # sidecar changes are the sensor's; a sweep looks for unseen traces
+        todo.append(e)
+    planned = plan_requests(b, store, todo, log=log,
+                            has_partition=lambda k: instance.has_dynamic_partition(TRACES.name, k))
+    new_keys = [p.trace_id for p in planned if not instance.has_dynamic_partition(TRACES.name, p.trace_id)]
+    if new_keys:
+        instance.add_dynamic_partitions(TRACES.name, new_keys)
+    return planned
+
+
+@dg.schedule(job=trace_job, cron_schedule=SCHEDULE_CRON, default_status=dg.DefaultScheduleStatus.RUNNING,
+             description="Sweep the whole bucket (for deployments without the sensor): a run per unseen trace. "
+             "Cron from $TAXBREAK_SCHEDULE_CRON (default hourly).")
+def bucket_sweep_schedule(context: dg.ScheduleEvaluationContext, bucket: BucketResource, lake: LakeResource):  # noqa: ANN201
+    planned = sweep(bucket, lake, context.instance, log=context.log)
+    if not planned:
+        return dg.SkipReason("no unseen traces in the bucket")
+    return [_run_request(p) for p in planned]
+
+
+refresh_schedule = dg.ScheduleDefinition(
+    name="refresh_tables_schedule", job=refresh_job, cron_schedule=SCHEDULE_CRON,
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Rebuild every analysis table for all traces and re-export (same cron as the sweep).",
+)
+
+
+@dg.definitions
+def automation_defs() -> dg.Definitions:
+    return dg.Definitions(jobs=[trace_job, refresh_job], sensors=[bucket_sensor],
+                          schedules=[bucket_sweep_schedule, refresh_schedule])

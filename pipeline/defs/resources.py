@@ -1,0 +1,123 @@
+"""Resources: where the bucket, the lake and the warehouse are.
+
+Every field has an embedded default (``taxbreak.config.Paths``: ``warehouse/inbox``, ``warehouse/lake``,
+``warehouse/taxbreak.duckdb``) and an environment override, resolved when the resource is used so the
+same definitions run on a laptop, in CI and on a fleet:
+
+| variable | meaning |
+| --- | --- |
+| ``TAXBREAK_BUCKET`` | local folder or ``s3://bucket/prefix`` (default ``$TAXBREAK_INBOX``) |
+| ``TAXBREAK_S3_ENDPOINT_URL`` | S3-compatible endpoint (MinIO, Ceph, moto); AWS_* give the credentials |
+| ``TAXBREAK_SETTLE_S`` | seconds a file must be unchanged before the sensor takes it (default 10) |
+| ``TAXBREAK_LAKE`` / ``TAXBREAK_WAREHOUSE`` / ``TAXBREAK_CACHE`` | lake root, DuckDB file, adapter cache |
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+from taxbreak.config import Paths
+from taxbreak.pipeline.bucket import Bucket, open_bucket
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from taxbreak.ingest import Lake
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value else None
+
+
+class BucketResource(dg.ConfigurableResource):
+    """Where reports are dropped: a local folder or ``s3://bucket/prefix``."""
+
+    url: str | None = None
+    endpoint_url: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    region: str | None = None
+    settle_s: float | None = None
+    max_files_per_tick: int = 200
+
+    def resolved_url(self) -> str:
+        return self.url or _env("TAXBREAK_BUCKET") or str(Paths.from_env().inbox)
+
+    def resolved_settle_s(self) -> float:
+        if self.settle_s is not None:
+            return self.settle_s
+        return float(_env("TAXBREAK_SETTLE_S") or 10.0)
+
+    def get(self) -> Bucket:
+        return open_bucket(
+            self.resolved_url(),
+            endpoint_url=self.endpoint_url or _env("TAXBREAK_S3_ENDPOINT_URL") or _env("AWS_ENDPOINT_URL"),
+            access_key_id=self.access_key_id or _env("AWS_ACCESS_KEY_ID"),
+            secret_access_key=self.secret_access_key or _env("AWS_SECRET_ACCESS_KEY"),
+            region=self.region or _env("AWS_DEFAULT_REGION"),
+        )
+
+
+class LakeResource(dg.ConfigurableResource):
+    """The Parquet lake (events partitions + catalogue) and the adapters' cache folder."""
+
+    root: str | None = None
+    cache: str | None = None
+
+    def path(self) -> Path:
+        return Path(self.root) if self.root else Paths.from_env().lake
+
+    def cache_path(self) -> Path:
+        return Path(self.cache) if self.cache else Paths.from_env().cache
+
+    def get(self) -> Lake:
+        from taxbreak.ingest import Lake
+
+        return Lake(self.path())
+
+
+class WarehouseResource(dg.ConfigurableResource):
+    """The DuckDB warehouse file, and the exports readers use while a run writes (``<dir>/exports``)."""
+
+    path: str | None = None
+
+    def file(self) -> Path:
+        return Path(self.path) if self.path else Paths.from_env().warehouse
+
+    def exports_dir(self) -> Path:
+        return self.file().parent / "exports"
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The one read-write connection, held briefly under an exclusive file lock.
+
+        The ``duckdb_writer`` pool serialises writers inside one Dagster instance; the lock also covers
+        the CLI and a second instance sharing the file.
+        """
+        import duckdb
+
+        db = self.file()
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with open(db.with_name(db.name + ".lock"), "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            con = duckdb.connect(str(db), config={"autoinstall_known_extensions": "false"})
+            try:
+                yield con
+            finally:
+                con.close()
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    return dg.Definitions(
+        resources={"bucket": BucketResource(), "lake": LakeResource(), "warehouse": WarehouseResource()}
+    )

@@ -1,0 +1,68 @@
+"""Fixtures for the pipeline tests: a temporary bucket/lake/warehouse and a Dagster instance with telemetry off."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+PUBLIC = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
+
+
+def kineto_trace(n_kernels: int, *, base_us: float = 1000.0) -> dict:
+    """A tiny Kineto trace: one aten::mm op per kernel, each launching one kernel on stream 7.
+
+    Events: n framework ops + n cudaLaunchKernel + n kernels = 3n timed events, plus 1 metadata event.
+    """
+    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": 11, "tid": 0, "args": {"name": "python"}}]
+    for i in range(n_kernels):
+        t = base_us + 100.0 * i
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 11, "tid": 22, "ts": t, "dur": 30.0,
+                       "args": {"External id": i + 1}})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 11, "tid": 22,
+                       "ts": t + 5.0, "dur": 10.0, "args": {"correlation": 100 + i, "External id": i + 1}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"gemm_{i}", "pid": 0, "tid": 7, "ts": t + 20.0,
+                       "dur": 40.0, "args": {"device": 0, "stream": 7, "correlation": 100 + i,
+                                             "External id": i + 1}})
+    return {"schemaVersion": 1, "traceEvents": events}
+
+
+def write_kineto(path: Path, n_kernels: int, **kw: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(kineto_trace(n_kernels, **kw)))
+    return path
+
+
+@pytest.fixture
+def dagster_home(tmp_path: Path) -> Path:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return home
+
+
+@pytest.fixture
+def env(tmp_path: Path, dagster_home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Point every resource at a temporary tree; files settle at once."""
+    paths = {
+        "inbox": tmp_path / "inbox", "lake": tmp_path / "lake", "warehouse": tmp_path / "wh" / "taxbreak.duckdb",
+        "cache": tmp_path / "cache",
+    }
+    paths["inbox"].mkdir()
+    monkeypatch.setenv("TAXBREAK_INBOX", str(paths["inbox"]))
+    monkeypatch.setenv("TAXBREAK_LAKE", str(paths["lake"]))
+    monkeypatch.setenv("TAXBREAK_WAREHOUSE", str(paths["warehouse"]))
+    monkeypatch.setenv("TAXBREAK_CACHE", str(paths["cache"]))
+    monkeypatch.setenv("TAXBREAK_SETTLE_S", "0")
+    monkeypatch.delenv("TAXBREAK_BUCKET", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    return paths
+
+
+@pytest.fixture
+def instance(env: dict[str, Path]):  # noqa: ANN201 - a DagsterInstance on the temporary $DAGSTER_HOME
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as inst:
+        yield inst

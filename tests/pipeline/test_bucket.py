@@ -1,0 +1,94 @@
+"""The sensor's cursor and settling rule (pure functions), and a real sensor tick over 10,000 files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from taxbreak.pipeline.bucket import Cursor, Entry, LocalBucket, is_bucket_trace_name, select_new
+
+S = 1_000_000_000
+
+
+def test_names_taken_and_left() -> None:
+    for name in ("a.json", "b/c.json.gz", "r.nsys-rep", "x.sqlite", "x.json.meta.json", "d/y.qdrep"):
+        assert is_bucket_trace_name(name), name
+    for name in (".hidden.json", ".tmp/a.json", "notes.txt", "a.json.part", "upload.json.tmp"):
+        assert not is_bucket_trace_name(name), name
+
+
+def test_select_new_orders_settles_and_limits() -> None:
+    entries = [Entry(10 * S, "b.json", 1), Entry(10 * S, "a.json", 1), Entry(5 * S, "z.json", 1),
+               Entry(19 * S, "late.json", 1)]
+    batch, cur, waiting = select_new(entries, Cursor(), now_ns=20 * S, settle_s=2, max_files=2)
+    assert [e.name for e in batch] == ["z.json", "a.json"]
+    assert cur == Cursor(10 * S, "a.json") and waiting == 1
+    batch, cur, waiting = select_new(entries, cur, now_ns=20 * S, settle_s=2, max_files=10)
+    assert [e.name for e in batch] == ["b.json"] and cur == Cursor(10 * S, "b.json") and waiting == 1
+    # late.json changed 1 s before "now": still being written; one second later it has settled.
+    batch, cur, _ = select_new(entries, cur, now_ns=21 * S, settle_s=2, max_files=10)
+    assert [e.name for e in batch] == ["late.json"] and cur == Cursor(19 * S, "late.json")
+    assert select_new(entries, cur, now_ns=99 * S, settle_s=2, max_files=10)[0] == []
+    # rewritten in place: a newer change time puts it after the mark again
+    again = [*entries, Entry(30 * S, "a.json", 2)]
+    assert [e.name for e in select_new(again, cur, now_ns=99 * S, settle_s=2, max_files=10)[0]] == ["a.json"]
+
+
+def test_cursor_stays_small_over_10000_files() -> None:
+    entries = [Entry((i // 7) * 1000, f"host{i % 13}/trace_{i:05d}.json", 1) for i in range(10_000)]
+    cur, seen, sizes = Cursor(), [], []
+    while True:
+        batch, cur, _ = select_new(entries, cur, now_ns=10**18, settle_s=5, max_files=200)
+        if not batch:
+            break
+        seen += [e.name for e in batch]
+        sizes.append(len(cur.dumps()))
+    assert len(seen) == 10_000 and len(set(seen)) == 10_000
+    assert len(sizes) == 50 and max(sizes) < 80
+    assert Cursor.loads(cur.dumps()) == cur
+
+
+def test_sensor_tick_over_10000_files(env: dict[str, Path], instance: dg.DagsterInstance) -> None:
+    """A real tick on a local bucket of 10,000 files: 200 runs requested, cursor a few dozen bytes."""
+    from taxbreak.pipeline.local import evaluate_sensor, load_defs
+
+    inbox = env["inbox"]
+    for i in range(10_000):
+        d = inbox / f"host{i % 10}"
+        d.mkdir(exist_ok=True)
+        (d / f"t{i:05d}.json").write_bytes(b"{}" if i == 0 else f'{{"n": {i}}}'.encode())
+    defs = load_defs()
+    data = evaluate_sensor(defs, instance)
+    assert len(data.run_requests) == 200
+    assert len(data.dynamic_partitions_requests[0].partition_keys) == 200
+    assert len(data.cursor) < 80
+    for req in data.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+    data2 = evaluate_sensor(defs, instance, data.cursor)
+    assert len(data2.run_requests) == 200 and len(data2.cursor) < 80
+    first = {r.partition_key for r in data.run_requests}
+    assert not first & {r.partition_key for r in data2.run_requests}
+
+
+def test_unsettled_file_is_left_for_later(
+    env: dict[str, Path], instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taxbreak.pipeline.local import evaluate_sensor, load_defs
+
+    monkeypatch.setenv("TAXBREAK_SETTLE_S", "3600")
+    (env["inbox"] / "writing.json").write_text('{"traceEvents": [')
+    defs = load_defs()
+    data = evaluate_sensor(defs, instance)
+    assert data.run_requests == [] and "1 still settling" in (data.skip_message or "")
+    assert Cursor.loads(data.cursor) == Cursor()
+
+
+def test_local_bucket_lists_relative_names(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "t.json.gz").write_bytes(b"\x1f\x8b")
+    (tmp_path / "a" / "notes.md").write_text("x")
+    (tmp_path / "a" / "t.json.gz.meta.json").write_text("{}")
+    names = sorted(e.name for e in LocalBucket(tmp_path).list())
+    assert names == ["a/b/t.json.gz", "a/t.json.gz.meta.json"]
