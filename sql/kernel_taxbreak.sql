@@ -1,0 +1,133 @@
+-- table: kernel_taxbreak
+-- grain: one row per kernel invocation
+-- reads: int_kernel_links, int_steps, trace_launch_floor, lib_kernel_rules, stg_events
+-- description: The TaxBreak decomposition per kernel (METHOD.md section 2, paper-compatible mode). Host costs are charged once per launch call (is_charged): the other kernels of a graph launch carry 0, orphans carry NULL. For a charged linked kernel delta_ft_ns + delta_ct_ns + delta_kt_ns = t_py_ns + max(t_dispatch_ns, t_dispatch_base_ns if i_lib = 1) + t_sys_ns.
+-- column: trace_id: trace key
+-- column: kernel_seq: kernel position in the trace (see int_kernel_links)
+-- column: pid: launching host process
+-- column: device_id: GPU index
+-- column: kernel_name: kernel name
+-- column: op_name: framework op name
+-- column: op_namespace: framework op namespace
+-- column: step_id: innermost step containing the kernel's launch call (its start when it has none); NULL outside every step
+-- column: step_name: that step's name
+-- column: phase: that step's phase
+-- column: kernel_ts_ns: kernel start (ns)
+-- column: kernel_end_ns: kernel end (ns)
+-- column: kernel_dur_ns: kernel duration (ns)
+-- column: launch_ts_ns: launch call start (ns)
+-- column: is_linked: launch call and framework op found
+-- column: is_charged: linked and carrying its launch call's host cost (one kernel per launch call)
+-- column: is_graph_launch: fed by a graph launch
+-- column: has_launch: a launch call was found
+-- column: has_py: a Python-level op was found; t_py_ns is 0 otherwise
+-- column: i_lib: 1 when the kernel goes through a vendor-library front end, else 0
+-- column: i_lib_rule: what decided i_lib: 'library_api_range' (the trace has library ranges), a lib_kernel_rules rule name, or 'no_rule_matched'
+-- column: t_py_ns: framework op start minus Python-level op start (ns)
+-- column: t_dispatch_ns: launch call start minus framework op start (ns)
+-- column: t_launch_obs_ns: kernel start minus launch call start; may be negative (ns)
+-- column: t_dispatch_base_ns: the trace's T_dispatch_base: median (lower middle sample) t_dispatch_ns over charged linked kernels with i_lib = 0 and t_dispatch_ns > 100 (ns)
+-- column: t_sys_ns: launch floor T_sys of the trace (ns)
+-- column: delta_ft_ns: framework translation t_py + (i_lib ? T_dispatch_base : t_dispatch); base missing: t_dispatch (ns)
+-- column: delta_ct_ns: CUDA-library translation i_lib ? max(0, t_dispatch - T_dispatch_base) : 0 (ns)
+-- column: delta_kt_ns: kernel launch path, T_sys (ns)
+-- column: delta_kt_excess_ns: max(0, t_launch_obs - T_sys), diagnostic only (ns)
+WITH
+k AS (SELECT * FROM int_kernel_links),
+lib_traces AS (
+    SELECT DISTINCT trace_id FROM stg_events
+    WHERE kind = 'library_api' OR (kind IN ('runtime_api', 'driver_api') AND (name ILIKE 'cublas%' OR name ILIKE 'cudnn%'))
+),
+names AS (SELECT DISTINCT kernel_name FROM k),
+name_rule AS (
+    SELECT n.kernel_name, r.i_lib, r.rule
+    FROM names n JOIN lib_kernel_rules r ON regexp_matches(n.kernel_name, r.pattern, 'i')
+    QUALIFY row_number() OVER (PARTITION BY n.kernel_name ORDER BY r.priority) = 1
+),
+step_levels AS (SELECT DISTINCT trace_id, pid, step_level FROM int_steps),
+kq AS (
+    SELECT k.trace_id, k.kernel_seq, k.pid, coalesce(k.launch_ts_ns, k.kernel_ts_ns) AS host_ts_ns, s.step_level
+    FROM k JOIN step_levels s ON k.trace_id = s.trace_id AND k.pid = s.pid
+),
+kstep AS (
+    SELECT q.trace_id, q.kernel_seq, st.step_id, st.step_name, st.phase
+    FROM kq q ASOF JOIN int_steps st
+      ON q.trace_id = st.trace_id AND q.pid = st.pid AND q.step_level = st.step_level AND q.host_ts_ns >= st.step_ts_ns
+    WHERE q.host_ts_ns < st.step_end_ns
+    QUALIFY row_number() OVER (PARTITION BY q.trace_id, q.kernel_seq ORDER BY st.step_level DESC) = 1
+),
+base0 AS (
+    SELECT
+        k.*,
+        CASE
+            WHEN lt.trace_id IS NOT NULL THEN CAST(k.has_lib AS INTEGER)
+            ELSE coalesce(nr.i_lib, 0)
+        END AS i_lib,
+        CASE WHEN lt.trace_id IS NOT NULL THEN 'library_api_range' ELSE coalesce(nr.rule, 'no_rule_matched') END
+            AS i_lib_rule,
+        CASE WHEN k.is_linked THEN CASE WHEN k.has_py THEN k.op_ts_ns - k.py_ts_ns ELSE 0 END END AS t_py_ns,
+        CASE WHEN k.is_linked THEN k.launch_ts_ns - k.op_ts_ns END AS t_dispatch_ns,
+        k.kernel_ts_ns - k.launch_ts_ns AS t_launch_obs_ns,
+        k.is_linked AND k.is_charged_launch AS is_charged
+    FROM k
+    LEFT JOIN lib_traces lt ON lt.trace_id = k.trace_id
+    LEFT JOIN name_rule nr ON nr.kernel_name = k.kernel_name
+),
+base AS (
+    SELECT
+        trace_id,
+        quantile_disc(t_dispatch_ns, 0.5) FILTER (WHERE is_charged AND i_lib = 0 AND t_dispatch_ns > 100)
+            AS t_dispatch_base_ns
+    FROM base0 GROUP BY trace_id
+),
+x AS (
+    SELECT b0.*, b.t_dispatch_base_ns, f.t_sys_ns
+    FROM base0 b0 JOIN base b USING (trace_id) JOIN trace_launch_floor f USING (trace_id)
+)
+SELECT
+    x.trace_id,
+    x.kernel_seq,
+    x.pid,
+    x.device_id,
+    x.kernel_name,
+    x.op_name,
+    x.op_namespace,
+    ks.step_id,
+    ks.step_name,
+    ks.phase,
+    x.kernel_ts_ns,
+    x.kernel_end_ns,
+    x.kernel_dur_ns,
+    x.launch_ts_ns,
+    x.is_linked,
+    x.is_charged,
+    x.is_graph_launch,
+    x.has_launch,
+    x.has_py,
+    x.i_lib,
+    x.i_lib_rule,
+    x.t_py_ns,
+    x.t_dispatch_ns,
+    x.t_launch_obs_ns,
+    x.t_dispatch_base_ns,
+    x.t_sys_ns,
+    CASE
+        WHEN NOT x.is_linked THEN NULL
+        WHEN NOT x.is_charged THEN 0
+        WHEN x.i_lib = 1 THEN x.t_py_ns + coalesce(x.t_dispatch_base_ns, x.t_dispatch_ns)
+        ELSE x.t_py_ns + x.t_dispatch_ns
+    END AS delta_ft_ns,
+    CASE
+        WHEN NOT x.is_linked THEN NULL
+        WHEN NOT x.is_charged THEN 0
+        WHEN x.i_lib = 1 THEN greatest(0, x.t_dispatch_ns - coalesce(x.t_dispatch_base_ns, x.t_dispatch_ns))
+        ELSE 0
+    END AS delta_ct_ns,
+    CASE WHEN NOT x.is_linked THEN NULL WHEN NOT x.is_charged THEN 0 ELSE x.t_sys_ns END AS delta_kt_ns,
+    CASE
+        WHEN NOT x.is_linked THEN NULL
+        WHEN NOT x.is_charged THEN 0
+        ELSE greatest(0, x.t_launch_obs_ns - x.t_sys_ns)
+    END AS delta_kt_excess_ns
+FROM x
+LEFT JOIN kstep ks ON ks.trace_id = x.trace_id AND ks.kernel_seq = x.kernel_seq

@@ -1,0 +1,382 @@
+"""The SQL runner: materialises the tables defined in ``sql/*.sql`` into the DuckDB warehouse.
+
+Each SQL file holds one SELECT statement; its header comment documents the table::
+
+    -- table: <name>              (must equal the file name)
+    -- grain: one row per ...
+    -- reads: a, b, c             (tables of this run it reads; used to order the files)
+    -- materialize: temp          (optional: a run-local table, not kept in the warehouse)
+    -- scope: all_traces          (optional: later statements read every trace's rows, not only the run's)
+    -- description: ...
+    -- column: <name>: <description> (<unit>)
+
+A run (``materialize``) analyses a set of traces: ``prepare`` loads their events, catalogue rows and
+metadata into temporary tables, then every statement is computed for those traces into a temporary table of
+the same name (so later statements read only this run's rows) and published into the warehouse by deleting the
+traces' old rows and inserting the new ones.  Re-running one trace therefore rebuilds only that trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from taxbreak.ingest.lake import Lake
+from taxbreak.meta import find_meta
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+try:  # installed layout: taxbreak.sql is the sql/ folder
+    import taxbreak.sql as _sql_pkg
+
+    SQL_DIR = Path(_sql_pkg.__file__).resolve().parent
+except ImportError:  # pragma: no cover - source checkout without install
+    pass
+
+# Vendor-library kernel name rules (METHOD.md section 2): the first matching rule (lowest priority number)
+# decides I_lib when the trace has no library API ranges.  Patterns are case-insensitive regular expressions.
+LIB_KERNEL_RULES: list[tuple[int, str, int, str]] = [
+    (10, r"nvjet", 0, "soda_native_nvjet"),
+    (11, r"wgmma", 0, "soda_native_wgmma"),
+    (12, r"s884gemm", 0, "soda_native_s884gemm"),
+    (20, r"cublas", 1, "cublas_name"),
+    (21, r"cutlass", 1, "cutlass_name"),
+    (22, r"cudnn", 1, "cudnn_name"),
+    (23, r"^(sm\d+_xmma|xmma_)", 1, "cublas_xmma"),
+    (24, r"^(ampere|volta|turing|hopper|maxwell|sm\d+)_[a-z0-9_]*gemm", 1, "cublas_arch_gemm"),
+    (25, r"(gemv2[nt]_kernel|gemvx|gemmsn|gemmk1_kernel|splitkreduce_kernel|gemm_kernel\d)", 1, "cublas_family"),
+    (26, r"(implicit_convolve|winograd|fft2d_|conv2d_grouped_direct|bn_fw_|bn_bw_)", 1, "cudnn_family"),
+]
+
+# Step and phase patterns (METHOD.md section 5) over user annotations / NVTX ranges; phase NULL = not decided.
+STEP_PATTERNS: list[tuple[int, str, str | None, str]] = [
+    (10, r"^ProfilerStep#\d+$", None, "profiler_step"),
+    (20, r"^prefill([#_ ]?\d+)?$", "prefill", "prefill_annotation"),
+    (21, r"^decode(_step)?([#_ ]?\d+)?$", "decode", "decode_annotation"),
+    (22, r"^step\[extend", "prefill", "sglang_extend"),
+    (23, r"^step\[decode", "decode", "sglang_decode"),
+]
+
+# T_sys defaults (METHOD.md section 4, SODA's fallbacks), by GPU name.
+T_SYS_DEFAULTS: list[tuple[int, str, int, str]] = [
+    (10, r"H100", 4510, "default_h100"),
+    (11, r"H200", 4300, "default_h200"),
+    (99, r".*", 4500, "default_other"),
+]
+
+
+@dataclass
+class RunConfig:
+    fusion_ps_threshold: float = 1.0
+    fusion_min_count: int = 2
+    coverage_threshold: float = 0.9
+    null_kernel_warmup: int = 20
+    lib_kernel_rules: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(LIB_KERNEL_RULES))
+    step_patterns: list[tuple[int, str, str | None, str]] = field(default_factory=lambda: list(STEP_PATTERNS))
+    t_sys_defaults: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(T_SYS_DEFAULTS))
+
+
+@dataclass
+class SqlFile:
+    name: str
+    path: Path
+    text: str
+    grain: str = ""
+    reads: list[str] = field(default_factory=list)
+    description: str = ""
+    materialize: str = "table"
+    scope: str = "run"
+    columns: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def params(self) -> list[str]:
+        return sorted(set(re.findall(r"\$([A-Za-z_][A-Za-z0-9_]*)", _strip_comments(self.text))))
+
+
+def _strip_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+
+
+_HEADER = re.compile(r"^--\s*(table|grain|reads|materialize|scope|description|column):\s*(.*)$")
+
+
+def parse_sql_file(path: Path) -> SqlFile:
+    text = path.read_text(encoding="utf-8")
+    sf = SqlFile(name=path.stem, path=path, text=text)
+    for line in text.splitlines():
+        m = _HEADER.match(line.strip())
+        if not m:
+            continue
+        key, val = m.group(1), m.group(2).strip()
+        if key == "table" and val != sf.name:
+            raise ValueError(f"{path}: '-- table: {val}' does not match the file name")
+        if key == "grain":
+            sf.grain = val
+        elif key == "reads":
+            sf.reads = [r.strip() for r in val.split(",") if re.fullmatch(r"[a-z_][a-z0-9_]*", r.strip())]
+        elif key == "description":
+            sf.description = val
+        elif key == "materialize":
+            sf.materialize = val
+        elif key == "scope":
+            sf.scope = val
+        elif key == "column":
+            col, _, desc = val.partition(":")
+            sf.columns[col.strip()] = desc.strip()
+    if not sf.grain:
+        raise ValueError(f"{path}: no '-- grain:' line")
+    return sf
+
+
+def sql_files(sql_dir: Path | None = None) -> list[SqlFile]:
+    """Every SQL file, in dependency order (topological over '-- reads:', ties by name)."""
+    files = {p.stem: parse_sql_file(p) for p in sorted((sql_dir or SQL_DIR).glob("*.sql"))}
+    order: list[SqlFile] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise ValueError("cycle in sql/ reads: " + " -> ".join(chain + (name,)))
+        state[name] = 1
+        for dep in files[name].reads:
+            if dep in files:
+                visit(dep, chain + (name,))
+        state[name] = 2
+        order.append(files[name])
+
+    for name in sorted(files):
+        visit(name, ())
+    return order
+
+
+def connect(warehouse_path: str | os.PathLike[str] | None) -> duckdb.DuckDBPyConnection:
+    if warehouse_path is not None:
+        Path(warehouse_path).parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(warehouse_path) if warehouse_path is not None else ":memory:")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    return con
+
+
+def _catalog(con: duckdb.DuckDBPyConnection) -> str:
+    return con.execute("SELECT current_database()").fetchone()[0]
+
+
+def _q(ident: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", ident):
+        raise ValueError(f"not a plain identifier: {ident!r}")
+    return '"' + ident + '"'
+
+
+def _lit(text: str) -> str:
+    """A SQL string literal for COMMENT ON (DuckDB cannot bind parameters there); texts come from sql/ only."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def prepare(
+    con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str], trace_ids: list[str] | None = None,
+    config: RunConfig | None = None,
+) -> dict[str, Any]:
+    """Load the run's inputs into temporary tables; returns the bound parameters of the statements.
+
+    Creates views ``events`` and ``catalogue`` over the whole lake (for ad-hoc queries) and temporary tables
+    ``selected_traces``, ``stg_catalogue``, ``stg_meta_raw``, ``run_config``, ``lib_kernel_rules``,
+    ``step_patterns`` and ``t_sys_defaults``."""
+    cfg = config or RunConfig()
+    lake = Lake(lake_root)
+    cat = lake.catalogue()
+    rows = [r for r in cat.to_pylist() if r["status"] == "ingested" and lake.has_events(r["trace_id"])]
+    if trace_ids is not None:
+        wanted = set(trace_ids)
+        rows = [r for r in rows if r["trace_id"] in wanted]
+    ids = [r["trace_id"] for r in rows]
+    files = [str(lake.events_dir(t) / "part-0.parquet") for t in ids]
+    if (lake.root / "events").exists():
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet("
+            + _lit(lake.events_glob()) + ", hive_partitioning = false, union_by_name = true)"
+        )
+    con.register("_catalogue_arrow", cat)
+    con.execute("CREATE OR REPLACE TEMP TABLE catalogue AS SELECT * FROM _catalogue_arrow")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE stg_catalogue AS SELECT * FROM _catalogue_arrow "
+        "WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))", {"ids": ids},
+    )
+    con.unregister("_catalogue_arrow")
+    con.execute("CREATE OR REPLACE TEMP TABLE selected_traces AS SELECT unnest($ids::VARCHAR[]) AS trace_id", {"ids": ids})
+    meta_rows = []
+    for r in rows:
+        meta, source, note = find_meta(r.get("metadata_json"), r.get("source_path"))
+        meta_rows.append({
+            "trace_id": r["trace_id"], "meta_source": source, "meta_note": note or None,
+            "meta_json": json.dumps(meta) if meta is not None else None,
+        })
+    con.register("_meta_arrow", pa.Table.from_pylist(meta_rows, schema=pa.schema([
+        ("trace_id", pa.string()), ("meta_source", pa.string()), ("meta_note", pa.string()), ("meta_json", pa.string()),
+    ])))
+    con.execute("CREATE OR REPLACE TEMP TABLE stg_meta_raw AS SELECT * FROM _meta_arrow")
+    con.unregister("_meta_arrow")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE run_config AS SELECT $ps::DOUBLE AS fusion_ps_threshold, "
+        "$minc::BIGINT AS fusion_min_count, $cov::DOUBLE AS coverage_threshold, $warm::BIGINT AS null_kernel_warmup",
+        {"ps": cfg.fusion_ps_threshold, "minc": cfg.fusion_min_count, "cov": cfg.coverage_threshold,
+         "warm": cfg.null_kernel_warmup},
+    )
+    for table, cols, data in (
+        ("lib_kernel_rules", ("priority", "pattern", "i_lib", "rule"), cfg.lib_kernel_rules),
+        ("step_patterns", ("priority", "pattern", "phase", "rule"), cfg.step_patterns),
+        ("t_sys_defaults", ("priority", "gpu_pattern", "t_sys_ns", "rule"), cfg.t_sys_defaults),
+    ):
+        arrow = pa.Table.from_pylist([dict(zip(cols, row, strict=True)) for row in data])
+        con.register("_cfg_arrow", arrow)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {_q(table)} AS SELECT * FROM _cfg_arrow")
+        con.unregister("_cfg_arrow")
+    for f in sql_files():  # run-local tables of an earlier run on this connection are stale now
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(f.name)}")
+        con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(f.name)}")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _run_state AS SELECT $ids::VARCHAR[] AS trace_ids, $files::VARCHAR[] AS "
+        "event_files, $root::VARCHAR AS lake_root, $all::BOOLEAN AS all_traces",
+        {"ids": ids, "files": files, "root": str(lake_root), "all": trace_ids is None},
+    )
+    return {"event_files": files, "trace_ids": ids}
+
+
+def _columns(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> list[tuple[str, str]]:
+    return con.execute(
+        "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = $db AND schema_name = 'main' "
+        "AND table_name = $t ORDER BY column_index", {"db": catalog, "t": table},
+    ).fetchall()
+
+
+def _exists(con: duckdb.DuckDBPyConnection, database: str, name: str) -> bool:
+    return bool(con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'main' AND table_name = $t",
+        {"db": database, "t": name},
+    ).fetchone()[0]) or bool(con.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE database_name = $db AND schema_name = 'main' AND view_name = $t",
+        {"db": database, "t": name},
+    ).fetchone()[0])
+
+
+def _run_state(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    if not _exists(con, "temp", "_run_state"):
+        return None
+    row = con.execute("SELECT trace_ids, event_files, lake_root, all_traces FROM _run_state").fetchone()
+    return {"trace_ids": list(row[0]), "event_files": list(row[1]), "lake_root": row[2], "all_traces": row[3]}
+
+
+def materialize_table(
+    con: duckdb.DuckDBPyConnection, name: str, trace_ids: list[str] | None = None,
+    lake_root: str | os.PathLike[str] | None = None, config: RunConfig | None = None,
+) -> int:
+    """Compute table ``name`` for ``trace_ids`` (None: every ingested trace) and publish it into the warehouse.
+
+    Works on a fresh connection: it prepares the run's inputs (``prepare``) when they are missing or were prepared
+    for other traces, builds the run-local tables it reads, and reads the warehouse's other tables restricted
+    to the run's traces.  Returns the number of rows computed for the run's traces."""
+    state = _run_state(con)
+    wanted = sorted(trace_ids) if trace_ids is not None else None
+    if state is None or (lake_root is not None and str(lake_root) != state["lake_root"]) or (
+        wanted is not None and wanted != sorted(state["trace_ids"])) or (wanted is None and not state["all_traces"]):
+        if lake_root is None:
+            raise ValueError("materialize_table needs lake_root on a connection that was not prepared")
+        prepare(con, lake_root, trace_ids, config)
+        state = _run_state(con)
+    files = {f.name: f for f in sql_files()}
+    sf = files[name]
+    catalog = _catalog(con)
+    for dep in sf.reads:
+        if dep not in files or _exists(con, "temp", dep):
+            continue
+        dsf = files[dep]
+        if dsf.materialize == "temp":
+            materialize_table(con, dep)
+        elif dsf.scope == "all_traces":
+            if not _exists(con, catalog, dep):
+                materialize_table(con, dep)
+        elif _exists(con, catalog, dep):
+            con.execute(
+                f"CREATE TEMP VIEW {_q(dep)} AS SELECT * FROM {_q(catalog)}.main.{_q(dep)} "
+                "WHERE trace_id IN (SELECT trace_id FROM selected_traces)"
+            )
+        else:
+            materialize_table(con, dep)
+    if not state["trace_ids"] and sf.materialize == "temp":
+        return 0  # nothing to read: no ingested trace selected
+    bound = {p: state[p] for p in sf.params}
+    con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(name)}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} AS {sf.text}", bound)
+    n = con.execute(f"SELECT count(*) FROM temp.main.{_q(name)}").fetchone()[0]
+    if sf.materialize == "temp":
+        return n
+    target = f"{_q(catalog)}.main.{_q(name)}"
+    temp_cols = con.execute(
+        "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = 'temp' AND table_name = $t "
+        "ORDER BY column_index", {"t": name},
+    ).fetchall()
+    if state["all_traces"] or _columns(con, catalog, name) != temp_cols:
+        # A full run, a new table, or columns changed with the code: the table is this run's rows.
+        con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM temp.main.{_q(name)}")
+    else:
+        con.execute(f"DELETE FROM {target} WHERE trace_id IN (SELECT trace_id FROM selected_traces)")
+        con.execute(f"INSERT INTO {target} SELECT * FROM temp.main.{_q(name)}")
+    con.execute(f"COMMENT ON TABLE {target} IS {_lit(sf.grain + '. ' + sf.description)}")
+    for col, _typ in temp_cols:
+        if col in sf.columns:
+            con.execute(f"COMMENT ON COLUMN {target}.{_q(col)} IS {_lit(sf.columns[col])}")
+    if sf.scope == "all_traces":
+        con.execute(f"DROP TABLE temp.main.{_q(name)}")
+    return n
+
+
+def materialize(
+    warehouse_path: str | os.PathLike[str] | None, lake_root: str | os.PathLike[str],
+    trace_ids: list[str] | None = None, tables: list[str] | None = None, config: RunConfig | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> dict[str, int]:
+    """(Re)compute the tables for ``trace_ids`` (default: every ingested trace); returns rows per table.
+
+    ``tables`` limits the run to those tables and what they read."""
+    own = con is None
+    con = con or connect(warehouse_path)
+    try:
+        params = prepare(con, lake_root, trace_ids, config)
+        if not params["trace_ids"]:
+            return {}
+        order = sql_files()
+        names = [f.name for f in order]
+        if tables:
+            unknown = sorted(set(tables) - set(names))
+            if unknown:
+                raise ValueError(f"unknown table(s): {', '.join(unknown)}; known: {', '.join(names)}")
+            by_name = {f.name: f for f in order}
+            need: set[str] = set()
+            stack = list(tables)
+            while stack:
+                t = stack.pop()
+                if t in need:
+                    continue
+                need.add(t)
+                stack.extend(d for d in by_name[t].reads if d in by_name)
+            names = [n for n in names if n in need]
+        return {name: materialize_table(con, name) for name in names}
+    finally:
+        if own:
+            con.close()
+
+
+def table_docs(sql_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Table and column documentation from the SQL headers (for generated docs)."""
+    return [
+        {"table": f.name, "grain": f.grain, "reads": f.reads, "description": f.description, "columns": f.columns}
+        for f in sql_files(sql_dir)
+    ]
