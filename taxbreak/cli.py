@@ -175,7 +175,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-ADDERS = [_add_ingest, _add_traces, _add_capture]
+def _add_nsys_check(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.ingest.nsys_check import cmd_nsys_check
+
+    p = sub.add_parser(
+        "nsys-check",
+        help="compare our kernel counts and times with Nsight's own `nsys stats` kernel summary",
+        description="Ingest TRACE (an .nsys-rep or Nsight SQLite export) if needed, run `nsys stats --report "
+        "cuda_gpu_kern_sum` on it and compare per-kernel instance counts and total ns with the lake. "
+        "Exit 0 when they agree, 1 on a mismatch, 2 when nsys is not installed or TRACE cannot be ingested.",
+    )
+    p.add_argument("trace", help="the .nsys-rep or .sqlite file")
+    _add_common(p)
+    p.set_defaults(func=cmd_nsys_check)
+
+
+ADDERS = [_add_ingest, _add_traces, _add_capture, _add_nsys_check]
 
 
 def main(argv: list[str] | None = None) -> int:

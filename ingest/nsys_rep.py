@@ -1,0 +1,190 @@
+""".nsys-rep reports: converted with the installed ``nsys export --type sqlite``, then read as SQLite exports.
+
+``nsys`` comes from ``$TAXBREAK_NSYS`` or PATH.  The export goes into ``cache_dir`` under the report's content
+hash: written to a temporary name in the same folder and renamed only when ``nsys`` succeeded, so an
+interrupted or failed conversion leaves nothing behind, and a re-ingest reuses the finished export.
+Also here: ``nsys_check``, the cross-check of our kernel table against ``nsys stats --report cuda_gpu_kern_sum``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+from taxbreak.ingest.base import AdapterOutput, IngestError
+
+NSYS_ENV = "TAXBREAK_NSYS"
+EXPORT_TIMEOUT_S = 600
+VERSION_TIMEOUT_S = 30
+REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
+_VERSION_RE = re.compile(r"(\d{4})\.(\d+)\.(\d+)(?:\.(\d+))?")
+INSTALL_HINT = (
+    "install the Nsight Systems CLI (nsys) version {need} or newer and put it on PATH (or set TAXBREAK_NSYS to "
+    "its path), or export the report yourself with `nsys export --type sqlite REPORT.nsys-rep` and drop the "
+    ".sqlite file instead"
+)
+
+
+def find_nsys() -> str | None:
+    env = os.environ.get(NSYS_ENV)
+    if env:
+        return env if Path(env).exists() else None
+    return shutil.which("nsys")
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    m = _VERSION_RE.search(text)
+    if not m:
+        return None
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def _fmt(v: tuple[int, ...] | None) -> str:
+    return ".".join(str(x) for x in v) if v else "unknown"
+
+
+def report_version(path: Path) -> tuple[int, ...] | None:
+    """Version of nsys that wrote the report, from its header ('NVIDIA Tegra Profiler Report 2025@1@1@110-...')."""
+    with open(path, "rb") as fh:
+        head = fh.read(256)
+    if not head.startswith(REPORT_MAGIC):
+        return None
+    m = re.match(rb"NVIDIA Tegra Profiler Report\s*(\d{4})@(\d+)@(\d+)(?:@(\d+))?", head)
+    if not m:
+        return None
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def nsys_version(nsys: str) -> tuple[int, ...] | None:
+    try:
+        proc = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_version(proc.stdout + proc.stderr)
+
+
+def _hash(path: Path) -> str:
+    from taxbreak.ingest import file_sha256
+
+    return file_sha256(path)
+
+
+def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | None = None,
+                   timeout_s: float = EXPORT_TIMEOUT_S) -> Path:
+    """The SQLite export of ``path`` in ``cache_dir`` (made with nsys now, or reused from an earlier run)."""
+    rep_v = report_version(path)
+    cache_root = Path(cache_dir) if cache_dir is not None else Path(tempfile.gettempdir()) / "taxbreak-nsys-cache"
+    key = content_hash or _hash(path)
+    target = cache_root / "nsys-export" / f"{key}.sqlite"
+    if target.exists():
+        return target
+    nsys = find_nsys()
+    if nsys is None:
+        raise IngestError(
+            f"{path}: cannot convert the .nsys-rep report (written by nsys {_fmt(rep_v)}): no nsys found; "
+            + INSTALL_HINT.format(need=_fmt(rep_v))
+        )
+    have_v = nsys_version(nsys)
+    if rep_v is not None and have_v is not None and have_v[:3] < rep_v[:3]:
+        raise IngestError(
+            f"{path}: the report was written by nsys {_fmt(rep_v)}, newer than the installed nsys {_fmt(have_v)} "
+            f"({nsys}) can read; " + INSTALL_HINT.format(need=_fmt(rep_v))
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-{uuid.uuid4().hex[:8]}-", dir=target.parent))
+    tmp_out = tmp_dir / "export.sqlite"
+    try:
+        try:
+            proc = subprocess.run(
+                [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp_out),
+                 str(path)],
+                capture_output=True, text=True, timeout=timeout_s, check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise IngestError(f"{path}: nsys export did not finish within {timeout_s:.0f} s ({nsys})") from None
+        except OSError as exc:
+            raise IngestError(f"{path}: cannot run {nsys}: {exc}") from None
+        if proc.returncode != 0 or not tmp_out.exists():
+            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
+            raise IngestError(
+                f"{path}: nsys export failed (exit {proc.returncode}, nsys {_fmt(have_v)}, report {_fmt(rep_v)}): "
+                + " | ".join(tail)
+            )
+        os.replace(tmp_out, target)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return target
+
+
+def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None) -> AdapterOutput:
+    from taxbreak.ingest.nsys_sqlite import read_nsys_sqlite
+
+    path = Path(path)
+    export = convert_report(path, cache_dir, content_hash=trace_id)
+    out = read_nsys_sqlite(export, trace_id)
+    out.info.source_format = "nsys-rep"
+    out.info.metadata["converted_export"] = str(export)
+    rep_v = report_version(path)
+    if rep_v is not None:
+        out.info.tool_versions["nsys_report"] = _fmt(rep_v)
+    return out
+
+
+# -- nsys-check --------------------------------------------------------------------------------------------------
+def nsys_kernel_summary(nsys: str, trace: Path, timeout_s: float = EXPORT_TIMEOUT_S) -> dict[str, tuple[int, int]]:
+    """{kernel name: (instances, total ns)} from ``nsys stats --report cuda_gpu_kern_sum --format csv``."""
+    proc = subprocess.run(
+        [nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", "--output", "-", str(trace)],
+        capture_output=True, text=True, timeout=timeout_s, check=False,
+    )
+    if proc.returncode != 0:
+        raise IngestError(f"{trace}: nsys stats failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+    lines = proc.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if "Instances" in line and "Name" in line), None)
+    if start is None:
+        raise IngestError(f"{trace}: no cuda_gpu_kern_sum table in the nsys stats output")
+    out: dict[str, tuple[int, int]] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        name = row.get("Name")
+        if not name:
+            continue
+        total = row.get("Total Time (ns)") or row.get("Total Time") or "0"
+        count, ns = int(float(row.get("Instances") or 0)), int(float(total))
+        prev = out.get(name, (0, 0))
+        out[name] = (prev[0] + count, prev[1] + ns)
+    return out
+
+
+def lake_kernel_summary(lake_root: Path, trace_id: str) -> dict[str, tuple[int, int]]:
+    import duckdb
+
+    from taxbreak.ingest.lake import Lake
+
+    part = Lake(lake_root).events_dir(trace_id) / "part-0.parquet"
+    con = duckdb.connect()
+    try:
+        rows = con.execute(
+            "SELECT name, count(*), sum(dur_ns) FROM read_parquet(?) WHERE kind = 'kernel' GROUP BY name",
+            [str(part)],
+        ).fetchall()
+    finally:
+        con.close()
+    return {r[0]: (int(r[1]), int(r[2] or 0)) for r in rows}
+
+
+def compare_summaries(ours: dict[str, tuple[int, int]], theirs: dict[str, tuple[int, int]]) -> list[str]:
+    """Differences as readable lines (empty when both agree exactly)."""
+    diffs = []
+    for name in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(name), theirs.get(name)
+        if a != b:
+            diffs.append(f"{name[:80]}: taxbreak {a or (0, 0)} vs nsys {b or (0, 0)} (instances, total ns)")
+    return diffs
