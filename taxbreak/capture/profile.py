@@ -117,6 +117,7 @@ def write_meta(trace_path: str | os.PathLike[str], meta: dict[str, Any]) -> Path
     synthetic generator writes its metadata while streaming instead).
     """
     p = Path(trace_path)
+    _validate(meta, str(p))
     with _open_json(p, "r") as fh:
         doc = json.load(fh)
     if not isinstance(doc, dict):
@@ -129,6 +130,18 @@ def write_meta(trace_path: str | os.PathLike[str], meta: dict[str, Any]) -> Path
     side = sidecar_path(p)
     side.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return side
+
+
+def _validate(meta: dict[str, Any], where: str) -> None:
+    """Check ``meta`` against the sidecar schema (taxbreak.meta) when that module is present."""
+    try:
+        from taxbreak.meta import MetaError, validate_meta
+    except ImportError:  # the schema module is optional here; the writer still follows docs/sidecar.md
+        return
+    try:
+        validate_meta(meta, where)
+    except MetaError as exc:
+        raise CaptureError(f"the metadata written by the capture tool is invalid: {exc}") from exc
 
 
 @dataclass
