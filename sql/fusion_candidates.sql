@@ -1,0 +1,92 @@
+-- table: fusion_candidates
+-- grain: one row per trace, chain length L (2..8) and kernel-name chain with proximity score at or above the threshold
+-- reads: int_kernel_links, stg_events, trace_launch_floor, run_config
+-- description: Kernel-fusion candidates by proximity score (METHOD.md section 7): each process's kernels in launch order (launch call start, else kernel start), cut into segments at host synchronisation calls (*Synchronize*); every window of L consecutive kernels inside a segment is a chain c; PS(c) = count(c) / count(first kernel name in the trace). Kept: PS >= run_config.fusion_ps_threshold (1.0) and count(c) >= run_config.fusion_min_count (2, ours). Chains are compared by a 64-bit hash of their names.
+-- column: trace_id: trace key
+-- column: chain_len: L, kernels in the chain (kernels)
+-- column: chain: the kernel names in order
+-- column: first_kernel: first kernel name of the chain
+-- column: occurrences: count(c), windows equal to the chain (overlapping windows counted) (chains)
+-- column: first_kernel_count: invocations of first_kernel in the trace (kernels)
+-- column: proximity_score: occurrences / first_kernel_count
+-- column: launches_saved: (L - 1) * occurrences (launches)
+-- column: host_time_saved_ns: (L - 1) * occurrences * T_sys (ns)
+-- column: rank: 1 = most occurrences, then longer chains, then chain text
+WITH
+kseq AS (
+    SELECT trace_id, pid, kernel_seq, kernel_name, coalesce(launch_ts_ns, kernel_ts_ns) AS order_ts
+    FROM int_kernel_links
+),
+syncs AS (
+    SELECT trace_id, pid, ts_ns, row_number() OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, event_id) AS n
+    FROM stg_events WHERE kind IN ('runtime_api', 'driver_api') AND name ILIKE '%synchronize%'
+),
+seg AS (
+    SELECT k.*, coalesce(s.n, 0) AS segment
+    FROM kseq k ASOF LEFT JOIN syncs s ON k.trace_id = s.trace_id AND k.pid = s.pid AND k.order_ts >= s.ts_ns
+),
+w AS (
+    SELECT
+        trace_id, pid, segment, kernel_name,
+        row_number() OVER ws AS pos,
+        hash(kernel_name) AS h0,
+        lead(hash(kernel_name), 1) OVER ws AS h1, lead(hash(kernel_name), 2) OVER ws AS h2,
+        lead(hash(kernel_name), 3) OVER ws AS h3, lead(hash(kernel_name), 4) OVER ws AS h4,
+        lead(hash(kernel_name), 5) OVER ws AS h5, lead(hash(kernel_name), 6) OVER ws AS h6,
+        lead(hash(kernel_name), 7) OVER ws AS h7
+    FROM seg
+    WINDOW ws AS (PARTITION BY trace_id, pid, segment ORDER BY order_ts, kernel_seq)
+),
+chains AS (
+    SELECT trace_id, pid, segment, pos, kernel_name, unnest([2, 3, 4, 5, 6, 7, 8]) AS chain_len,
+           unnest([
+               CASE WHEN h1 IS NOT NULL THEN hash(h0, h1) END,
+               CASE WHEN h2 IS NOT NULL THEN hash(h0, h1, h2) END,
+               CASE WHEN h3 IS NOT NULL THEN hash(h0, h1, h2, h3) END,
+               CASE WHEN h4 IS NOT NULL THEN hash(h0, h1, h2, h3, h4) END,
+               CASE WHEN h5 IS NOT NULL THEN hash(h0, h1, h2, h3, h4, h5) END,
+               CASE WHEN h6 IS NOT NULL THEN hash(h0, h1, h2, h3, h4, h5, h6) END,
+               CASE WHEN h7 IS NOT NULL THEN hash(h0, h1, h2, h3, h4, h5, h6, h7) END
+           ]) AS chain_hash
+    FROM w
+    WHERE h1 IS NOT NULL
+),
+counted AS (
+    SELECT trace_id, chain_len, chain_hash, any_value(kernel_name) AS first_kernel, count(*) AS occurrences,
+           arg_min(pid, (segment, pos)) AS ex_pid, arg_min(segment, (segment, pos)) AS ex_segment,
+           arg_min(pos, (segment, pos)) AS ex_pos
+    FROM chains WHERE chain_hash IS NOT NULL
+    GROUP BY trace_id, chain_len, chain_hash
+),
+firsts AS (
+    SELECT trace_id, kernel_name AS first_kernel, count(*) AS first_kernel_count
+    FROM int_kernel_links GROUP BY trace_id, kernel_name
+),
+cand AS (
+    SELECT c.*, f.first_kernel_count, c.occurrences / f.first_kernel_count AS proximity_score
+    FROM counted c JOIN firsts f USING (trace_id, first_kernel) CROSS JOIN run_config rc
+    WHERE c.occurrences / f.first_kernel_count >= rc.fusion_ps_threshold AND c.occurrences >= rc.fusion_min_count
+),
+named AS (
+    SELECT c.trace_id, c.chain_len, c.chain_hash, list(w.kernel_name ORDER BY w.pos) AS chain
+    FROM cand c JOIN w
+      ON w.trace_id = c.trace_id AND w.pid = c.ex_pid AND w.segment = c.ex_segment
+     AND w.pos BETWEEN c.ex_pos AND c.ex_pos + c.chain_len - 1
+    GROUP BY c.trace_id, c.chain_len, c.chain_hash
+)
+SELECT
+    c.trace_id,
+    c.chain_len,
+    n.chain,
+    c.first_kernel,
+    c.occurrences,
+    c.first_kernel_count,
+    c.proximity_score,
+    (c.chain_len - 1) * c.occurrences AS launches_saved,
+    (c.chain_len - 1) * c.occurrences * f.t_sys_ns AS host_time_saved_ns,
+    row_number() OVER (
+        PARTITION BY c.trace_id ORDER BY c.occurrences DESC, c.chain_len DESC, array_to_string(n.chain, ' ')
+    ) AS rank
+FROM cand c
+JOIN named n USING (trace_id, chain_len, chain_hash)
+JOIN trace_launch_floor f USING (trace_id)

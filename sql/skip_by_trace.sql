@@ -1,0 +1,84 @@
+-- table: skip_by_trace
+-- grain: one row per analysed trace
+-- reads: int_kernel_links, stg_events
+-- description: SKIP metrics (METHOD.md section 6). TKLQT = sum of (kernel start - launch call start) over launch calls (one sample per launch; graph launches: their first kernel); rule (ours): negative samples are left out of TKLQT and reported apart (count and sum), nothing is clamped (SODA clamps -10..0 us to 0 and drops <= -10 us). AKD = mean kernel duration. IL = end of the last kernel - start of the first framework op; GPU idle = IL - merged kernel busy time, and IL - sum of kernel durations (SODA's form).
+-- column: trace_id: trace key
+-- column: launch_samples: launch calls with a kernel (launches)
+-- column: tklqt_ns: sum of the non-negative launch-to-start samples (ns)
+-- column: negative_samples: samples with kernel start before launch call start (launches)
+-- column: negative_sum_ns: sum of the negative samples (ns)
+-- column: mean_launch_to_start_ns: tklqt_ns / non-negative samples (ns)
+-- column: kernels: kernels in the trace (kernels)
+-- column: akd_ns: mean kernel duration (ns)
+-- column: kernel_sum_ns: sum of kernel durations (ns)
+-- column: kernel_busy_merged_ns: union of kernel intervals over all devices and streams (ns)
+-- column: il_start_ns: start of the first framework op (else first launch call, else first kernel) (ns)
+-- column: il_start_basis: 'framework_op', 'launch_call' or 'kernel'
+-- column: il_end_ns: end of the last kernel (ns)
+-- column: il_ns: inference latency il_end_ns - il_start_ns (ns)
+-- column: gpu_idle_merged_ns: il_ns - kernel_busy_merged_ns (ns)
+-- column: gpu_idle_sum_ns: il_ns - kernel_sum_ns, SODA's form (ns)
+WITH
+samples AS (
+    SELECT trace_id, kernel_ts_ns - launch_ts_ns AS d_ns
+    FROM int_kernel_links WHERE has_launch AND is_charged_launch
+),
+t AS (
+    SELECT
+        trace_id,
+        count(*) AS launch_samples,
+        coalesce(sum(d_ns) FILTER (WHERE d_ns >= 0), 0) AS tklqt_ns,
+        count(*) FILTER (WHERE d_ns < 0) AS negative_samples,
+        coalesce(sum(d_ns) FILTER (WHERE d_ns < 0), 0) AS negative_sum_ns,
+        avg(d_ns) FILTER (WHERE d_ns >= 0) AS mean_launch_to_start_ns
+    FROM samples GROUP BY trace_id
+),
+k AS (
+    SELECT trace_id, count(*) AS kernels, avg(kernel_dur_ns) AS akd_ns, sum(kernel_dur_ns) AS kernel_sum_ns,
+           min(kernel_ts_ns) AS first_kernel_ns, max(kernel_end_ns) AS il_end_ns, min(launch_ts_ns) AS first_launch_ns
+    FROM int_kernel_links GROUP BY trace_id
+),
+ops AS (
+    SELECT trace_id, min(ts_ns) AS first_op_ns FROM stg_events WHERE kind = 'framework_op' GROUP BY trace_id
+),
+o AS (
+    SELECT trace_id, kernel_ts_ns, kernel_end_ns, max(kernel_end_ns) OVER (
+        PARTITION BY trace_id ORDER BY kernel_ts_ns, kernel_end_ns, kernel_seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS prev_max_end
+    FROM int_kernel_links
+),
+g AS (
+    SELECT *, sum(CASE WHEN prev_max_end IS NULL OR kernel_ts_ns > prev_max_end THEN 1 ELSE 0 END) OVER (
+        PARTITION BY trace_id ORDER BY kernel_ts_ns, kernel_end_ns ROWS UNBOUNDED PRECEDING
+    ) AS grp
+    FROM o
+),
+merged AS (
+    SELECT trace_id, sum(e - s) AS busy_ns
+    FROM (SELECT trace_id, grp, min(kernel_ts_ns) AS s, max(kernel_end_ns) AS e FROM g GROUP BY trace_id, grp)
+    GROUP BY trace_id
+)
+SELECT
+    k.trace_id,
+    coalesce(t.launch_samples, 0) AS launch_samples,
+    CAST(coalesce(t.tklqt_ns, 0) AS BIGINT) AS tklqt_ns,
+    coalesce(t.negative_samples, 0) AS negative_samples,
+    CAST(coalesce(t.negative_sum_ns, 0) AS BIGINT) AS negative_sum_ns,
+    t.mean_launch_to_start_ns,
+    k.kernels,
+    k.akd_ns,
+    CAST(k.kernel_sum_ns AS BIGINT) AS kernel_sum_ns,
+    CAST(m.busy_ns AS BIGINT) AS kernel_busy_merged_ns,
+    coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) AS il_start_ns,
+    CASE WHEN ops.first_op_ns IS NOT NULL THEN 'framework_op' WHEN k.first_launch_ns IS NOT NULL THEN 'launch_call'
+         ELSE 'kernel' END AS il_start_basis,
+    k.il_end_ns,
+    k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) AS il_ns,
+    CAST(k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) - m.busy_ns AS BIGINT)
+        AS gpu_idle_merged_ns,
+    CAST(k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) - k.kernel_sum_ns AS BIGINT)
+        AS gpu_idle_sum_ns
+FROM k
+LEFT JOIN t USING (trace_id)
+LEFT JOIN ops USING (trace_id)
+LEFT JOIN merged m USING (trace_id)
