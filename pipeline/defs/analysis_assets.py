@@ -1,16 +1,16 @@
-"""The analysis tables as assets: one asset per ``sql/`` file, plus the exports readers use during runs.
+"""The analysis tables as assets: one asset per kept ``sql/`` table, the exports, and the invariant checks.
 
-Each asset's code version is the hash of its SQL file, so editing a file marks that table (and what reads
-it) as changed.  In a run started for one trace (the sensor's runs carry the trace's partition key) a table
-is rebuilt for that trace only (``trace_ids=[key]``); a run without a partition (the schedule's refresh, a
-materialisation from the UI) rebuilds it whole.  All writers share the ``duckdb_writer`` pool (limit 1 in
-``dagster.yaml``) and an exclusive lock on the DuckDB file.
+The tables are the specs of one multi-asset step, so a run prepares its traces' inputs once and holds the
+DuckDB writer once (``taxbreak.analysis.materialize_table`` per selected table, in dependency order).  Each
+asset's code version is the hash of its SQL file.  Run-local (``-- materialize: temp``) files are not assets:
+their reads are folded into the dependents.  In a run started for one trace (the sensor's runs carry the
+trace's partition key) the tables are rebuilt for that trace only; a run without a partition (the schedule's
+refresh, a materialisation from the UI) rebuilds them for every trace.  Every step that touches the DuckDB
+file is in the ``duckdb_writer`` pool (limit 1 in ``dagster.yaml``) and takes an exclusive lock on it.
 """
-
 
 import hashlib
 import os
-import re
 import shutil
 import uuid
 from pathlib import Path
@@ -22,9 +22,8 @@ from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
 POOL = "duckdb_writer"
 EXPORTS = dg.AssetKey("warehouse_exports")
-LAKE_SOURCES = {"events", "catalogue", "lake", "lake.events", "lake.catalogue"}
+SNAPSHOT_NAME = "snapshot.duckdb"
 PREVIEW_ROWS = 5
-_READS = re.compile(r"^--\s*reads\s*:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
 
 
 class AnalysisConfig(dg.Config):
@@ -32,22 +31,46 @@ class AnalysisConfig(dg.Config):
     """Rebuild every trace's rows even in a run started for one trace."""
 
 
-def _sql_files() -> list[Path]:
+def _sql_files() -> list:  # taxbreak.analysis.SqlFile, in dependency order
     try:
         from taxbreak import analysis
-    except ImportError:
+    except ImportError:  # the analysis module is optional for loading the definitions
         return []
-    out = []
-    for item in analysis.sql_files():
-        out.append(Path(getattr(item, "path", item)))
-    return out
+    return list(analysis.sql_files())
 
 
-def _reads(text: str) -> list[str]:
-    names: list[str] = []
-    for match in _READS.finditer(text):
-        names.extend(n.strip() for n in re.split(r"[,\s]+", match.group(1)) if n.strip())
-    return names
+def asset_deps(name: str, files: dict) -> list[dg.AssetKey]:
+    """Kept tables a table reads; run-local files are looked through; inputs prepared from the lake
+    (events, catalogue, sidecar metadata, run settings) make it depend on the ingest asset."""
+    out: list[dg.AssetKey] = []
+
+    def visit(n: str) -> None:
+        for r in files[n].reads:
+            if r in files and files[r].materialize != "temp":
+                key = dg.AssetKey(r)
+            elif r in files:  # run-local: built from the run's traces, so from the ingest too
+                visit(r)
+                key = TRACE_INGEST
+            else:
+                key = TRACE_INGEST
+            if key not in out:
+                out.append(key)
+
+    visit(name)
+    return out or [TRACE_INGEST]
+
+
+def needed_files(selected: set[str]) -> list[str]:
+    """The selected tables and every file they read (transitively), in the dependency order of sql_files()."""
+    need: set[str] = set()
+    stack = list(selected)
+    while stack:
+        n = stack.pop()
+        if n in need or n not in FILES:
+            continue
+        need.add(n)
+        stack.extend(FILES[n].reads)
+    return [n for n in FILES if n in need]
 
 
 def trace_ids_for_run(context: dg.AssetExecutionContext, full_rebuild: bool) -> list[str] | None:
@@ -55,54 +78,67 @@ def trace_ids_for_run(context: dg.AssetExecutionContext, full_rebuild: bool) -> 
     return None if full_rebuild or not key else [key]
 
 
-def _markdown_preview(con, table: str) -> str:  # noqa: ANN001 - a DuckDB connection
-    rel = con.table(table).limit(PREVIEW_ROWS)
-    cols = rel.columns
-    rows = rel.fetchall()
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]
+def markdown_preview(con, table: str, limit: int = PREVIEW_ROWS) -> str:  # noqa: ANN001 - DuckDB connection
+    rel = con.table(table).limit(limit)
+    lines = ["| " + " | ".join(rel.columns) + " |", "|" + "---|" * len(rel.columns)]
+    lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rel.fetchall()]
     return "\n".join(lines)
 
 
-def _run_table(name: str, con, lake_root: Path, trace_ids: list[str] | None) -> None:  # noqa: ANN001
-    from taxbreak import analysis
+def _specs(files: dict) -> list[dg.AssetSpec]:
+    specs = []
+    for name, sf in files.items():
+        if sf.materialize == "temp":
+            continue
+        specs.append(dg.AssetSpec(
+            key=name, deps=asset_deps(name, files), group_name="analysis", kinds={"duckdb", "sql"},
+            code_version=hashlib.sha256(sf.text.encode()).hexdigest()[:16], skippable=True,
+            description=f"`sql/{sf.path.name}` — {sf.grain}. {sf.description}".strip(),
+            metadata={"grain": sf.grain, "sql_file": f"sql/{sf.path.name}"},
+        ))
+    return specs
 
-    analysis.materialize_table(con, name, trace_ids=trace_ids, lake_root=lake_root)
+
+FILES = {sf.name: sf for sf in _sql_files()}
+TABLE_SPECS = _specs(FILES)
+TABLE_NAMES = [s.key.path[-1] for s in TABLE_SPECS]
 
 
-def _make_table_asset(path: Path, known: set[str]) -> dg.AssetsDefinition:
-    name = path.stem
-    text = path.read_text()
-    reads = _reads(text)
-    deps: list[dg.AssetKey] = []
-    for r in reads:
-        if r in known and r != name:
-            deps.append(dg.AssetKey(r))
-        elif r.lower() in LAKE_SOURCES and TRACE_INGEST not in deps:
-            deps.append(TRACE_INGEST)
-    if not any(d == TRACE_INGEST for d in deps) and not any(r in known for r in reads):
-        deps.append(TRACE_INGEST)
-    first = text.strip().splitlines()[0].lstrip("- ").strip() if text.strip() else name
+def _table_assets() -> list[dg.AssetsDefinition]:
+    if not TABLE_SPECS:
+        return []
 
-    @dg.asset(
-        name=name, deps=deps, group_name="analysis", kinds={"duckdb", "sql"}, pool=POOL,
-        code_version=hashlib.sha256(text.encode()).hexdigest()[:16], description=f"`sql/{path.name}`: {first}",
-    )
-    def _table(
+    @dg.multi_asset(specs=TABLE_SPECS, can_subset=True, pool=POOL, name="analysis_tables")
+    def analysis_tables(
         context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource
-    ) -> dg.MaterializeResult:
-        trace_ids = trace_ids_for_run(context, config.full_rebuild)
-        with warehouse.writer() as con:
-            _run_table(name, con, lake.path(), trace_ids)
-            (row_count,) = con.table(name).count("*").fetchone()
-            preview = _markdown_preview(con, name)
-        return dg.MaterializeResult(metadata={
-            "dagster/row_count": int(row_count),
-            "scope": "all traces" if trace_ids is None else f"trace {trace_ids[0][:16]}",
-            "preview": dg.MetadataValue.md(preview),
-        })
+    ):  # noqa: ANN202 - yields MaterializeResult
+        from taxbreak.analysis import materialize_table
 
-    return _table
+        trace_ids = trace_ids_for_run(context, config.full_rebuild)
+        if trace_ids is not None:
+            store = lake.get()
+            row = store.catalogue_row(trace_ids[0])
+            if row is None or row["status"] != "ingested" or not store.has_events(trace_ids[0]):
+                # A failed file adds nothing: the tables stay as they are (and so does what reads them).
+                context.log.info(f"trace {trace_ids[0][:16]} is not in the lake ({row and row['status']}); "
+                                 "tables unchanged")
+                return
+        selected = {k.path[-1] for k in context.selected_asset_keys}
+        scope = "all traces" if trace_ids is None else f"trace {trace_ids[0][:16]}"
+        with warehouse.writer() as con:
+            # Every file the selection needs, in dependency order, each with the run's traces: a table's
+            # inputs then already exist in the connection when it is computed.
+            for name in needed_files(selected):
+                computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.path())
+                if name not in selected:
+                    continue
+                (row_count,) = con.table(name).count("*").fetchall()[0]
+                yield dg.MaterializeResult(asset_key=name, metadata={
+                    "dagster/row_count": int(row_count), "rows_computed": int(computed), "scope": scope,
+                    "preview": dg.MetadataValue.md(markdown_preview(con, name)),
+                })
+
+    return [analysis_tables]
 
 
 def _atomic_copy(src: Path, dest: Path) -> None:
@@ -112,51 +148,43 @@ def _atomic_copy(src: Path, dest: Path) -> None:
 
 
 def export_warehouse(warehouse: WarehouseResource, tables: list[str]) -> dict[str, int]:
-    """Parquet per table and a snapshot of the DuckDB file, each published with an atomic rename."""
+    """``exports/<table>.parquet`` per table and ``exports/snapshot.duckdb``, each published by atomic rename.
+
+    A reader that already opened the previous file keeps reading it (the rename does not touch its inode)."""
     out_dir = warehouse.exports_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     with warehouse.writer() as con:
-        present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        present |= {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
         for table in tables:
             if table not in present:
                 continue
-            dest = out_dir / f"{table}.parquet"
             tmp = out_dir / f".{table}.{uuid.uuid4().hex}.tmp.parquet"
             rel = con.table(table)
             rel.write_parquet(str(tmp), compression="zstd")
-            os.replace(tmp, dest)
-            (counts[table],) = rel.count("*").fetchone()
+            os.replace(tmp, out_dir / f"{table}.parquet")
+            (counts[table],) = rel.count("*").fetchall()[0]
         con.execute("CHECKPOINT")
-        _atomic_copy(warehouse.file(), out_dir / "snapshot.duckdb")
+        _atomic_copy(warehouse.file(), out_dir / SNAPSHOT_NAME)
     return counts
 
 
-def build_analysis_assets() -> list[dg.AssetsDefinition]:
-    files = _sql_files()
-    known = {p.stem for p in files}
-    tables = [_make_table_asset(p, known) for p in files]
-    names = [p.stem for p in files]
-
-    @dg.asset(
-        key=EXPORTS, deps=[dg.AssetKey(n) for n in names] or [TRACE_INGEST], group_name="analysis",
-        kinds={"parquet", "duckdb"}, pool=POOL,
-        description="Parquet copies of every table (`exports/<table>.parquet`) and a read-only snapshot of "
-        "the DuckDB file (`exports/snapshot.duckdb`), replaced atomically: query these while runs write.",
-    )
-    def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
-        counts = export_warehouse(warehouse, names)
-        return dg.MaterializeResult(metadata={
-            "exports_dir": str(warehouse.exports_dir()), "tables_exported": len(counts),
-            **{f"rows/{t}": n for t, n in counts.items()},
-        })
-
-    return [*tables, warehouse_exports]
+@dg.asset(
+    key=EXPORTS, deps=[dg.AssetKey(n) for n in TABLE_NAMES] or [TRACE_INGEST], group_name="analysis",
+    kinds={"parquet", "duckdb"}, pool=POOL,
+    description="Parquet copies of every table (`exports/<table>.parquet` beside the DuckDB file) and a snapshot "
+    "of the DuckDB file (`exports/snapshot.duckdb`), replaced atomically: query these while runs write.",
+)
+def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
+    counts = export_warehouse(warehouse, TABLE_NAMES)
+    return dg.MaterializeResult(metadata={
+        "exports_dir": str(warehouse.exports_dir()), "tables_exported": len(counts),
+        **{f"rows_{t}": n for t, n in counts.items()},
+    })
 
 
-ANALYSIS_ASSETS = build_analysis_assets()
-ANALYSIS_KEYS = [a.key for a in ANALYSIS_ASSETS]
+ANALYSIS_ASSETS = [*_table_assets(), warehouse_exports]
+ANALYSIS_KEYS = [dg.AssetKey(n) for n in TABLE_NAMES] + [EXPORTS]
 
 
 @dg.definitions

@@ -96,23 +96,31 @@ class WarehouseResource(dg.ConfigurableResource):
         return self.file().parent / "exports"
 
     @contextlib.contextmanager
-    def writer(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The one read-write connection, held briefly under an exclusive file lock.
+    def writer(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The one connection to the file, held briefly under an exclusive file lock.
 
-        The ``duckdb_writer`` pool serialises writers inside one Dagster instance; the lock also covers
-        the CLI and a second instance sharing the file.
+        DuckDB lets no other process open a file that one process holds read-write, so every step (writers,
+        checks, exports) takes the lock; the ``duckdb_writer`` pool (limit 1) keeps steps of concurrent runs
+        from queueing on it, and the lock also covers the CLI and a second instance sharing the file.
         """
         import duckdb
+
+        from taxbreak.analysis import connect
 
         db = self.file()
         db.parent.mkdir(parents=True, exist_ok=True)
         with open(db.with_name(db.name + ".lock"), "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            con = duckdb.connect(str(db), config={"autoinstall_known_extensions": "false"})
             try:
-                yield con
+                if read_only:
+                    con = duckdb.connect(str(db), read_only=True, config={"autoinstall_known_extensions": "false"})
+                else:
+                    con = connect(db)
+                try:
+                    yield con
+                finally:
+                    con.close()
             finally:
-                con.close()
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
 

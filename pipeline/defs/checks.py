@@ -1,0 +1,82 @@
+"""Asset checks: the analysis invariants (METHOD.md), as SQL over the warehouse tables.
+
+Each check counts the rows that break one rule; it passes when there are none and shows up to five of them.
+A table not built yet (no trace analysed) passes with ``rows_checked = 0``.
+"""
+
+import dagster as dg
+
+from taxbreak.pipeline.defs.analysis_assets import TABLE_NAMES, markdown_preview
+from taxbreak.pipeline.defs.resources import WarehouseResource
+
+# (table, check name, description, query selecting the violating rows). Fixed text: no values in it.
+SCOPE_KINDS_PARTITIONING_A_TRACE = ("step", "phase", "op", "kernel")
+RULES: list[tuple[str, str, str, str]] = [
+    ("taxbreak_by_scope", "hdbi_in_unit_interval", "HDBI and HDBI_linked lie in [0, 1] wherever defined.",
+     "SELECT trace_id, scope_kind, scope_key, hdbi, hdbi_linked FROM taxbreak_by_scope "
+     "WHERE NOT (hdbi BETWEEN 0 AND 1) OR NOT (hdbi_linked BETWEEN 0 AND 1)"),
+    ("taxbreak_by_scope", "linked_plus_orphan_is_all_kernels", "linked_kernels + orphan_kernels = kernels in "
+     "every scope.",
+     "SELECT trace_id, scope_kind, scope_key, kernels, linked_kernels, orphan_kernels FROM taxbreak_by_scope "
+     "WHERE linked_kernels + orphan_kernels IS DISTINCT FROM kernels"),
+    ("taxbreak_by_scope", "orchestrate_is_ft_plus_ct_plus_kt", "T_Orchestrate = ΔFT + ΔCT + ΔKT in every scope.",
+     "SELECT trace_id, scope_kind, scope_key, t_orchestrate_ns, delta_ft_ns, delta_ct_ns, delta_kt_ns "
+     "FROM taxbreak_by_scope WHERE t_orchestrate_ns IS DISTINCT FROM delta_ft_ns + delta_ct_ns + delta_kt_ns"),
+    ("taxbreak_by_scope", "scopes_partition_the_trace", "Steps, phases, ops and kernel names each partition the "
+     "trace: their kernels, ΔFT, ΔCT, ΔKT and device time sum to the trace row's.",
+     "WITH parts AS (SELECT trace_id, scope_kind, sum(kernels) AS kernels, sum(delta_ft_ns) AS ft, "
+     "sum(delta_ct_ns) AS ct, sum(delta_kt_ns) AS kt, sum(t_device_active_ns) AS dev FROM taxbreak_by_scope "
+     "WHERE scope_kind IN ('step', 'phase', 'op', 'kernel') GROUP BY ALL) "
+     "SELECT p.trace_id, p.scope_kind, p.kernels, t.kernels AS trace_kernels, p.ft, t.delta_ft_ns, p.kt, "
+     "t.delta_kt_ns FROM parts p JOIN taxbreak_by_scope t ON t.trace_id = p.trace_id AND t.scope_kind = 'trace' "
+     "WHERE p.kernels IS DISTINCT FROM t.kernels OR p.ft IS DISTINCT FROM t.delta_ft_ns "
+     "OR p.ct IS DISTINCT FROM t.delta_ct_ns OR p.kt IS DISTINCT FROM t.delta_kt_ns "
+     "OR p.dev IS DISTINCT FROM t.t_device_active_ns"),
+    ("kernel_taxbreak", "per_kernel_costs_consistent", "Per kernel: uncharged kernels carry no host cost; a "
+     "charged kernel's ΔKT is the trace's T_sys; ΔFT, ΔCT, ΔKT are never negative.",
+     "SELECT trace_id, kernel_seq, is_charged, delta_ft_ns, delta_ct_ns, delta_kt_ns, t_sys_ns FROM kernel_taxbreak "
+     "WHERE (NOT is_charged AND (delta_ft_ns <> 0 OR delta_ct_ns <> 0 OR delta_kt_ns <> 0)) "
+     "OR (is_charged AND delta_kt_ns IS DISTINCT FROM t_sys_ns) "
+     "OR delta_ft_ns < 0 OR delta_ct_ns < 0 OR delta_kt_ns < 0"),
+    ("kernel_taxbreak", "kernel_sums_match_trace_rows", "Per trace, the per-kernel ΔFT, ΔCT, ΔKT and kernel "
+     "count sum to the trace row of taxbreak_by_scope.",
+     "WITH k AS (SELECT trace_id, count(*) AS kernels, sum(delta_ft_ns) AS ft, sum(delta_ct_ns) AS ct, "
+     "sum(delta_kt_ns) AS kt FROM kernel_taxbreak GROUP BY ALL) "
+     "SELECT k.trace_id, k.kernels, t.kernels AS scope_kernels, k.ft, t.delta_ft_ns, k.ct, t.delta_ct_ns, k.kt, "
+     "t.delta_kt_ns FROM k JOIN taxbreak_by_scope t ON t.trace_id = k.trace_id AND t.scope_kind = 'trace' "
+     "WHERE k.kernels <> t.kernels OR k.ft IS DISTINCT FROM t.delta_ft_ns OR k.ct IS DISTINCT FROM t.delta_ct_ns "
+     "OR k.kt IS DISTINCT FROM t.delta_kt_ns"),
+]
+
+
+def evaluate_rule(warehouse: WarehouseResource, table: str, query: str) -> dg.AssetCheckResult:
+    if not warehouse.file().exists():
+        return dg.AssetCheckResult(passed=True, metadata={"rows_checked": 0, "violations": 0})
+    with warehouse.writer(read_only=True) as con:
+        present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if table not in present or "taxbreak_by_scope" not in present and "taxbreak_by_scope" in query:
+            return dg.AssetCheckResult(passed=True, metadata={"rows_checked": 0, "violations": 0})
+        (checked,) = con.table(table).count("*").fetchall()[0]
+        con.execute(f"CREATE TEMP VIEW _violations AS {query}")
+        (bad,) = con.execute("SELECT count(*) FROM _violations").fetchall()[0]
+        sample = markdown_preview(con, "_violations") if bad else "none"
+    return dg.AssetCheckResult(
+        passed=bad == 0, severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"rows_checked": int(checked), "violations": int(bad), "examples": dg.MetadataValue.md(sample)},
+    )
+
+
+def _make_check(table: str, name: str, description: str, query: str) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=dg.AssetKey(table), name=name, description=description, blocking=False)
+    def _check(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        return evaluate_rule(warehouse, table, query)
+
+    return _check
+
+
+CHECKS = [_make_check(*rule) for rule in RULES if rule[0] in TABLE_NAMES and "taxbreak_by_scope" in TABLE_NAMES]
+
+
+@dg.definitions
+def check_defs() -> dg.Definitions:
+    return dg.Definitions(asset_checks=CHECKS)

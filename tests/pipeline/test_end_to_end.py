@@ -1,0 +1,90 @@
+"""Files dropped in a temporary inbox -> bucket sensor -> runs -> tables, all through Dagster in this process."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+
+from taxbreak.ingest import Lake
+from taxbreak.pipeline.local import load_defs, tick
+
+from .conftest import PUBLIC, write_kineto
+
+MOCK = PUBLIC / "nsys-ai" / "mock.sqlite"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _kernels_per_trace(warehouse: Path) -> dict[str, int]:
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        return dict(con.execute("SELECT trace_id, count(*) FROM kernel_taxbreak GROUP BY ALL").fetchall())
+
+
+def _materialized(run: dg.ExecuteInProcessResult) -> set[str]:
+    return {e.asset_key.to_user_string() for e in run.get_asset_materialization_events()}
+
+
+def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> None:
+    if not MOCK.exists():
+        pytest.skip(f"public traces not present at {MOCK}")
+    inbox = env["inbox"]
+    good = write_kineto(inbox / "run1" / "good.pt.trace.json", 3)
+    shutil.copyfile(MOCK, inbox / "mock.sqlite")
+    (inbox / "corrupt.json").write_bytes(b'{"traceEvents": [{"ph": "X", "name": ')
+    defs = load_defs()
+
+    t1 = tick(defs, instance)
+    keys = {_sha(good), _sha(MOCK), _sha(inbox / "corrupt.json")}
+    assert set(t1.partition_keys) == keys and len(t1.runs) == 3
+    assert all(r.success for r in t1.runs)
+    assert set(instance.get_dynamic_partitions("traces")) == keys
+    statuses = {}
+    for run in t1.runs:
+        (mat,) = [e for e in run.get_asset_materialization_events() if e.asset_key.to_user_string() == "trace_ingest"]
+        meta = mat.materialization.metadata
+        statuses[mat.partition] = meta["status"].value
+    assert statuses == {_sha(good): "ingested", _sha(MOCK): "ingested", _sha(inbox / "corrupt.json"): "failed"}
+    cat = {r["trace_id"]: r for r in Lake(env["lake"]).catalogue().to_pylist()}
+    assert cat[_sha(inbox / "corrupt.json")]["status"] == "failed" and cat[_sha(inbox / "corrupt.json")]["error"]
+    assert cat[_sha(good)]["event_count"] == 10  # 3 ops + 3 launches + 3 kernels + 1 metadata event
+    assert cat[_sha(MOCK)]["event_count"] == 13  # SOURCES.md: 8 runtime, 1 driver, 2 kernels, 1 memcpy, 1 sync
+    kernels = _kernels_per_trace(env["warehouse"])
+    assert kernels == {_sha(good): 3, _sha(MOCK): 2}
+    for run in t1.runs:  # every invariant check ran and passed
+        evals = run.get_asset_check_evaluations()
+        assert evals and all(e.passed for e in evals), [(e.check_name, e.metadata) for e in evals if not e.passed]
+    exports = env["warehouse"].parent / "exports"
+    assert (exports / "kernel_taxbreak.parquet").exists() and (exports / "snapshot.duckdb").exists()
+    assert duckdb.sql(f"SELECT count(*) FROM '{exports / 'kernel_taxbreak.parquet'}'").fetchone()[0] == 5
+
+    # nothing new: no run; the same good file again under another name: still no run, no new partition
+    assert tick(defs, instance, t1.cursor).runs == []
+    shutil.copyfile(good, inbox / "good-copy.json")
+    t2 = tick(defs, instance, t1.cursor)
+    assert t2.runs == [] and len(instance.get_dynamic_partitions("traces")) == 3
+
+    # the good Kineto file changes (4 kernels now): one run, for its new content
+    write_kineto(good, 4)
+    t3 = tick(defs, instance, t2.cursor)
+    assert t3.partition_keys == [_sha(good)] and t3.runs[0].success
+    assert _kernels_per_trace(env["warehouse"])[_sha(good)] == 4
+
+    # a fourth file: only its partition runs, and the tables are rebuilt for it alone
+    fourth = write_kineto(inbox / "fourth.json", 2, base_us=50.0)
+    t4 = tick(defs, instance, t3.cursor)
+    assert t4.partition_keys == [_sha(fourth)]
+    run = t4.runs[0]
+    assert run.success and "trace_ingest" in _materialized(run)
+    (ktx,) = [e for e in run.get_asset_materialization_events() if e.asset_key.to_user_string() == "kernel_taxbreak"]
+    assert ktx.materialization.metadata["scope"].value == f"trace {_sha(fourth)[:16]}"
+    assert ktx.materialization.metadata["rows_computed"].value == 2
+    final = _kernels_per_trace(env["warehouse"])
+    assert final[_sha(fourth)] == 2 and final[_sha(MOCK)] == 2
+    assert len(instance.get_dynamic_partitions("traces")) == 5
