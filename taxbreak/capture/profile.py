@@ -259,6 +259,8 @@ def capture_generation(
     device = device or ("cuda" if cuda else "cpu")
     if device.startswith("cuda") and not cuda:
         raise CaptureError("device 'cuda' was asked for but torch sees no CUDA GPU")
+    if nvtx and not device.startswith("cuda"):
+        raise CaptureError("--nvtx (emit_nvtx ranges for Nsight Systems) needs a CUDA device")
     torch_dtype = getattr(torch, dtype)
     runner = load_runner(model, torch_dtype, device, model_config)
 
