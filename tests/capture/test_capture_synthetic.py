@@ -192,3 +192,24 @@ def test_ddl_is_a_verbatim_copy_of_real_exports() -> None:
             con.close()
         for t in tables:
             assert NSYS_DDL[t] == real[t], t
+
+
+def test_capture_package_and_synthetic_work_without_torch(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+        "import taxbreak.capture, taxbreak.capture.cli, taxbreak.capture.profile, taxbreak.capture.sweep\n"
+        "import taxbreak.capture.null_kernel\n"
+        "from taxbreak.cli import main\n"
+        f"rc = main(['capture', 'synthetic', '--layers', '1', '--tokens', '2', '--out', {str(tmp_path)!r}])\n"
+        "assert rc == 0, rc\n"
+        f"rc = main(['capture', 'generate', '--out', {str(tmp_path / 'x.json')!r}])\n"
+        "assert rc == 2, rc\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "torch is not installed" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "synthetic_dense_L1_bs1_sl128_m2.json.gz", "synthetic_dense_L1_bs1_sl128_m2.json.gz.meta.json"]
