@@ -164,6 +164,15 @@ def open_bucket(
     return LocalBucket(url.removeprefix("file://"))
 
 
+def bucket_for_url(url: str, **s3: str | None) -> tuple[Bucket, str]:
+    """The bucket holding one recorded source (a local path or ``s3://bucket/key``) and the name in it."""
+    if url.startswith("s3://"):
+        bucket_name, _, key = url[len("s3://"):].partition("/")
+        return S3Bucket(f"s3://{bucket_name}", **s3), key
+    path = Path(url.removeprefix("file://"))
+    return LocalBucket(path.parent), path.name
+
+
 # -- the cursor ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Cursor:

@@ -87,3 +87,8 @@ def run_pipeline(settle_s: float = 0.0) -> list[TickResult]:
     with dg.DagsterInstance.local_temp() as instance:
         _, ticks = run_until_idle(defs, instance)
         return ticks
+
+
+def ingest_batch_job() -> dg.JobDefinition:
+    """The batch job with its resources, for ``dagster.reconstructable`` (multiprocess execution)."""
+    return load_defs().resolve_job_def("ingest_batch_job")

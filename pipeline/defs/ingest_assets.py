@@ -7,6 +7,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from taxbreak.ingest import IngestResult, Lake
+from taxbreak.pipeline.bucket import Bucket
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
 
 TRACES = dg.DynamicPartitionsDefinition(name="traces")
@@ -37,6 +39,56 @@ def ingest_metadata(row: dict | None, status: str, error: str | None, source: st
     return meta  # type: ignore[return-value]
 
 
+def ingest_from(b: Bucket, name: str, store: Lake, *, force: bool, cache_dir: Path) -> IngestResult:
+    """``ingest_file`` on a bucket object: in place for a local folder; object storage is downloaded to a
+    temporary file named like the object first (adapters look at the suffix) and the catalogue then records
+    the object's URL as the source."""
+    from taxbreak.ingest import ingest_file
+
+    local = b.local_path(name)
+    if local is not None:
+        return ingest_file(local, store, force=force, cache_dir=cache_dir)
+    with tempfile.TemporaryDirectory(prefix="taxbreak-dl-") as tmp:
+        dest = Path(tmp) / Path(name).name
+        b.download(name, dest)
+        result = ingest_file(dest, store, force=force, cache_dir=cache_dir)
+    url = b.describe(name)
+    if result.row is not None and result.status != "unchanged" and result.row["source_path"] != url:
+        result.row["source_path"] = url
+        store.write_catalogue_row(result.row)
+    if result.error:
+        result.error = result.error.replace(str(dest), url)
+    return result
+
+
+def ingest_source(
+    bucket: BucketResource, lake: LakeResource, key: str, source: str, force: bool, log  # noqa: ANN001
+) -> tuple[str, dict]:
+    """Ingest the bucket object ``source`` registered as partition ``key``; returns (status, metadata).
+
+    An empty ``source`` means the source recorded in the catalogue (retries).
+    """
+    store = lake.get()
+    if source:
+        b, name = bucket.get(), source
+    else:  # a retry from the UI or the CLI: the path or URL the catalogue recorded
+        row = store.catalogue_row(key)
+        if row is None:
+            raise dg.Failure(f"trace {key[:16]}: no source given and no catalogue row to find it in")
+        b, name = bucket.for_url(row["source_path"])
+        source = row["source_path"]
+    result = ingest_from(b, name, store, force=force, cache_dir=lake.cache_path())
+    status = result.status
+    if result.trace_id and result.trace_id != key:
+        # The file changed between the sensor's look and this run: the new content went in under its own
+        # hash (the sensor registers that partition on its next tick); this partition saw none of it.
+        status = "source_changed"
+        log.warning(f"{source} changed since it was registered: content now {result.trace_id[:16]}")
+    if status == "failed":
+        log.warning(f"trace {key[:16]} ({source}) failed: {result.error}")
+    return status, ingest_metadata(result.row, status, result.error, source)
+
+
 @dg.asset(
     key=TRACE_INGEST,
     partitions_def=TRACES,
@@ -49,41 +101,9 @@ def ingest_metadata(row: dict | None, status: str, error: str | None, source: st
 def trace_ingest(
     context: dg.AssetExecutionContext, config: IngestConfig, bucket: BucketResource, lake: LakeResource
 ) -> dg.MaterializeResult:
-    from taxbreak.ingest import ingest_file
+    status, meta = ingest_source(bucket, lake, context.partition_key, config.source, config.force, context.log)
+    return dg.MaterializeResult(metadata=meta)
 
-    key = context.partition_key
-    store = lake.get()
-    source = config.source
-    if not source:
-        row = store.catalogue_row(key)
-        if row is None:
-            raise dg.Failure(f"trace {key[:16]}: no source given and no catalogue row to find it in")
-        source = row["source_path"]
-        result = ingest_file(source, store, force=config.force, cache_dir=lake.cache_path())
-    else:
-        b = bucket.get()
-        local = b.local_path(source)
-        if local is not None:
-            result = ingest_file(local, store, force=config.force, cache_dir=lake.cache_path())
-        else:  # object storage: download to a temp file named like the object (adapters look at the suffix)
-            with tempfile.TemporaryDirectory(prefix="taxbreak-dl-") as tmp:
-                dest = Path(tmp) / Path(source).name
-                b.download(source, dest)
-                result = ingest_file(dest, store, force=config.force, cache_dir=lake.cache_path())
-            if result.row is not None and result.status != "unchanged" and result.row["source_path"] != b.describe(
-                source
-            ):
-                result.row["source_path"] = b.describe(source)
-                store.write_catalogue_row(result.row)
-    status = result.status
-    if result.trace_id and result.trace_id != key:
-        # The file changed between the sensor's look and this run: the new content went in under its own
-        # hash (the sensor registers that partition on its next tick); this partition saw none of it.
-        status = "source_changed"
-        context.log.warning(f"{source} changed since it was registered: content now {result.trace_id[:16]}")
-    if status == "failed":
-        context.log.warning(f"trace {key[:16]} ({source}) failed: {result.error}")
-    return dg.MaterializeResult(metadata=ingest_metadata(result.row, status, result.error, source))
 
 
 @dg.asset_check(asset=TRACE_INGEST, description="Every ingested trace stored or explicitly skipped every source "

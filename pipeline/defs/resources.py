@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from taxbreak.config import Paths
-from taxbreak.pipeline.bucket import Bucket, open_bucket
+from taxbreak.pipeline.bucket import Bucket, bucket_for_url, open_bucket
 
 if TYPE_CHECKING:
     import duckdb
@@ -56,14 +56,20 @@ class BucketResource(dg.ConfigurableResource):
             return self.settle_s
         return float(_env("TAXBREAK_SETTLE_S") or 10.0)
 
+    def _s3(self) -> dict[str, str | None]:
+        return {
+            "endpoint_url": self.endpoint_url or _env("TAXBREAK_S3_ENDPOINT_URL") or _env("AWS_ENDPOINT_URL"),
+            "access_key_id": self.access_key_id or _env("AWS_ACCESS_KEY_ID"),
+            "secret_access_key": self.secret_access_key or _env("AWS_SECRET_ACCESS_KEY"),
+            "region": self.region or _env("AWS_DEFAULT_REGION"),
+        }
+
     def get(self) -> Bucket:
-        return open_bucket(
-            self.resolved_url(),
-            endpoint_url=self.endpoint_url or _env("TAXBREAK_S3_ENDPOINT_URL") or _env("AWS_ENDPOINT_URL"),
-            access_key_id=self.access_key_id or _env("AWS_ACCESS_KEY_ID"),
-            secret_access_key=self.secret_access_key or _env("AWS_SECRET_ACCESS_KEY"),
-            region=self.region or _env("AWS_DEFAULT_REGION"),
-        )
+        return open_bucket(self.resolved_url(), **self._s3())
+
+    def for_url(self, url: str) -> tuple[Bucket, str]:
+        """The bucket of a recorded source path or URL (``taxbreak retry``), with this resource's S3 settings."""
+        return bucket_for_url(url, **self._s3())
 
 
 class LakeResource(dg.ConfigurableResource):

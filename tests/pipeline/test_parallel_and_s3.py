@@ -1,0 +1,89 @@
+"""Several partitions at once under the multiprocess executor; the S3 path against moto's server on loopback."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+
+from taxbreak.ingest import Lake
+from taxbreak.pipeline.local import load_defs, tick
+
+from .conftest import PUBLIC, write_kineto
+
+MOCK = PUBLIC / "nsys-ai" / "mock.sqlite"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_batch_job_ingests_partitions_in_parallel(env: dict[str, Path], instance: dg.DagsterInstance) -> None:
+    if not MOCK.exists():
+        pytest.skip(f"public traces not present at {MOCK}")
+    inbox = env["inbox"]
+    files = [write_kineto(inbox / "a.json", 2), write_kineto(inbox / "b.json", 3), inbox / "mock.sqlite"]
+    shutil.copyfile(MOCK, files[2])
+    from taxbreak.pipeline import local
+
+    result = dg.execute_job(
+        dg.reconstructable(local.ingest_batch_job), instance=instance,
+        run_config={"execution": {"config": {"multiprocess": {
+            "max_concurrent": 3, "start_method": {"forkserver": {"preload_modules": ["taxbreak.pipeline.local"]}},
+        }}}},
+    )
+    assert result.success
+    keys = {_sha(f.read_bytes()) for f in files}
+    assert set(instance.get_dynamic_partitions("traces")) == keys
+    mats = result.get_asset_materialization_events()
+    assert {m.partition for m in mats} == keys
+    assert {m.materialization.metadata["status"].value for m in mats} == {"ingested"}
+    # one step per trace, each in a process of its own
+    pids = {e.pid for e in result.all_events if e.is_step_start and e.step_key.startswith("ingest_one")}
+    assert len(pids) == 3
+    cat = {r["trace_id"]: r["event_count"] for r in Lake(env["lake"]).catalogue().to_pylist()}
+    assert cat == {_sha(files[0].read_bytes()): 7, _sha(files[1].read_bytes()): 10, _sha(MOCK.read_bytes()): 13}
+    assert result.output_for_node("summarise") == {"ingested": 3}
+
+
+def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance,
+                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    if not MOCK.exists():
+        pytest.skip(f"public traces not present at {MOCK}")
+    boto3 = pytest.importorskip("boto3")
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                     "AWS_DEFAULT_REGION": "us-east-1", "TAXBREAK_S3_ENDPOINT_URL": endpoint,
+                     "TAXBREAK_BUCKET": "s3://reports/inbox"}.items():
+            monkeypatch.setenv(k, v)
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        s3.create_bucket(Bucket="reports")
+        good = write_kineto(tmp_path / "src" / "k.json", 2).read_bytes()
+        s3.put_object(Bucket="reports", Key="inbox/gpu-01/k.json", Body=good)
+        s3.put_object(Bucket="reports", Key="inbox/gpu-02/mock.sqlite", Body=MOCK.read_bytes())
+        s3.put_object(Bucket="reports", Key="inbox/notes.txt", Body=b"not a trace")
+
+        defs = load_defs()
+        t1 = tick(defs, instance)
+        assert sorted(t1.partition_keys) == sorted([_sha(good), _sha(MOCK.read_bytes())])
+        assert all(r.success for r in t1.runs)
+        cat = {r["trace_id"]: r for r in Lake(env["lake"]).catalogue().to_pylist()}
+        assert cat[_sha(good)]["status"] == "ingested" and cat[_sha(good)]["event_count"] == 7
+        assert cat[_sha(good)]["source_path"] == "s3://reports/inbox/gpu-01/k.json"
+        assert cat[_sha(MOCK.read_bytes())]["source_path"] == "s3://reports/inbox/gpu-02/mock.sqlite"
+        with duckdb.connect(str(env["warehouse"]), read_only=True) as con:
+            kernels = dict(con.execute("SELECT trace_id, count(*) FROM kernel_taxbreak GROUP BY ALL").fetchall())
+        assert kernels == {_sha(good): 2, _sha(MOCK.read_bytes()): 2}
+        assert tick(defs, instance, t1.cursor).runs == []
+    finally:
+        server.stop()
