@@ -190,7 +190,24 @@ def _add_nsys_check(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_nsys_check)
 
 
-ADDERS = [_add_ingest, _add_traces, _add_capture, _add_nsys_check]
+def _add_retry(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.pipeline.retry import cmd_retry
+
+    p = sub.add_parser(
+        "retry",
+        help="re-ingest failed traces from their recorded source and rebuild their tables",
+        description="A failed file is retried automatically only when its content changes; this forces it. "
+        "Re-reads each matching failed trace from the source path (or s3:// URL) in its catalogue row, then "
+        "rebuilds the warehouse tables for the traces that now ingest. Exit 1 if any still fails.",
+    )
+    p.add_argument("prefix", nargs="?", help="trace id prefix (as `taxbreak traces` prints it)")
+    p.add_argument("--all-failed", action="store_true", help="retry every failed trace")
+    p.add_argument("--no-tables", action="store_true", help="re-ingest only; leave the warehouse tables")
+    _add_common(p)
+    p.set_defaults(func=cmd_retry)
+
+
+ADDERS = [_add_ingest, _add_traces, _add_capture, _add_nsys_check, _add_retry]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,6 @@ same definitions run on a laptop, in CI and on a fleet:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import dagster as dg
 
 from taxbreak.config import Paths
 from taxbreak.pipeline.bucket import Bucket, bucket_for_url, open_bucket
+from taxbreak.pipeline.retry import warehouse_lock
 
 if TYPE_CHECKING:
     import duckdb
@@ -114,20 +114,15 @@ class WarehouseResource(dg.ConfigurableResource):
         from taxbreak.analysis import connect
 
         db = self.file()
-        db.parent.mkdir(parents=True, exist_ok=True)
-        with open(db.with_name(db.name + ".lock"), "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with warehouse_lock(db):
+            if read_only:
+                con = duckdb.connect(str(db), read_only=True, config={"autoinstall_known_extensions": "false"})
+            else:
+                con = connect(db)
             try:
-                if read_only:
-                    con = duckdb.connect(str(db), read_only=True, config={"autoinstall_known_extensions": "false"})
-                else:
-                    con = connect(db)
-                try:
-                    yield con
-                finally:
-                    con.close()
+                yield con
             finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                con.close()
 
 
 @dg.definitions

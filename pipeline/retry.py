@@ -1,0 +1,123 @@
+"""``taxbreak retry``: re-ingest failed traces from the source their catalogue row recorded (no Dagster here).
+
+A failed file is otherwise never retried while its content is unchanged (the sensor and the sweep skip content
+the catalogue knows).  A retry forces ``ingest_file(..., force=True)`` and, for the traces that now ingest,
+rebuilds the warehouse tables for those traces under the same writer lock the pipeline takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from taxbreak.ingest import IngestResult, Lake, ingest_file
+from taxbreak.pipeline.bucket import bucket_for_url
+
+
+@contextlib.contextmanager
+def warehouse_lock(db: Path) -> Iterator[None]:
+    """The exclusive lock every writer of the DuckDB file holds (pipeline steps, exports, retries)."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@dataclass
+class RetryOutcome:
+    trace_id: str
+    source_path: str
+    result: IngestResult | None
+    error: str | None
+
+
+def _s3_settings() -> dict[str, str | None]:
+    return {
+        "endpoint_url": os.environ.get("TAXBREAK_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL"),
+        "access_key_id": os.environ.get("AWS_ACCESS_KEY_ID"),
+        "secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY"),
+        "region": os.environ.get("AWS_DEFAULT_REGION"),
+    }
+
+
+def select_failed(lake: Lake, prefix: str | None) -> list[dict]:
+    """Failed catalogue rows whose trace id starts with ``prefix`` (every failed row for None)."""
+    rows = [r for r in lake.catalogue().to_pylist() if r["status"] == "failed"]
+    if prefix is not None:
+        rows = [r for r in rows if r["trace_id"].startswith(prefix.lower())]
+    return sorted(rows, key=lambda r: r["ingested_at_ns"])
+
+
+def retry_row(row: dict, lake: Lake, cache_dir: Path | None = None) -> RetryOutcome:
+    source = row["source_path"]
+    if source.startswith("s3://"):
+        bucket, name = bucket_for_url(source, **_s3_settings())
+        with tempfile.TemporaryDirectory(prefix="taxbreak-retry-") as tmp:
+            dest = Path(tmp) / Path(name).name
+            try:
+                bucket.download(name, dest)
+            except (OSError, FileNotFoundError) as exc:
+                return RetryOutcome(row["trace_id"], source, None, f"cannot download {source}: {exc}")
+            res = ingest_file(dest, lake, force=True, cache_dir=cache_dir)
+        if res.row is not None and res.row["source_path"] != source:
+            res.row["source_path"] = source
+            lake.write_catalogue_row(res.row)
+    else:
+        if not Path(source).exists():
+            return RetryOutcome(row["trace_id"], source, None, f"{source}: the source file is gone")
+        res = ingest_file(source, lake, force=True, cache_dir=cache_dir)
+    return RetryOutcome(row["trace_id"], source, res, res.error)
+
+
+def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str]) -> dict[str, int]:
+    """Every sql/ file for ``trace_ids``, in dependency order, each given the traces explicitly; rows per table."""
+    from taxbreak.analysis import connect, materialize_table, sql_files
+
+    with warehouse_lock(warehouse):
+        con = connect(warehouse)
+        try:
+            return {
+                f.name: materialize_table(con, f.name, trace_ids=trace_ids, lake_root=lake_root)
+                for f in sql_files()
+            }
+        finally:
+            con.close()
+
+
+def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.cli
+    from taxbreak.cli import _paths
+
+    if not args.prefix and not args.all_failed:
+        print("give a TRACE_ID prefix or --all-failed", file=sys.stderr)
+        return 2
+    paths = _paths(args)
+    lake = Lake(paths.lake)
+    rows = select_failed(lake, None if args.all_failed else args.prefix)
+    if not rows:
+        print("no failed trace matches" + (f" {args.prefix!r}" if args.prefix else ""), file=sys.stderr)
+        return 2
+    ok: list[str] = []
+    still = 0
+    for row in rows:
+        out = retry_row(row, lake, cache_dir=paths.cache)
+        if out.result is not None and out.result.status == "ingested":
+            ok.append(out.result.trace_id)
+            print(f"[ingested] {out.result.trace_id[:16]}  {row['file_name']}  "
+                  f"({out.result.row['event_count']:,} events)")
+        else:
+            still += 1
+            print(f"[failed]   {row['trace_id'][:16]}  {row['file_name']}: {out.error}", file=sys.stderr)
+    if ok and not args.no_tables:
+        counts = rebuild_tables(paths.warehouse, paths.lake, ok)
+        print(f"tables rebuilt for {len(ok)} trace(s): " + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
+    print(f"{len(ok)} of {len(rows)} failed trace(s) now ingested")
+    return 1 if still else 0
