@@ -180,6 +180,8 @@ def _kernels(gpu_name: str) -> dict[str, KernelSpec]:
         "fill": _ew("at::native::FillFunctor<c10::BFloat16>", 1, 1400),
         "gemm": KernelSpec(gemm, gemm.split("_kernel")[0], 7800, True, (132, 1, 1), (384, 1, 1), 168, 231424, 1 / 64),
         "gemm_small": KernelSpec(_CUTLASS, "Kernel2", 5200, True, (16, 1, 1), (128, 1, 1), 120, 49152, 1 / 64),
+        # an expert's GEMM sees only the few tokens routed to it: short, however large the step
+        "gemm_expert": KernelSpec(_CUTLASS, "Kernel2", 2400, True, (8, 1, 1), (128, 1, 1), 120, 49152, 1 / 512),
         "cat": KernelSpec(
             "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::"
             "OpaqueType<2u>, unsigned int, 4, 64, 64>(at::native::(anonymous namespace)::OpaqueType<2u>*, "
@@ -238,20 +240,20 @@ def _kernels(gpu_name: str) -> dict[str, KernelSpec]:
             "void at_cuda_detail::cub::DeviceSelectSweepKernel<at_cuda_detail::cub::DispatchSelectIf<"
             "at_cuda_detail::cub::CountingInputIterator<long, long>, at::native::(anonymous namespace)::NonZeroOp<"
             "long>, long*, int*, at_cuda_detail::cub::NullType, at_cuda_detail::cub::NullType, int, false>::"
-            "PtxSelectIfPolicyT>(...)", "DeviceSelectSweepKernel", 3300, regs=40,
+            "PtxSelectIfPolicyT>(...)", "DeviceSelectSweepKernel", 2200, regs=40,
         ),
         "index": KernelSpec(
             "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::"
             "index_kernel_impl<at::native::OpaqueType<2> >(at::TensorIteratorBase&, c10::ArrayRef<long>, "
             "c10::ArrayRef<long>)::{lambda(char*, char const*, long)#1}>(at::TensorIteratorBase&, c10::ArrayRef<long>,"
             " c10::ArrayRef<long>, {lambda(char*, char const*, long)#1} const&, bool)::{lambda(int)#1}>(long, "
-            "{lambda(int)#1})", "index_elementwise_kernel", 2700, regs=38,
+            "{lambda(int)#1})", "index_elementwise_kernel", 1800, regs=38,
         ),
         "index_add": KernelSpec(
             "void at::native::indexFuncLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true, at::native::"
             "ReduceAdd>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<"
             "c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<long, unsigned int>, int, int, unsigned int, "
-            "unsigned int, long, long, at::native::ReduceAdd const&, c10::BFloat16)", "indexFuncLargeIndex", 3000,
+            "unsigned int, long, long, at::native::ReduceAdd const&, c10::BFloat16)", "indexFuncLargeIndex", 2000,
             regs=32,
         ),
     }
@@ -287,8 +289,8 @@ def step_plan(cfg: SyntheticConfig, phase: str) -> list[Op]:
         for e in range(cfg.n_experts):
             mlp.append(Op("aten::nonzero", "nonzero", sync=True))
             if e < active:
-                mlp += [Op("aten::index", "index"), Op("aten::mm", "gemm_small"), Op("aten::mm", "gemm_small"),
-                        Op("aten::silu", "silu"), Op("aten::mul", "mul"), Op("aten::mm", "gemm_small"),
+                mlp += [Op("aten::index", "index"), Op("aten::mm", "gemm_expert"), Op("aten::mm", "gemm_expert"),
+                        Op("aten::silu", "silu"), Op("aten::mul", "mul"), Op("aten::mm", "gemm_expert"),
                         Op("aten::mul", "mul"), Op("aten::index_add_", "index_add")]
     layer = [*attn, *mlp, Op("aten::add", "add")]
     head = [Op("aten::mm", "gemm"), Op("aten::argmax", "argmax", sync=True)]
