@@ -1,0 +1,447 @@
+"""``taxbreak report``: one self-contained HTML file (inline SVG, no network) from the warehouse tables.
+
+``collect`` reads the data (plain dicts and lists, testable without HTML); ``render_html`` draws it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from taxbreak import plots
+from taxbreak.config import Paths
+from taxbreak.plots import fmt_value
+
+HDBI_LABELS = [(0.2, "0.2: strongly host-bound"), (0.5, "0.5: host = device")]
+SPLIT_COLORS = {"ΔFT framework": "#4e79a7", "ΔCT library": "#f28e2b", "ΔKT launch floor": "#e15759",
+                "device active": "#59a14f"}
+TIMELINE_MAX_KERNELS = 400
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params or {})
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def _has(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute(
+        "SELECT count(*) FROM (SELECT table_name AS n FROM duckdb_tables() UNION ALL "
+        "SELECT view_name FROM duckdb_views()) WHERE n = $n", {"n": name}).fetchone()[0])
+
+
+def trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per analysed trace: metadata, trace-scope TaxBreak, kernels per token, SKIP, launch floor."""
+    return _rows(con, """
+        SELECT m.trace_id, m.file_name, m.source_format, m.gpu_name, m.model, m.model_kind, m.batch_size,
+               m.output_tokens, m.trace_kind, m.is_null_kernel, m.meta_source, m.meta_note,
+               t.kernels, t.linked_kernels, t.orphan_kernels, t.linked_fraction, t.low_coverage,
+               t.delta_ft_ns, t.delta_ct_ns, t.delta_kt_ns, t.t_orchestrate_ns, t.t_device_active_ns,
+               t.hdbi, t.hdbi_linked, t.py_missing_kernels,
+               f.t_sys_ns, f.t_sys_source, f.t_sys_rule, f.t_sys_is_default,
+               k.kpt, k.kpt_decode, k.unique_kernels, k.kernel_diversity, k.kpt_null_reason,
+               k.kpt_decode_null_reason, k.tokens_source,
+               s.tklqt_ns, s.negative_samples, s.il_ns, s.gpu_idle_merged_ns, s.akd_ns
+        FROM trace_meta m
+        LEFT JOIN taxbreak_by_scope t ON t.trace_id = m.trace_id AND t.scope_kind = 'trace'
+        LEFT JOIN trace_launch_floor f ON f.trace_id = m.trace_id
+        LEFT JOIN kernels_per_token k ON k.trace_id = m.trace_id
+        LEFT JOIN skip_by_trace s ON s.trace_id = m.trace_id
+        WHERE $all OR m.trace_id IN (SELECT unnest($ids::VARCHAR[]))
+        ORDER BY m.model NULLS LAST, m.batch_size NULLS LAST, m.file_name
+    """, {"all": trace_ids is None, "ids": trace_ids or []})
+
+
+def step_rows(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
+    return _rows(con, """
+        SELECT scope_key, step_name, phase, kernels, delta_ft_ns, delta_ct_ns, delta_kt_ns, t_orchestrate_ns,
+               t_device_active_ns, hdbi
+        FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'step'
+        ORDER BY try_cast(scope_key AS INTEGER) NULLS LAST
+    """, {"t": trace_id})
+
+
+def top_kernels(con: duckdb.DuckDBPyConnection, trace_id: str, k: int = 10) -> list[dict[str, Any]]:
+    return _rows(con, """
+        SELECT kernel_name, invocations, total_dur_ns, akd_ns, time_share, mean_launch_to_start_ns
+        FROM skip_by_kernel WHERE trace_id = $t AND rank_by_time <= $k ORDER BY rank_by_time
+    """, {"t": trace_id, "k": k})
+
+
+def fusion_rows(con: duckdb.DuckDBPyConnection, trace_id: str, k: int = 8) -> list[dict[str, Any]]:
+    return _rows(con, """
+        SELECT chain_len, chain, occurrences, proximity_score, launches_saved, host_time_saved_ns
+        FROM fusion_candidates WHERE trace_id = $t ORDER BY host_time_saved_ns DESC, rank LIMIT $k
+    """, {"t": trace_id, "k": k})
+
+
+def choose_step(steps: list[dict[str, Any]], step_id: str | None) -> dict[str, Any] | None:
+    real = [s for s in steps if s["scope_key"] != "outside_steps"]
+    if step_id is not None:
+        return next((s for s in real if s["scope_key"] == str(step_id)), None)
+    return next((s for s in real if s["phase"] == "decode"), real[0] if real else None)
+
+
+def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | None) -> dict[str, Any]:
+    """Framework ops, launch calls and kernels of one step (or the trace's first kernels), with the device's idle
+    gaps in that window; at most TIMELINE_MAX_KERNELS kernels."""
+    ks = _rows(con, """
+        SELECT l.kernel_seq, l.kernel_name, l.kernel_ts_ns, l.kernel_end_ns, l.stream_id, l.device_id,
+               l.launch_name, l.launch_ts_ns, l.launch_dur_ns, l.op_name, l.op_ts_ns, l.op_end_ns
+        FROM int_kernel_links l JOIN kernel_taxbreak k USING (trace_id, kernel_seq)
+        WHERE l.trace_id = $t AND ($any OR CAST(k.step_id AS VARCHAR) = $s)
+        ORDER BY l.kernel_seq LIMIT $n
+    """, {"t": trace_id, "any": step_id is None, "s": str(step_id), "n": TIMELINE_MAX_KERNELS})
+    if not ks:
+        return {"lanes": [], "gaps": [], "kernels": 0}
+    starts = [k["kernel_ts_ns"] for k in ks] + [k["launch_ts_ns"] for k in ks if k["launch_ts_ns"] is not None]
+    t0, t1 = min(starts), max(k["kernel_end_ns"] for k in ks)
+    ops: dict[tuple, tuple] = {}
+    launches = []
+    streams: dict[str, list] = {}
+    for k in ks:
+        if k["op_ts_ns"] is not None:
+            ops[(k["op_ts_ns"], k["op_end_ns"], k["op_name"])] = (k["op_ts_ns"], k["op_end_ns"], k["op_name"], "op")
+        if k["launch_ts_ns"] is not None:
+            launches.append((k["launch_ts_ns"], k["launch_ts_ns"] + (k["launch_dur_ns"] or 0),
+                             k["launch_name"] or "launch", "launch call"))
+        lane = f"GPU{k['device_id']} s{k['stream_id']}"
+        streams.setdefault(lane, []).append((k["kernel_ts_ns"], k["kernel_end_ns"], k["kernel_name"], "kernel"))
+    gaps = con.execute("""
+        SELECT gap_start_ns, gap_end_ns FROM device_idle_gaps
+        WHERE trace_id = $t AND gap_end_ns > $a AND gap_start_ns < $b ORDER BY gap_start_ns
+    """, {"t": trace_id, "a": t0, "b": t1}).fetchall()
+    lanes = [("host: framework ops", sorted(ops.values())), ("host: launch calls", launches)]
+    lanes += [(name, boxes) for name, boxes in sorted(streams.items())]
+    idle_ns = sum(min(e, t1) - max(s, t0) for s, e in gaps)
+    return {"lanes": lanes, "gaps": [(max(s, t0), min(e, t1)) for s, e in gaps], "kernels": len(ks),
+            "window_ns": t1 - t0, "idle_ns": idle_ns, "truncated": len(ks) == TIMELINE_MAX_KERNELS}
+
+
+def sweep_series(traces: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per model, the traces at two or more batch sizes, in batch-size order (a batch-size sweep)."""
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for t in traces:
+        if t["model"] and t["batch_size"] and t["hdbi"] is not None and not t["is_null_kernel"]:
+            by_model.setdefault(t["model"], []).append(t)
+    return {m: sorted(v, key=lambda t: t["batch_size"]) for m, v in by_model.items()
+            if len({t["batch_size"] for t in v}) >= 2}
+
+
+def transition_batch(points: list[dict[str, Any]], threshold: float = 0.5) -> float | None:
+    """The batch size where HDBI first crosses ``threshold`` (log-linear interpolation between the two points)."""
+    import math
+
+    for a, b in zip(points, points[1:], strict=False):
+        if (a["hdbi"] - threshold) * (b["hdbi"] - threshold) <= 0 and a["hdbi"] != b["hdbi"]:
+            f = (threshold - a["hdbi"]) / (b["hdbi"] - a["hdbi"])
+            return 2 ** (math.log2(a["batch_size"]) + f * (math.log2(b["batch_size"]) - math.log2(a["batch_size"])))
+    return None
+
+
+def assumptions(traces: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for t in traces:
+        name = t["file_name"]
+        if t["t_sys_is_default"]:
+            out.append(f"{name}: T_sys = {t['t_sys_ns']} ns is the documented default ({t['t_sys_rule']}), not "
+                       "measured; run `taxbreak capture null-kernel` on this GPU and host to measure it.")
+        if t["kpt"] is None:
+            out.append(f"{name}: kernels per token unknown: {t['kpt_null_reason'] or 'no token count'}.")
+        if t["orphan_kernels"]:
+            out.append(f"{name}: {t['orphan_kernels']:,} of {t['kernels']:,} kernels are orphans (no launch call "
+                       "or framework op); they add device time but no T_Orchestrate, so HDBI is inflated"
+                       + (" (coverage below the threshold)." if t["low_coverage"] else "."))
+        if t["negative_samples"]:
+            out.append(f"{name}: {t['negative_samples']:,} launch-to-start samples are negative; left out of "
+                       "TKLQT and counted apart.")
+        if t["py_missing_kernels"]:
+            out.append(f"{name}: {t['py_missing_kernels']:,} linked kernels have no Python-level op (t_py = 0).")
+    return out
+
+
+def collect(
+    con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None, step_id: str | None = None,
+) -> dict[str, Any]:
+    """Everything the report shows, as plain data."""
+    for needed in ("trace_meta", "taxbreak_by_scope", "kernels_per_token", "skip_by_trace", "trace_launch_floor"):
+        if not _has(con, needed):
+            raise RuntimeError(f"the warehouse has no table {needed}: run `taxbreak analyze` first")
+    traces = trace_rows(con, trace_ids)
+    if trace_ids is not None:
+        missing = sorted(set(trace_ids) - {t["trace_id"] for t in traces})
+        if missing:
+            raise RuntimeError(f"trace(s) not in the warehouse: {', '.join(missing)}")
+    for t in traces:
+        tid = t["trace_id"]
+        t["steps"] = step_rows(con, tid)
+        t["top_kernels"] = top_kernels(con, tid)
+        t["fusion"] = fusion_rows(con, tid)
+        chosen = choose_step(t["steps"], step_id)
+        t["timeline_step"] = chosen
+        t["timeline"] = timeline_data(con, tid, chosen["scope_key"] if chosen else None)
+    sweeps = sweep_series(traces)
+    return {"traces": traces, "sweeps": {m: {"points": p, "transition_bs": transition_batch(p)}
+                                         for m, p in sweeps.items()},
+            "assumptions": assumptions(traces)}
+
+
+# --- rendering ---------------------------------------------------------------------------------------------
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1180px;color:#222}
+h1{font-size:24px}h2{font-size:19px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:36px}
+h3{font-size:15px;margin-top:22px}table{border-collapse:collapse;font-size:12.5px;margin:8px 0}
+td,th{border:1px solid #ddd;padding:3px 7px;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f4f4f4}.cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #ddd;border-radius:6px;
+padding:8px 12px;min-width:130px}.card b{display:block;font-size:18px}.card span{color:#666;font-size:12px}
+.note{color:#555;font-size:12.5px}.warn{background:#fff6e5;border-left:4px solid #f28e2b;padding:6px 10px}
+code{background:#f4f4f4;padding:1px 4px}.mono{font-family:ui-monospace,monospace;font-size:11.5px}
+"""
+
+
+def _table(rows: list[dict[str, Any]], cols: list[tuple[str, str, str]]) -> str:
+    """cols: (key, header, unit)."""
+    if not rows:
+        return "<p class='note'>none</p>"
+    head = "".join(f"<th>{escape(h)}</th>" for _, h, _ in cols)
+    body = []
+    for r in rows:
+        cells = []
+        for key, _, unit in cols:
+            v = r.get(key)
+            if isinstance(v, list):
+                v = " → ".join(str(x) for x in v)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                cells.append(f"<td class='n'>{escape(fmt_value(v, unit))}</td>")
+            else:
+                cells.append(f"<td class='mono'>{escape('' if v is None else str(v))[:160]}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _split_segments(r: dict[str, Any]) -> list[tuple[str, float]]:
+    return [("ΔFT framework", r["delta_ft_ns"] or 0), ("ΔCT library", r["delta_ct_ns"] or 0),
+            ("ΔKT launch floor", r["delta_kt_ns"] or 0), ("device active", r["t_device_active_ns"] or 0)]
+
+
+def _label(t: dict[str, Any]) -> str:
+    return t["file_name"] if len(t["file_name"]) <= 28 else t["file_name"][:25] + "..."
+
+
+def _cards(t: dict[str, Any]) -> str:
+    items = [
+        ("HDBI", fmt_value(t["hdbi"], "fraction")),
+        ("T_Orchestrate", fmt_value(t["t_orchestrate_ns"], "ns")),
+        ("T_DeviceActive", fmt_value(t["t_device_active_ns"], "ns")),
+        ("kernels / token", fmt_value(t["kpt"], "")),
+        ("decode kernels / token", fmt_value(t["kpt_decode"], "")),
+        ("TKLQT", fmt_value(t["tklqt_ns"], "ns")),
+        ("end-to-end (IL)", fmt_value(t["il_ns"], "ns")),
+        ("linked fraction", fmt_value(t["linked_fraction"], "fraction")),
+        ("T_sys", f"{t['t_sys_ns']} ns ({t['t_sys_source']})"),
+    ]
+    return "<div class='cards'>" + "".join(
+        f"<div class='card'><b>{escape(v)}</b><span>{escape(k)}</span></div>" for k, v in items) + "</div>"
+
+
+def _hdbi_caveat(t: dict[str, Any]) -> str:
+    parts = [f"HDBI = T_DeviceActive / (T_DeviceActive + T_Orchestrate) = {fmt_value(t['hdbi'], 'fraction')}"
+             f"; over linked kernels only {fmt_value(t['hdbi_linked'], 'fraction')}."]
+    parts.append(f"Coverage: {t['linked_kernels'] or 0:,} of {t['kernels'] or 0:,} kernels linked "
+                 f"({fmt_value(t['linked_fraction'], 'fraction')}).")
+    if t["t_sys_is_default"]:
+        parts.append(f"T_sys = {t['t_sys_ns']} ns is a documented default, not measured.")
+    parts.append("The 0.2 / 0.5 reference lines are our reading aids, not thresholds from the paper.")
+    cls = "warn" if t["low_coverage"] or t["t_sys_is_default"] else "note"
+    return f"<p class='{cls}'>{escape(' '.join(parts))}</p>"
+
+
+def _kpt_section(traces: list[dict[str, Any]]) -> str:
+    pts = [t for t in traces if t["kpt"] is not None]
+    if not pts:
+        return "<p class='note'>No trace has a token count: kernels per token unknown.</p>"
+    kinds = {t["model_kind"] for t in pts}
+    rows = []
+    for t in pts:
+        tag = f" [{t['model_kind']}]" if t["model_kind"] else ""
+        rows.append((_label(t) + tag, [("kernels / token (paper)", float(t["kpt"]))]))
+    svg = plots.stacked_hbar(rows, unit="", title="Kernels per output token"
+                             + (" — dense vs MoE" if {"dense", "moe"} <= kinds else ""))
+    by_kind = ""
+    if {"dense", "moe"} <= kinds:
+        agg = []
+        for kind in ("dense", "moe"):
+            ks = [t for t in pts if t["model_kind"] == kind]
+            agg.append({"model_kind": kind, "traces": len(ks),
+                        "kpt_mean": sum(t["kpt"] for t in ks) / len(ks),
+                        "kpt_decode_mean": (sum(t["kpt_decode"] for t in ks if t["kpt_decode"] is not None)
+                                            / max(1, sum(1 for t in ks if t["kpt_decode"] is not None)))})
+        by_kind = _table(agg, [("model_kind", "model kind", ""), ("traces", "traces", ""),
+                               ("kpt_mean", "mean kernels/token", ""), ("kpt_decode_mean", "mean decode k/t", "")])
+    return svg + by_kind
+
+
+def _sweep_section(sweeps: dict[str, Any]) -> str:
+    if not sweeps:
+        return "<p class='note'>No batch-size sweep in the selection (a model traced at two or more batch sizes).</p>"
+    out = []
+    for model, sw in sweeps.items():
+        pts = sw["points"]
+        tb = sw["transition_bs"]
+        v = [(tb, f"HDBI 0.5 at bs ≈ {tb:.3g}")] if tb else []
+        out.append(plots.line_chart({model: [(p["batch_size"], p["hdbi"]) for p in pts]}, "batch size", "HDBI",
+                                    title=f"{model}: HDBI vs batch size", hlines=[(y, lab) for y, lab in HDBI_LABELS],
+                                    vlines=v, y_unit="fraction"))
+        out.append(plots.line_chart({model: [(p["batch_size"], p["tklqt_ns"] or 0) for p in pts]}, "batch size",
+                                    "TKLQT", title=f"{model}: TKLQT vs batch size", vlines=v, y_unit="ns"))
+        out.append(f"<p class='note'>{escape(model)}: " + (
+            f"host-bound → device-bound transition (HDBI crosses 0.5) near batch size {tb:.3g}."
+            if tb else "HDBI does not cross 0.5 in this sweep.") + "</p>")
+    return "".join(out)
+
+
+def _trace_section(t: dict[str, Any]) -> str:
+    h = [f"<h2 id='t-{t['trace_id'][:12]}'>{escape(t['file_name'])}</h2>",
+         f"<p class='note'>trace {t['trace_id'][:16]} · {escape(str(t['source_format']))} · "
+         f"{escape(str(t['gpu_name']))} · model {escape(str(t['model']))} ({escape(str(t['model_kind']))}) · "
+         f"batch {t['batch_size']} · output tokens {t['output_tokens']}</p>", _cards(t), _hdbi_caveat(t)]
+    steps = [s for s in t["steps"] if s["scope_key"] != "outside_steps"]
+    if steps:
+        rows = [(f"{s['scope_key']}: {s['step_name']}", _split_segments(s)) for s in steps[:40]]
+        h.append(plots.stacked_hbar(rows, title="Orchestration split per step (ΔFT / ΔCT / ΔKT vs device active)",
+                                    colors=SPLIT_COLORS))
+    tl = t["timeline"]
+    st = t["timeline_step"]
+    where = f"step {st['scope_key']} ({st['step_name']}, {st['phase']})" if st else "first kernels of the trace"
+    h.append(f"<h3>Launch timeline: {escape(where)}</h3>")
+    if tl["kernels"]:
+        h.append(plots.timeline(tl["lanes"], tl["gaps"]))
+        h.append(f"<p class='note'>{tl['kernels']} kernels over {fmt_value(tl['window_ns'], 'ns')}; GPU idle "
+                 f"{fmt_value(tl['idle_ns'], 'ns')} (shaded)" + (f"; first {TIMELINE_MAX_KERNELS} kernels only"
+                                                                  if tl["truncated"] else "") + ".</p>")
+    else:
+        h.append("<p class='note'>no kernels</p>")
+    h.append("<h3>Top kernels by total time</h3>")
+    if t["top_kernels"]:
+        h.append(plots.hbar([(k["kernel_name"][:28], k["total_dur_ns"]) for k in t["top_kernels"]]))
+    h.append(_table(t["top_kernels"], [("kernel_name", "kernel", ""), ("invocations", "count", ""),
+                                       ("total_dur_ns", "total", "ns"), ("akd_ns", "mean (AKD)", "ns"),
+                                       ("time_share", "share", "fraction"),
+                                       ("mean_launch_to_start_ns", "launch→start", "ns")]))
+    h.append("<h3>Fusion candidates (by host time saved)</h3>")
+    h.append(_table(t["fusion"], [("chain_len", "L", ""), ("occurrences", "count", ""),
+                                  ("proximity_score", "PS", "fraction"), ("launches_saved", "launches saved", ""),
+                                  ("host_time_saved_ns", "host time saved", "ns"), ("chain", "chain", "")]))
+    return "".join(h)
+
+
+def render_html(data: dict[str, Any], title: str = "TaxBreak report") -> str:
+    traces = data["traces"]
+    body = [f"<h1>{escape(title)}</h1>",
+            f"<p class='note'>{len(traces)} trace(s) · generated {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC · "
+            "TaxBreak decomposition (METHOD.md): T_Orchestrate = ΔFT + ΔCT + ΔKT; HDBI near 0 = host-bound, "
+            "near 1 = device-bound.</p>"]
+    if traces:
+        body.append("<h2>Across traces</h2>")
+        body.append(plots.stacked_hbar([(_label(t), _split_segments(t)) for t in traces],
+                                       title="Orchestration split: ΔFT / ΔCT / ΔKT vs device-active time",
+                                       colors=SPLIT_COLORS))
+        hd = [(_label(t), float(t["hdbi"])) for t in traces if t["hdbi"] is not None]
+        if hd:
+            body.append(plots.hbar(hd, unit="fraction", title="HDBI per trace (coverage and T_sys caveats below)"))
+        body.append(_table(traces, [
+            ("file_name", "trace", ""), ("model", "model", ""), ("batch_size", "bs", ""), ("kernels", "kernels", ""),
+            ("linked_fraction", "linked", "fraction"), ("t_orchestrate_ns", "T_Orchestrate", "ns"),
+            ("t_device_active_ns", "T_DeviceActive", "ns"), ("hdbi", "HDBI", "fraction"),
+            ("kpt", "kernels/token", ""), ("tklqt_ns", "TKLQT", "ns"), ("il_ns", "end-to-end", "ns"),
+            ("t_sys_source", "T_sys", "")]))
+        body.append("<h3>Kernels per token</h3>" + _kpt_section(traces))
+        body.append("<h3>Batch-size sweeps</h3>" + _sweep_section(data["sweeps"]))
+    body.append("<h2>Assumptions</h2>")
+    body.append("<ul>" + "".join(f"<li>{escape(a)}</li>" for a in data["assumptions"]) + "</ul>"
+                if data["assumptions"] else "<p class='note'>none: every floor measured, every count known.</p>")
+    body.extend(_trace_section(t) for t in traces)
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{escape(title)}</title><style>{CSS}</style>"
+        "<script>window.onerror=function(m){document.title='JSERROR: '+m;};</script></head><body>"
+        + "".join(body)
+        + "<script>document.body.setAttribute('data-rendered', document.querySelectorAll('svg').length);</script>"
+        "</body></html>\n"
+    )
+
+
+def markdown_summary(data: dict[str, Any]) -> str:
+    """The across-traces table as markdown (for Dagster materialisation metadata)."""
+    lines = ["| trace | HDBI | T_Orchestrate (ns) | ΔFT (ns) | ΔCT (ns) | ΔKT (ns) | T_DeviceActive (ns) "
+             "| kernels/token |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for t in data["traces"]:
+        lines.append(f"| {t['file_name']} | {fmt_value(t['hdbi'], 'fraction')} | {t['t_orchestrate_ns']} | "
+                     f"{t['delta_ft_ns']} | {t['delta_ct_ns']} | {t['delta_kt_ns']} | {t['t_device_active_ns']} | "
+                     f"{fmt_value(t['kpt'], '')} |")
+    return "\n".join(lines)
+
+
+def write_report(
+    con: duckdb.DuckDBPyConnection, out_path: str | Path, trace_ids: list[str] | None = None,
+    step_id: str | None = None,
+) -> Path:
+    out = Path(out_path)
+    data = collect(con, trace_ids, step_id)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(render_html(data), encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from taxbreak.query import WarehouseUnavailable, open_readonly
+
+    warehouse = Path(args.warehouse) if args.warehouse else Paths.from_env().warehouse
+    try:
+        opened = open_readonly(warehouse)
+    except WarehouseUnavailable as exc:
+        print(f"taxbreak report: {exc}", file=sys.stderr)
+        return 2
+    try:
+        ids = None
+        if args.trace:
+            from taxbreak.compare import GroupError, resolve_group
+
+            try:
+                ids = resolve_group(opened.con, ",".join(args.trace))
+            except GroupError as exc:
+                print(f"taxbreak report: {exc}", file=sys.stderr)
+                return 2
+        out = write_report(opened.con, args.output, ids, args.step)
+    except RuntimeError as exc:
+        print(f"taxbreak report: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        opened.con.close()
+    print(f"wrote {out} (from the {opened.source} {opened.path})")
+    return 0
+
+
+def add_report_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write a self-contained HTML report (plots as inline SVG) from the warehouse",
+        description="One HTML file, no network needed: across-traces orchestration split, HDBI with caveats, "
+        "kernels per token, batch-size sweeps, assumptions, then per trace a step split, the launch timeline of a "
+        "step, top kernels and fusion candidates.",
+    )
+    p.add_argument("--trace", action="append", help="trace-id prefix, file glob, model:NAME ... (repeatable; "
+                   "default every analysed trace)")
+    p.add_argument("--step", help="step_id whose launch timeline to draw (default: the first decode step)")
+    p.add_argument("-o", "--output", default="warehouse/report.html", help="output file (default %(default)s)")
+    p.add_argument("--warehouse", help="DuckDB file (default $TAXBREAK_WAREHOUSE or warehouse/taxbreak.duckdb)")
+    p.set_defaults(func=cmd_report)
