@@ -97,6 +97,14 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
         output_tokens=args.tokens, n_experts=args.experts, top_k=args.top_k, active_experts=args.active_experts,
         gpu_name=args.gpu_name, cuda_graphs=args.cuda_graphs, seed=args.seed, **dists,
     )
+    if args.null_kernel:
+        from taxbreak.capture.synthetic import write_null_kernel
+
+        safe = "".join(c if c.isalnum() else "-" for c in args.gpu_name).strip("-")
+        path = write_null_kernel(Path(args.out) / f"synthetic_null_kernel_{safe}.json.gz", gpu_name=args.gpu_name,
+                                 launch_latency=dists.get("launch_latency"), seed=args.seed)
+        print(f"wrote {path} (+ {path.name}.meta.json)  [synthetic]")
+        return 0
     formats = tuple(_strs(args.formats))
     print(f"SYNTHETIC workload ({total_kernels(cfg):,} kernels): {cfg.label()}", file=sys.stderr)
     for path in generate_synthetic(args.out, cfg, formats, gzip_json=not args.no_gzip):
@@ -176,6 +184,9 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
     p.add_argument("--formats", default="kineto", help="kineto,sqlite (default kineto)")
     p.add_argument("--no-gzip", action="store_true", help="write .json instead of .json.gz")
+    p.add_argument("--null-kernel", action="store_true",
+                   help="write a synthetic null-kernel floor trace instead (20 + 50 spin_kernel launches, each "
+                   "synced; --launch-latency sets the floor, default lognormal:4600:0.05)")
     for key, default in (("python-gap", "lognormal:2500:0.3"), ("dispatch", "lognormal:5500:0.25"),
                          ("library", "lognormal:4000:0.3"), ("launch-api", "lognormal:3200:0.2"),
                          ("launch-latency", "lognormal:4600:0.15")):

@@ -432,7 +432,7 @@ def _q(s: str) -> str:
     return json.dumps(s)
 
 
-def _kineto_lines(cfg: SyntheticConfig) -> Iterator[str]:
+def _kineto_lines(records: Iterator[Record]) -> Iterator[str]:
     pid = PID
     gpu_pid = 0
     for n, pid_, tid, args in (
@@ -444,7 +444,7 @@ def _kineto_lines(cfg: SyntheticConfig) -> Iterator[str]:
         yield json.dumps({"name": n, "ph": "M", "ts": _us(MONO_START_NS), "pid": pid_, "tid": tid, "args": args})
     ev_idx = 0
     names: dict[str, str] = {}
-    for r in simulate(cfg, MONO_START_NS):
+    for r in records:
         tag = r[0]
         if tag == "op":
             _, name, ts, dur, ext = r
@@ -455,7 +455,7 @@ def _kineto_lines(cfg: SyntheticConfig) -> Iterator[str]:
         elif tag == "rt":
             _, api, cat, ts, dur, corr, ext = r
             cbid = {"cudaLaunchKernel": 211, "cuLaunchKernel": 307, "cudaGraphLaunch": 311,
-                    "cudaMemcpyAsync": 41, "cudaStreamSynchronize": 131}[api]
+                    "cudaMemcpyAsync": 41, "cudaStreamSynchronize": 131, "cudaDeviceSynchronize": 165}[api]
             yield (f'{{"ph": "X", "cat": "{cat}", "name": "{api}", "pid": {pid}, "tid": {pid}, "ts": {_us(ts)}, '
                    f'"dur": {_us(dur)}, "args": {{"External id": {ext}, "cbid": {cbid}, "correlation": {corr}}}}}')
             if api in ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync"):
@@ -509,18 +509,20 @@ def _open_text(path: Path, gz: bool) -> Iterator[TextIO]:
 
 def write_kineto(cfg: SyntheticConfig, path: str | os.PathLike[str]) -> Path:
     """Stream the simulated run as Kineto JSON (``.json`` or ``.json.gz``) and write its sidecar."""
-    p = Path(path)
+    return _write_kineto_file(Path(path), synthetic_meta(cfg), simulate(cfg, MONO_START_NS), cfg.gpu_name, cfg.seed)
+
+
+def _write_kineto_file(p: Path, meta: dict[str, Any], records: Iterator[Record], gpu_name: str, seed: int) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
-    meta = synthetic_meta(cfg)
     header = {
         "schemaVersion": 1,
-        "deviceProperties": [{"id": 0, "name": cfg.gpu_name, "totalGlobalMem": 85018279936, "computeMajor": 9,
+        "deviceProperties": [{"id": 0, "name": gpu_name, "totalGlobalMem": 85018279936, "computeMajor": 9,
                               "computeMinor": 0, "numSms": 132}],
         "cuda_runtime_version": 12040,
         "cuda_driver_version": 12090,
         "record_shapes": 1,
         "with_stack": 0,
-        "trace_id": f"SYNTHETIC{cfg.seed:023d}",
+        "trace_id": f"SYNTHETIC{seed:023d}",
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": EPOCH_AT_MONO_ZERO_NS,
         META_KEY: meta,
@@ -530,7 +532,7 @@ def write_kineto(cfg: SyntheticConfig, path: str | os.PathLike[str]) -> Path:
         fh.write(json.dumps(header)[:-1] + ',\n"traceEvents": [\n')
         first = True
         buf: list[str] = []
-        for line in _kineto_lines(cfg):
+        for line in _kineto_lines(records):
             if first:
                 buf.append(line)
                 first = False
@@ -544,6 +546,55 @@ def write_kineto(cfg: SyntheticConfig, path: str | os.PathLike[str]) -> Path:
     os.replace(tmp, p)
     sidecar_path(p).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return p
+
+
+# --- a synthetic null-kernel floor trace --------------------------------------------------------------------------
+SPIN_KERNEL = KernelSpec("void at::cuda::(anonymous namespace)::spin_kernel(long)", "spin_kernel", 1200,
+                         grid=(1, 1, 1), block=(1, 1, 1), regs=16, token_scale=0.0)
+
+
+def simulate_null_kernel(
+    launch_latency: Dist, warmup: int = 20, measured: int = 50, seed: int = 0, start_ns: int = 0,
+) -> Iterator[Record]:
+    """Records of METHOD.md section 4's loop: ``spin_kernel<<<1,1>>>`` launches, each followed by a device sync."""
+    rng = random.Random(seed)
+    host = start_ns + 10_000
+    corr = 1000
+    for ext, (marker, n) in enumerate((("null_kernel_warmup", warmup), ("null_kernel_measure", measured)), 2):
+        begin = host
+        for _ in range(n):
+            corr += 1
+            call = 2500 + rng.randrange(1000)
+            yield ("rt", "cudaLaunchKernel", "cuda_runtime", host, call, corr, ext)
+            kts = host + launch_latency.sample(rng)
+            dur = SPIN_KERNEL.base_ns + rng.randrange(200)
+            yield ("k", SPIN_KERNEL, kts, dur, corr, ext, 0)
+            corr += 1
+            sync_start = host + call + 300
+            sync_end = max(sync_start + 1500, kts + dur + 1800)
+            yield ("rt", "cudaDeviceSynchronize", "cuda_runtime", sync_start, sync_end - sync_start, corr, ext)
+            host = sync_end + 1000 + rng.randrange(500)
+        yield ("ann", marker, begin, host - begin, ext)
+
+
+def write_null_kernel(
+    path: str | os.PathLike[str], *, gpu_name: str = "NVIDIA H100 80GB HBM3", host_name: str = "synthetic-host",
+    launch_latency: Dist | None = None, warmup: int = 20, measured: int = 50, seed: int = 0,
+) -> Path:
+    """A SYNTHETIC null-kernel floor trace (Kineto JSON + sidecar, ``kind: null_kernel``, ``synthetic: true``)."""
+    lat = launch_latency or Dist("lognormal", 4600, 0.05)
+    meta = {
+        "taxbreak_meta_version": META_VERSION, "kind": "null_kernel", "model": "null_kernel", "model_kind": None,
+        "dtype": None, "device": "cuda:0", "gpu_name": gpu_name, "cpu_name": "synthetic host CPU",
+        "batch_size": None, "prompt_len": None, "output_tokens": None, "steps": [], "torch_version": "synthetic",
+        "cuda_version": "12.4", "warmup_runs": warmup, "measured_runs": measured, "synthetic": True,
+        "host_name": host_name, "sweep": None,
+        "null_kernel": {"kernel": "synthetic spin_kernel<<<1,1>>>", "warmup_launches": warmup,
+                        "measured_launches": measured, "warmup_marker": "null_kernel_warmup",
+                        "measure_marker": "null_kernel_measure", "launch_latency": str(lat)},
+    }
+    records = simulate_null_kernel(lat, warmup, measured, seed, MONO_START_NS)
+    return _write_kineto_file(Path(path), meta, records, gpu_name, seed)
 
 
 # --- Nsight Systems SQLite writer -------------------------------------------------------------------------------

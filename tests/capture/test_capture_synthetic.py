@@ -213,3 +213,49 @@ def test_capture_package_and_synthetic_work_without_torch(tmp_path: Path) -> Non
     assert "torch is not installed" in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "synthetic_dense_L1_bs1_sl128_m2.json.gz", "synthetic_dense_L1_bs1_sl128_m2.json.gz.meta.json"]
+
+
+def test_synthetic_null_kernel_floor(tmp_path: Path) -> None:
+    from taxbreak.cli import main
+
+    assert main(["capture", "synthetic", "--null-kernel", "--launch-latency", "fixed:4321", "--gpu-name",
+                 "NVIDIA H200", "--out", str(tmp_path)]) == 0
+    path = tmp_path / "synthetic_null_kernel_NVIDIA-H200.json.gz"
+    doc = _kineto(path)
+    meta = json.loads(sidecar_path(path).read_text())
+    assert meta == doc["taxbreak"]
+    assert (meta["kind"], meta["synthetic"], meta["gpu_name"]) == ("null_kernel", True, "NVIDIA H200")
+    ev = doc["traceEvents"]
+    marks = {e["name"]: e for e in ev if e.get("cat") == "user_annotation"}
+    assert sorted(marks) == ["null_kernel_measure", "null_kernel_warmup"]
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    assert len(kernels) == 70 and all(k["args"]["grid"] == [1, 1, 1] == k["args"]["block"] for k in kernels)
+    launches = {e["args"]["correlation"]: e for e in ev if e.get("name") == "cudaLaunchKernel"}
+    m = marks["null_kernel_measure"]
+    measured = [k for k in kernels if Decimal(str(m["ts"])) <= Decimal(str(k["ts"]))
+                <= Decimal(str(m["ts"])) + Decimal(str(m["dur"]))]
+    assert len(measured) == 50
+    assert {(Decimal(str(k["ts"])) - Decimal(str(launches[k["args"]["correlation"]]["ts"]))) * 1000
+            for k in kernels} == {4321}
+    assert sum(1 for e in ev if e.get("name") == "cudaDeviceSynchronize") == 70
+
+
+def test_synthetic_null_kernel_is_the_floor_in_the_warehouse(tmp_path: Path) -> None:
+    analysis = pytest.importorskip("taxbreak.analysis", reason="the analysis runner does not exist yet")
+    import duckdb
+
+    from taxbreak.capture.synthetic import write_null_kernel
+    from taxbreak.ingest import Lake, ingest_file
+
+    path = write_null_kernel(tmp_path / "in" / "synthetic_null_kernel_H200.json.gz", gpu_name="NVIDIA H200",
+                             launch_latency=Dist.parse("fixed:4321"))
+    res = ingest_file(path, Lake(tmp_path / "lake"))
+    assert res.status == "ingested", res.error
+    analysis.materialize(tmp_path / "w.duckdb", tmp_path / "lake")
+    con = duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True)
+    try:
+        row = con.execute("SELECT gpu_name, samples, t_sys_mean_ns, t_sys_min_ns, t_sys_max_ns "
+                          "FROM launch_floor_measurements").fetchall()
+    finally:
+        con.close()
+    assert row == [("NVIDIA H200", 50, 4321, 4321, 4321)]
