@@ -24,14 +24,15 @@ RULES: list[tuple[str, str, str, str]] = [
      "FROM taxbreak_by_scope WHERE t_orchestrate_ns IS DISTINCT FROM delta_ft_ns + delta_ct_ns + delta_kt_ns"),
     ("taxbreak_by_scope", "scopes_partition_the_trace", "Steps, phases, ops and kernel names each partition the "
      "trace: their kernels, ΔFT, ΔCT, ΔKT and device time sum to the trace row's.",
-     "WITH parts AS (SELECT trace_id, scope_kind, sum(kernels) AS kernels, sum(delta_ft_ns) AS ft, "
-     "sum(delta_ct_ns) AS ct, sum(delta_kt_ns) AS kt, sum(t_device_active_ns) AS dev FROM taxbreak_by_scope "
+     "WITH parts AS (SELECT trace_id, scope_kind, sum(kernels) AS kernels, coalesce(sum(delta_ft_ns), 0) AS ft, "
+     "coalesce(sum(delta_ct_ns), 0) AS ct, coalesce(sum(delta_kt_ns), 0) AS kt, "
+     "coalesce(sum(t_device_active_ns), 0) AS dev FROM taxbreak_by_scope "
      "WHERE scope_kind IN ('step', 'phase', 'op', 'kernel') GROUP BY ALL) "
      "SELECT p.trace_id, p.scope_kind, p.kernels, t.kernels AS trace_kernels, p.ft, t.delta_ft_ns, p.kt, "
      "t.delta_kt_ns FROM parts p JOIN taxbreak_by_scope t ON t.trace_id = p.trace_id AND t.scope_kind = 'trace' "
-     "WHERE p.kernels IS DISTINCT FROM t.kernels OR p.ft IS DISTINCT FROM t.delta_ft_ns "
-     "OR p.ct IS DISTINCT FROM t.delta_ct_ns OR p.kt IS DISTINCT FROM t.delta_kt_ns "
-     "OR p.dev IS DISTINCT FROM t.t_device_active_ns"),
+     "WHERE p.kernels IS DISTINCT FROM t.kernels OR p.ft <> coalesce(t.delta_ft_ns, 0) "
+     "OR p.ct <> coalesce(t.delta_ct_ns, 0) OR p.kt <> coalesce(t.delta_kt_ns, 0) "
+     "OR p.dev <> coalesce(t.t_device_active_ns, 0)"),
     ("kernel_taxbreak", "per_kernel_costs_consistent", "Per kernel: uncharged kernels carry no host cost; a "
      "charged kernel's ΔKT is the trace's T_sys; ΔFT, ΔCT, ΔKT are never negative.",
      "SELECT trace_id, kernel_seq, is_charged, delta_ft_ns, delta_ct_ns, delta_kt_ns, t_sys_ns FROM kernel_taxbreak "
@@ -40,12 +41,12 @@ RULES: list[tuple[str, str, str, str]] = [
      "OR delta_ft_ns < 0 OR delta_ct_ns < 0 OR delta_kt_ns < 0"),
     ("kernel_taxbreak", "kernel_sums_match_trace_rows", "Per trace, the per-kernel ΔFT, ΔCT, ΔKT and kernel "
      "count sum to the trace row of taxbreak_by_scope.",
-     "WITH k AS (SELECT trace_id, count(*) AS kernels, sum(delta_ft_ns) AS ft, sum(delta_ct_ns) AS ct, "
-     "sum(delta_kt_ns) AS kt FROM kernel_taxbreak GROUP BY ALL) "
+     "WITH k AS (SELECT trace_id, count(*) AS kernels, coalesce(sum(delta_ft_ns), 0) AS ft, "
+     "coalesce(sum(delta_ct_ns), 0) AS ct, coalesce(sum(delta_kt_ns), 0) AS kt FROM kernel_taxbreak GROUP BY ALL) "
      "SELECT k.trace_id, k.kernels, t.kernels AS scope_kernels, k.ft, t.delta_ft_ns, k.ct, t.delta_ct_ns, k.kt, "
      "t.delta_kt_ns FROM k JOIN taxbreak_by_scope t ON t.trace_id = k.trace_id AND t.scope_kind = 'trace' "
-     "WHERE k.kernels <> t.kernels OR k.ft IS DISTINCT FROM t.delta_ft_ns OR k.ct IS DISTINCT FROM t.delta_ct_ns "
-     "OR k.kt IS DISTINCT FROM t.delta_kt_ns"),
+     "WHERE k.kernels <> t.kernels OR k.ft <> coalesce(t.delta_ft_ns, 0) OR k.ct <> coalesce(t.delta_ct_ns, 0) "
+     "OR k.kt <> coalesce(t.delta_kt_ns, 0)"),
 ]
 
 
