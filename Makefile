@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(BIN)/python -m taxbreak.demo
 
 test: $(STAMP)
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium) || echo "chromium not installed: the report browser tests will skip"
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

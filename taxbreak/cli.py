@@ -207,7 +207,25 @@ def _add_retry(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_retry)
 
 
-ADDERS = [_add_ingest, _add_traces, _add_capture, _add_nsys_check, _add_retry]
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.report import add_report_parser
+
+    add_report_parser(sub)
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.compare import add_compare_parser
+
+    add_compare_parser(sub)
+
+
+def _add_sql(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.query import add_sql_parser
+
+    add_sql_parser(sub)
+
+
+ADDERS = [_add_ingest, _add_traces, _add_capture, _add_nsys_check, _add_retry, _add_report, _add_compare, _add_sql]
 
 
 def main(argv: list[str] | None = None) -> int:
