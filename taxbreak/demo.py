@@ -68,10 +68,21 @@ def _links(paths: Paths, trace_id: str) -> dict | None:
         return None
 
 
-def print_results(paths: Paths, results: list[Any]) -> int:
-    """Print one summary per trace and the analysis summary; returns the number of failed inputs."""
+def print_results(paths: Paths, results: list[Any] | None = None) -> int:
+    """Print one summary per trace and the analysis summary; returns the number of failed inputs.
+
+    ``results`` are ``ingest_inbox``'s; without them, every trace of the lake's catalogue is summarised."""
     from taxbreak.cli import format_trace_summary
 
+    if results is None:
+        from taxbreak.ingest import IngestResult, Lake
+
+        rows = sorted(Lake(paths.lake).catalogue().to_pylist(), key=lambda r: r["ingested_at_ns"])
+        results = [
+            IngestResult(r["file_name"], r["trace_id"], "unchanged" if r["status"] == "ingested" else "failed",
+                         r, r.get("error"))
+            for r in rows
+        ]
     failed = 0
     for res in results:
         if res.status == "failed":
