@@ -9,8 +9,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
+
+from taxbreak.config import Paths
+
+if TYPE_CHECKING:
+    from taxbreak.ingest import IngestResult
 
 
 def load_defs() -> dg.Definitions:
@@ -73,22 +79,55 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: s
     return cursor, ticks
 
 
-def run_pipeline(settle_s: float = 0.0) -> list[TickResult]:
-    """Ingest whatever the bucket holds and rebuild the tables, in this process (``make demo``).
-
-    Uses ``$DAGSTER_HOME`` when set (the runs then show in ``dg dev``), else a temporary instance.
-    """
-    os.environ.setdefault("TAXBREAK_SETTLE_S", str(settle_s))
-    defs = load_defs()
-    if os.environ.get("DAGSTER_HOME") and Path(os.environ["DAGSTER_HOME"]).is_dir():
-        instance = dg.DagsterInstance.get()
-        _, ticks = run_until_idle(defs, instance)
-        return ticks
-    with dg.DagsterInstance.local_temp() as instance:
-        _, ticks = run_until_idle(defs, instance)
-        return ticks
-
-
 def ingest_batch_job() -> dg.JobDefinition:
     """The batch job with its resources, for ``dagster.reconstructable`` (multiprocess execution)."""
     return load_defs().resolve_job_def("ingest_batch_job")
+
+
+def run_inbox_pipeline(paths: Paths | None = None, settle_s: float = 0.0) -> list[IngestResult]:
+    """``make demo``: the bucket sensor and its runs, in this process, over ``paths`` (default from the
+    environment); returns one IngestResult per trace file in the inbox ('ingested' when a run of this call
+    read it, 'unchanged' when the lake already had it, 'failed' with the recorded reason).
+
+    Uses the instance at ``$DAGSTER_HOME`` when set (the runs then show in ``dg dev``), else a temporary one.
+    """
+    from taxbreak.ingest import IngestResult, Lake, file_sha256, iter_trace_files
+
+    paths = paths or Paths.from_env()
+    saved = {k: os.environ.get(k) for k in _PATH_VARS}
+    os.environ.update({
+        "TAXBREAK_INBOX": str(paths.inbox), "TAXBREAK_LAKE": str(paths.lake),
+        "TAXBREAK_WAREHOUSE": str(paths.warehouse), "TAXBREAK_CACHE": str(paths.cache),
+        "TAXBREAK_BUCKET": str(paths.inbox), "TAXBREAK_SETTLE_S": str(settle_s),
+    })
+    try:
+        home = os.environ.get("DAGSTER_HOME")
+        if home and Path(home).is_dir():
+            with dg.DagsterInstance.get() as instance:
+                _, ticks = run_until_idle(load_defs(), instance)
+        else:
+            with dg.DagsterInstance.local_temp() as instance:
+                _, ticks = run_until_idle(load_defs(), instance)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    ran = {k for t in ticks for k in t.partition_keys}
+    lake = Lake(paths.lake)
+    out: list[IngestResult] = []
+    for f in iter_trace_files([paths.inbox]):
+        trace_id = file_sha256(f)
+        row = lake.catalogue_row(trace_id)
+        if row is None:
+            out.append(IngestResult(str(f), trace_id, "failed", None, f"{f}: not picked up (still being written?)"))
+        elif row["status"] == "failed":
+            out.append(IngestResult(str(f), trace_id, "failed", row, row["error"]))
+        else:
+            out.append(IngestResult(str(f), trace_id, "ingested" if trace_id in ran else "unchanged", row))
+    return out
+
+
+_PATH_VARS = ("TAXBREAK_INBOX", "TAXBREAK_LAKE", "TAXBREAK_WAREHOUSE", "TAXBREAK_CACHE", "TAXBREAK_BUCKET",
+              "TAXBREAK_SETTLE_S")

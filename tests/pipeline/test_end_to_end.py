@@ -88,3 +88,18 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     final = _kernels_per_trace(env["warehouse"])
     assert final[_sha(fourth)] == 2 and final[_sha(MOCK)] == 2
     assert len(instance.get_dynamic_partitions("traces")) == 5
+
+
+def test_run_inbox_pipeline_for_the_demo(tmp_path: Path, dagster_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `make demo` calls: sensor and runs in-process over explicit paths; a second call finds nothing new."""
+    from taxbreak.config import Paths
+    from taxbreak.pipeline.local import run_inbox_pipeline
+
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    paths = Paths.from_env(tmp_path / "home")
+    a = write_kineto(paths.inbox / "a.json", 2)
+    first = run_inbox_pipeline(paths)
+    assert [(Path(r.path).name, r.status, r.row["event_count"]) for r in first] == [("a.json", "ingested", 7)]
+    assert _kernels_per_trace(paths.warehouse) == {_sha(a): 2}
+    assert (paths.warehouse.parent / "exports" / "snapshot.duckdb").exists()
+    assert [r.status for r in run_inbox_pipeline(paths)] == ["unchanged"]
