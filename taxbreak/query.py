@@ -114,7 +114,9 @@ def write_result(rel: duckdb.DuckDBPyRelation, fmt: str, output: str | None, max
         if not output:
             raise ValueError("--format parquet needs --output FILE")
         rel.write_parquet(output)
-        return int(duckdb.sql(f"SELECT count(*) FROM read_parquet({_sq(output)})").fetchone()[0])
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(output).metadata.num_rows
     cols = rel.columns
     rows = rel.fetchall()
     out = open(output, "w", newline="", encoding="utf-8") if output else sys.stdout  # noqa: SIM115

@@ -1,0 +1,38 @@
+"""Builds the small test warehouse shared by tests/query and tests/report (loaded by path from their conftests):
+synthetic Nsight SQLite decodes (a dense batch-size sweep 1, 4, 16 and one MoE) plus the public nsys-ai mock
+export when the shared traces are present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from taxbreak.analysis import materialize
+from taxbreak.capture.synthetic import SyntheticConfig, generate_synthetic, total_kernels
+from taxbreak.ingest import Lake, ingest_file
+
+PUBLIC = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
+DENSE = {bs: SyntheticConfig(n_layers=2, output_tokens=4, batch_size=bs) for bs in (1, 4, 16)}
+MOE = SyntheticConfig(model_kind="moe", n_layers=2, output_tokens=4)
+
+
+def build(root: Path) -> dict:
+    files = {}
+    for bs, cfg in DENSE.items():
+        files[f"dense_bs{bs}"] = (generate_synthetic(root / "in", cfg, formats=("sqlite",))[0], cfg)
+    files["moe"] = (generate_synthetic(root / "in", MOE, formats=("sqlite",))[0], MOE)
+    mock = PUBLIC / "nsys-ai" / "mock.sqlite"
+    if mock.exists():
+        files["mock"] = (mock, None)
+    lake = Lake(root / "lake")
+    ids = {}
+    for key, (path, _cfg) in files.items():
+        res = ingest_file(path, lake)
+        assert res.status == "ingested", f"{path}: {res.error}"
+        ids[key] = res.trace_id
+    warehouse = root / "wh" / "taxbreak.duckdb"
+    materialize(warehouse, root / "lake")
+    return {
+        "warehouse": warehouse, "lake": root / "lake", "ids": ids,
+        "configs": {k: cfg for k, (_p, cfg) in files.items()},
+        "kernels": {k: total_kernels(cfg) for k, (_p, cfg) in files.items() if cfg is not None},
+    }
