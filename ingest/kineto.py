@@ -35,14 +35,16 @@ from taxbreak.schemas import EVENT_SCHEMA
 SOURCE_FORMAT = "kineto"
 CHUNK_BYTES = 1 << 20
 HEAD_SEARCH_LIMIT_BYTES = 64 << 20  # the traceEvents key must start within this many bytes for the fast path
-TAIL_WINDOWS_BYTES = (1 << 20, 8 << 20, 64 << 20)
+TAIL_WINDOWS_BYTES = (64 << 10, 1 << 20, 8 << 20, 64 << 20)
 ROWS_PER_BATCH = 65_536
 DUCKDB_MEMORY_LIMIT = "256MB"
 TOOL_VERSION_PREFIXES = ("schemaversion", "cupti", "cuda", "hip", "roctracer", "rocm", "torch", "pytorch", "kineto")
 METADATA_VALUE_MAX_BYTES = 64 << 10  # top-level metadata values larger than this are summarised, not kept
 
 _HEAD_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
-_TAIL_CANDIDATE_RE = re.compile(r"\]\s*[,}]")
+# The closing bracket of an array of objects follows a '}' (or the '[' of an empty array).
+_TAIL_CANDIDATE_RE = re.compile(r"[}\[][ \t\r\n]*(\])[ \t\r\n]*[,}]")
+_DECODER = json.JSONDecoder()
 _WS_RE = re.compile(r"[ \t\r\n]*")
 _WS = b" \t\r\n"
 
@@ -80,53 +82,100 @@ _ARGS_STRUCTURE = json.dumps(
 
 LAUNCH_KINDS = ("runtime_api", "driver_api", "graph_launch")
 
-# Pass 1: the source rows -> typed staging table (absolute ns; pid/tid as in the source).
-_STAGE_SQL = f"""
-CREATE TABLE ev AS
+_SOURCE = "read_json($path, format := $format, columns := $columns)"
+
+# Source category/phase -> schema kind (a SQL expression over the source columns ph, cat, name).
+_KIND_SQL = """
+    CASE
+        WHEN ph = 'M' THEN 'metadata'
+        WHEN ph IN ('s', 'f', 't') THEN 'flow'
+        WHEN ph IN ('i', 'I') THEN 'instant'
+        WHEN cat IN ('cpu_op', 'Operator') THEN 'framework_op'
+        WHEN cat = 'python_function' THEN 'python_function'
+        WHEN cat = 'user_annotation' THEN 'user_annotation'
+        WHEN cat = 'gpu_user_annotation' THEN 'gpu_annotation'
+        WHEN cat IN ('cuda_runtime', 'Runtime') THEN
+            CASE WHEN name LIKE 'cudaGraphLaunch%' OR name LIKE 'hipGraphLaunch%' THEN 'graph_launch'
+                 ELSE 'runtime_api' END
+        WHEN cat = 'cuda_driver' THEN
+            CASE WHEN name LIKE 'cuGraphLaunch%' OR name LIKE 'hipGraphLaunch%' THEN 'graph_launch'
+                 ELSE 'driver_api' END
+        WHEN cat IN ('kernel', 'Kernel') THEN 'kernel'
+        WHEN cat IN ('gpu_memcpy', 'Memcpy') THEN 'memcpy'
+        WHEN cat IN ('gpu_memset', 'Memset') THEN 'memset'
+        WHEN cat = 'cuda_sync' THEN 'sync'
+        WHEN cat = 'cuda_profiler_range' THEN 'profiler_range'
+        ELSE 'other'
+    END"""
+
+# Pass 1 (cheap: few columns): counts, the trace origin and the host processes of the launch calls.
+_SCAN_SQL = f"""
+WITH k AS (SELECT ph, ts, pid, {_KIND_SQL} AS kind FROM {_SOURCE})
+SELECT
+    count(*) AS n_rows,
+    count(*) FILTER (WHERE ts IS NULL AND ph IS DISTINCT FROM 'M') AS missing_ts,
+    CAST(min(ts) FILTER (WHERE ph IS DISTINCT FROM 'M') * 1000 AS BIGINT) AS origin_timed_ns,
+    CAST(min(ts) * 1000 AS BIGINT) AS origin_any_ns,
+    list(DISTINCT pid ORDER BY pid) FILTER (WHERE kind IN {LAUNCH_KINDS} AND pid IS NOT NULL) AS host_pids
+FROM k
+"""
+
+# Only for traces with launch calls from several processes: correlation id -> launching process.
+_HOST_MAP_SQL = f"""
+CREATE OR REPLACE TEMP TABLE host_map AS
+WITH k AS (SELECT pid, args, {_KIND_SQL} AS kind FROM {_SOURCE})
+SELECT TRY_CAST(json_extract_string(args, '$.correlation') AS BIGINT) AS correlation_id, min(pid) AS host_pid
+FROM k
+WHERE kind IN {LAUNCH_KINDS} AND json_extract_string(args, '$.correlation') IS NOT NULL
+GROUP BY 1
+HAVING count(DISTINCT pid) = 1
+"""
+
+# Device-side events: the host process launched them (architecture.md).
+_DEVICE_SQL = (
+    "(kind IN ('kernel', 'memcpy', 'memset', 'gpu_annotation') "
+    "OR (kind IN ('sync', 'profiler_range') AND device_id IS NOT NULL))"
+)
+
+# Pass 2: the source rows -> EVENT_SCHEMA rows, streamed (relative ns, host pid on device events).
+_OUTPUT_SQL = rf"""
 WITH src AS (
     SELECT ph, cat, name, pid, tid, ts, dur, id, args,
-           json_transform(args, '{_ARGS_STRUCTURE}') AS a
-    FROM read_json($path, format := $format, columns := $columns)
-), k AS (
+           json_transform(args, '{_ARGS_STRUCTURE}') AS a,
+           {_KIND_SQL} AS kind
+    FROM {_SOURCE}
+    WHERE ts IS NOT NULL OR ph = 'M'
+), t AS (
     SELECT *,
-        CASE
-            WHEN ph = 'M' THEN 'metadata'
-            WHEN ph IN ('s', 'f', 't') THEN 'flow'
-            WHEN ph IN ('i', 'I') THEN 'instant'
-            WHEN cat IN ('cpu_op', 'Operator') THEN 'framework_op'
-            WHEN cat = 'python_function' THEN 'python_function'
-            WHEN cat = 'user_annotation' THEN 'user_annotation'
-            WHEN cat = 'gpu_user_annotation' THEN 'gpu_annotation'
-            WHEN cat IN ('cuda_runtime', 'Runtime') THEN
-                CASE WHEN name LIKE 'cudaGraphLaunch%' OR name LIKE 'hipGraphLaunch%' THEN 'graph_launch'
-                     ELSE 'runtime_api' END
-            WHEN cat = 'cuda_driver' THEN
-                CASE WHEN name LIKE 'cuGraphLaunch%' OR name LIKE 'hipGraphLaunch%' THEN 'graph_launch'
-                     ELSE 'driver_api' END
-            WHEN cat IN ('kernel', 'Kernel') THEN 'kernel'
-            WHEN cat IN ('gpu_memcpy', 'Memcpy') THEN 'memcpy'
-            WHEN cat IN ('gpu_memset', 'Memset') THEN 'memset'
-            WHEN cat = 'cuda_sync' THEN 'sync'
-            WHEN cat = 'cuda_profiler_range' THEN 'profiler_range'
-            ELSE 'other'
-        END AS kind,
         CASE WHEN cat IN ('cuda_runtime', 'Runtime', 'cuda_driver') THEN regexp_replace(name, '_v[0-9]+$', '')
-             ELSE name END AS plain_name
+             ELSE name END AS plain_name,
+        a.device AS device_id,
+        a.stream AS stream_id,
+        a.correlation AS correlation_id
     FROM src
+), d AS (
+    SELECT t.*, {_DEVICE_SQL} AS is_device,
+           CASE WHEN {_DEVICE_SQL} THEN coalesce(h.host_pid, $host_pid) END AS new_pid
+    FROM t LEFT JOIN host_map h ON t.correlation_id = h.correlation_id AND $multi
+), w AS (
+    SELECT *, (new_pid IS NOT NULL AND new_pid IS DISTINCT FROM pid) AS rewrite FROM d
 )
 SELECT
+    $trace_id AS trace_id,
+    'kineto' AS source_format,
     kind,
     cat AS category,
     ph AS phase,
     plain_name AS name,
     CASE WHEN plain_name IS DISTINCT FROM name THEN name END AS raw_name,
-    CAST(ts * 1000 AS BIGINT) AS ts_abs_ns,
+    CAST(NULL AS VARCHAR) AS short_name,
+    CAST(ts * 1000 AS BIGINT) - $origin_ns AS ts_ns,
     CAST(dur * 1000 AS BIGINT) AS dur_ns,
-    pid,
-    tid,
-    a.device AS device_id,
-    a.stream AS stream_id,
-    a.correlation AS correlation_id,
+    CASE WHEN rewrite THEN new_pid ELSE pid END AS pid,
+    CASE WHEN is_device AND stream_id IS NOT NULL THEN CAST(stream_id AS VARCHAR) ELSE tid END AS tid,
+    device_id,
+    stream_id,
+    correlation_id,
     coalesce(a."External id", TRY_CAST(json_extract_string(args, '$."external id"') AS BIGINT)) AS external_id,
     TRY_CAST(id AS BIGINT) AS flow_id,
     a.grid[1] AS grid_x, a.grid[2] AS grid_y, a.grid[3] AS grid_z,
@@ -135,50 +184,18 @@ SELECT
     a."shared memory" AS shared_memory_bytes,
     CASE WHEN kind IN ('memcpy', 'memset') THEN coalesce(a.bytes, a.size, a."memory bytes") END AS bytes,
     CASE
-        WHEN kind = 'memcpy' THEN coalesce(a.kind, nullif(regexp_extract(name, '^Memcpy (\\S+)', 1), ''))
-        WHEN kind = 'memset' THEN coalesce(a.kind, nullif(regexp_extract(name, '\\(([^)]*)\\)', 1), ''))
+        WHEN kind = 'memcpy' THEN coalesce(a.kind, nullif(regexp_extract(name, '^Memcpy (\S+)', 1), ''))
+        WHEN kind = 'memset' THEN coalesce(a.kind, nullif(regexp_extract(name, '\(([^)]*)\)', 1), ''))
     END AS copy_kind,
-    CAST(args AS VARCHAR) AS args_json
-FROM k
-"""
-
-# Device-side events: the host process launched them (architecture.md).
-_DEVICE_PRED = (
-    "(e.kind IN ('kernel', 'memcpy', 'memset', 'gpu_annotation') "
-    "OR (e.kind IN ('sync', 'profiler_range') AND e.device_id IS NOT NULL))"
-)
-
-# Pass 2: staging table -> EVENT_SCHEMA rows (relative ns, host pid on device events).
-_OUTPUT_SQL = f"""
-WITH r AS (
-    SELECT e.*, {_DEVICE_PRED} AS is_device,
-           CASE WHEN {_DEVICE_PRED} THEN coalesce(h.host_pid, $host_pid) END AS host_pid
-    FROM ev e LEFT JOIN host_map h ON e.correlation_id = h.correlation_id
-    WHERE e.ts_abs_ns IS NOT NULL OR e.phase = 'M'
-), w AS (
-    SELECT *, (host_pid IS NOT NULL AND host_pid IS DISTINCT FROM pid) AS rewrite FROM r
-)
-SELECT
-    $trace_id AS trace_id,
-    'kineto' AS source_format,
-    kind, category, phase, name, raw_name,
-    CAST(NULL AS VARCHAR) AS short_name,
-    ts_abs_ns - $origin_ns AS ts_ns,
-    dur_ns,
-    CASE WHEN rewrite THEN host_pid ELSE pid END AS pid,
-    CASE WHEN is_device AND stream_id IS NOT NULL THEN CAST(stream_id AS VARCHAR) ELSE tid END AS tid,
-    device_id, stream_id, correlation_id, external_id, flow_id,
-    grid_x, grid_y, grid_z, block_x, block_y, block_z,
-    registers_per_thread, shared_memory_bytes, bytes, copy_kind,
     CAST(NULL AS BIGINT) AS graph_id,
     CAST(NULL AS BIGINT) AS graph_node_id,
     CAST(NULL AS VARCHAR) AS domain,
     CAST(NULL AS VARCHAR) AS end_tid,
     CASE
-        WHEN rewrite AND args_json IS NULL THEN CAST(json_object('_source_pid', pid) AS VARCHAR)
-        WHEN rewrite AND json_type(args_json) = 'OBJECT'
-            THEN CAST(json_merge_patch(args_json, json_object('_source_pid', pid)) AS VARCHAR)
-        ELSE args_json
+        WHEN NOT rewrite THEN CAST(args AS VARCHAR)
+        WHEN args IS NULL THEN CAST(json_object('_source_pid', pid) AS VARCHAR)
+        WHEN json_type(args) = 'OBJECT' THEN CAST(json_merge_patch(args, json_object('_source_pid', pid)) AS VARCHAR)
+        ELSE CAST(args AS VARCHAR)
     END AS args_json
 FROM w
 """
@@ -225,7 +242,7 @@ def _check_not_empty(path: Path) -> int:
 
 def _is_object_rest(text: str, i: int) -> bool:
     """True when ``text[i:]`` is ``(, "key": value)* }`` then whitespace only: the rest of the top object."""
-    dec = json.JSONDecoder()
+    dec = _DECODER
     n = len(text)
     while True:
         i = _WS_RE.match(text, i).end()
@@ -260,15 +277,15 @@ def _find_array_end(fh: IO[bytes], size: int) -> int | None:
     """
     previous: int | None = None
     for window in TAIL_WINDOWS_BYTES:
-        start = max(1, size - window)
+        start = max(0, size - window)
         fh.seek(start)
         text = fh.read(size - start).decode("utf-8", "surrogateescape")
         found = None
         for m in _TAIL_CANDIDATE_RE.finditer(text):
-            if _is_object_rest(text, m.start() + 1):
-                found = start + len(text[: m.start()].encode("utf-8", "surrogateescape"))
+            if _is_object_rest(text, m.end(1)):
+                found = start + len(text[: m.start(1)].encode("utf-8", "surrogateescape"))
                 break
-        if start == 1:
+        if start == 0:
             return found
         if found is not None and found == previous:
             return found
@@ -489,7 +506,7 @@ def _start_epoch_ns(meta: dict[str, Any], origin_abs_ns: int) -> int | None:
 
 # -- DuckDB ----------------------------------------------------------------------------------------------
 def _connect(workdir: Path) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(str(workdir / "kineto.duckdb"))
+    con = duckdb.connect()
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET threads = 1")
     con.execute("SET memory_limit = $m", {"m": DUCKDB_MEMORY_LIMIT})
@@ -497,55 +514,29 @@ def _connect(workdir: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _stage(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str) -> None:
-    con.execute("DROP TABLE IF EXISTS ev")
-    con.execute(_STAGE_SQL, {"path": str(events_path), "format": fmt, "columns": READ_COLUMNS})
+def _scan(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str) -> tuple[int, int, int, list[str]]:
+    """(rows, rows without ts, origin in absolute ns, host pids of the launch calls) of the events file."""
+    src = {"path": str(events_path), "format": fmt, "columns": READ_COLUMNS}
+    n_rows, missing_ts, origin_timed, origin_any, host_pids = con.execute(_SCAN_SQL, src).fetchone()
+    origin = origin_timed if origin_timed is not None else (origin_any if origin_any is not None else 0)
+    return n_rows, missing_ts, origin, list(host_pids or [])
 
 
 def _stream_output(
-    con: duckdb.DuckDBPyConnection, trace_id: str, info: TraceInfo, meta: dict[str, Any],
-    extra_skipped: dict[str, int], extra_elements: int,
+    con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str, trace_id: str, origin_ns: int,
+    host_pids: list[str],
 ) -> Iterator[pa.RecordBatch]:
-    n_rows, missing_ts, origin_timed, origin_any = con.execute(
-        """
-        SELECT count(*),
-               count(*) FILTER (WHERE ts_abs_ns IS NULL AND phase IS DISTINCT FROM 'M'),
-               min(ts_abs_ns) FILTER (WHERE phase IS DISTINCT FROM 'M'),
-               min(ts_abs_ns)
-        FROM ev
-        """
-    ).fetchone()
-    origin = origin_timed if origin_timed is not None else (origin_any if origin_any is not None else 0)
-    skipped = dict(extra_skipped)
-    if missing_ts:
-        skipped["missing_ts"] = skipped.get("missing_ts", 0) + missing_ts
-    info.skipped_counts = skipped
-    info.source_event_count = n_rows + extra_elements
-    info.start_epoch_ns = _start_epoch_ns(meta, origin)
-
-    launch_kinds = list(LAUNCH_KINDS)
-    host_pids = [
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT pid FROM ev WHERE list_contains($k, kind) AND pid IS NOT NULL ORDER BY 1",
-            {"k": launch_kinds},
-        ).fetchall()
-    ]
-    single = host_pids[0] if len(host_pids) == 1 else None
-    con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE host_map AS
-        SELECT correlation_id, min(pid) AS host_pid
-        FROM ev
-        WHERE $multi AND list_contains($k, kind) AND correlation_id IS NOT NULL
-        GROUP BY correlation_id
-        HAVING count(DISTINCT pid) = 1
-        """,
-        {"multi": len(host_pids) > 1, "k": launch_kinds},
-    )
-    reader = con.sql(
-        _OUTPUT_SQL, params={"trace_id": trace_id, "origin_ns": origin, "host_pid": single}
-    ).to_arrow_reader(ROWS_PER_BATCH)
+    src = {"path": str(events_path), "format": fmt, "columns": READ_COLUMNS}
+    multi = len(host_pids) > 1
+    if multi:
+        con.execute(_HOST_MAP_SQL, src)
+    else:
+        con.execute("CREATE OR REPLACE TEMP TABLE host_map (correlation_id BIGINT, host_pid VARCHAR)")
+    params = {
+        **src, "trace_id": trace_id, "origin_ns": origin_ns, "multi": multi,
+        "host_pid": host_pids[0] if len(host_pids) == 1 else None,
+    }
+    reader = con.sql(_OUTPUT_SQL, params=params).to_arrow_reader(ROWS_PER_BATCH)
     for batch in reader:
         yield batch.cast(EVENT_SCHEMA)
 
@@ -563,29 +554,30 @@ def read_kineto(
     def batches() -> Iterator[pa.RecordBatch]:
         con = _connect(workdir)
         try:
-            staged: tuple[dict[str, Any], dict[str, int], int] | None = None
+            scanned = None
             if copied is not None:
                 events_path, meta = copied
+                fmt, skipped = "array", {}
                 try:
-                    _stage(con, events_path, "array")
-                    staged = (meta, {}, 0)
+                    scanned = _scan(con, events_path, fmt)
                 except duckdb.Error:
-                    staged = None  # an unexpected element or layout: take the streaming route
-                finally:
-                    events_path.unlink(missing_ok=True)
-            if staged is None:
-                nd_path, meta, skipped, _n_elements = _fallback_to_ndjson(path, workdir)
+                    events_path.unlink(missing_ok=True)  # an unexpected element or layout: stream-parse instead
+            if scanned is None:
+                events_path, meta, skipped, _ = _fallback_to_ndjson(path, workdir)
+                fmt = "newline_delimited"
                 try:
-                    _stage(con, nd_path, "newline_delimited")
+                    scanned = _scan(con, events_path, fmt)
                 except duckdb.Error as exc:
                     raise IngestError(f"{path}: cannot read the trace events ({exc})") from None
-                finally:
-                    nd_path.unlink(missing_ok=True)
-                # every NDJSON line became a row; the elements not written were counted in ``skipped``
-                staged = (meta, skipped, sum(skipped.values()))
-            meta, skipped, extra = staged
+            n_rows, missing_ts, origin_ns, host_pids = scanned
             _fill_info(info, meta)
-            yield from _stream_output(con, trace_id, info, meta, skipped, extra)
+            if missing_ts:
+                skipped["missing_ts"] = skipped.get("missing_ts", 0) + missing_ts
+            info.skipped_counts = skipped
+            # rows of the events file + elements never written to it (counted in ``skipped`` by the fallback)
+            info.source_event_count = n_rows + sum(v for k, v in skipped.items() if k != "missing_ts")
+            info.start_epoch_ns = _start_epoch_ns(meta, origin_ns)
+            yield from _stream_output(con, events_path, fmt, trace_id, origin_ns, host_pids)
         finally:
             con.close()
 
