@@ -36,8 +36,10 @@ class TickResult:
 def execute_request(defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRequest,
                     job_name: str = "trace_job") -> dg.ExecuteInProcessResult:
     job = defs.resolve_job_def(request.job_name or job_name)
+    level = os.environ.get("TAXBREAK_LOG_LEVEL", "WARNING")  # the console logger; the instance keeps everything
+    run_config = {**dict(request.run_config or {}), "loggers": {"console": {"config": {"log_level": level}}}}
     return job.execute_in_process(
-        run_config=request.run_config, instance=instance, partition_key=request.partition_key,
+        run_config=run_config, instance=instance, partition_key=request.partition_key,
         tags=dict(request.tags), raise_on_error=False,
     )
 
@@ -106,7 +108,7 @@ def run_inbox_pipeline(paths: Paths | None = None, settle_s: float = 0.0) -> lis
             with dg.DagsterInstance.get() as instance:
                 _, ticks = run_until_idle(load_defs(), instance)
         else:
-            with dg.DagsterInstance.local_temp() as instance:
+            with dg.DagsterInstance.local_temp(overrides={"telemetry": {"enabled": False}}) as instance:
                 _, ticks = run_until_idle(load_defs(), instance)
     finally:
         for k, v in saved.items():

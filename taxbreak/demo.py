@@ -124,9 +124,14 @@ def _print_analysis(paths: Paths) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     paths = Paths.from_env()
-    files = capture_into_inbox(paths)
-    results = ingest_inbox(paths, files)
+    capture_into_inbox(paths)
+    from taxbreak.pipeline.local import run_inbox_pipeline  # Dagster lives in pipeline/ only
+
+    # The bucket sensor and the runs it asks for, in this process (no daemon): ingest + tables + exports.
+    results = run_inbox_pipeline(paths)
     failed = print_results(paths, results)
+    print(f"warehouse: {paths.warehouse}  (while runs write, query {paths.warehouse.parent / 'exports'}/"
+          "<table>.parquet or ATTACH snapshot.duckdb READ_ONLY; UI: DAGSTER_HOME=... dg dev, docs/orchestration.md)")
     if failed:
         print(f"{failed} of {len(results)} trace(s) failed to ingest", file=sys.stderr)
     return 1 if failed else 0
