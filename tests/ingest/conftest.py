@@ -15,7 +15,7 @@ from taxbreak.ingest import Lake
 PUBLIC_TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def public_traces() -> Path:
     if not PUBLIC_TRACES.is_dir():
         pytest.skip(f"public traces not found at {PUBLIC_TRACES} (../shared is absent)")
