@@ -1,0 +1,75 @@
+"""The Parquet lake: atomic partitions, catalogue rows, refusal of unknown schema major versions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from taxbreak.ingest import Lake, TraceInfo
+from taxbreak.schemas import CATALOGUE_SCHEMA, EVENT_SCHEMA, SchemaVersionError
+
+TRACE_ID = "ab" * 32
+
+
+def _batch(n: int, start_ns: int = 0) -> pa.RecordBatch:
+    rows = [
+        {"trace_id": TRACE_ID, "source_format": "kineto", "kind": "kernel", "name": f"k{i}",
+         "ts_ns": start_ns + 10 * i, "dur_ns": 5}
+        for i in range(n)
+    ]
+    return pa.RecordBatch.from_pylist(rows, schema=EVENT_SCHEMA)
+
+
+def _leftovers(lake: Lake) -> list[str]:
+    staging = lake.root / "_staging"
+    return sorted(p.name for p in staging.iterdir()) if staging.exists() else []
+
+
+def test_write_publishes_one_partition_and_a_catalogue_row(lake):
+    info = TraceInfo(source_format="kineto", skipped_counts={"missing_ts": 2}, source_event_count=7)
+    row = lake.write_events(TRACE_ID, iter([_batch(3), _batch(2, start_ns=100)]), info,
+                            file_name="t.json", source_path="/x/t.json", file_bytes=123)
+    assert _leftovers(lake) == []
+    assert [p.name for p in lake.events_dir(TRACE_ID).iterdir()] == ["part-0.parquet"]
+    table = lake.read_events(TRACE_ID)
+    assert table.num_rows == 5 and table.schema == EVENT_SCHEMA
+    assert (row["event_count"], row["source_event_count"], row["duration_ns"]) == (5, 7, 115)
+    assert lake.catalogue_row(TRACE_ID)["status"] == "ingested"
+    assert lake.catalogue().num_rows == 1
+
+
+def test_a_failing_batch_stream_leaves_nothing_behind(lake):
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield _batch(3)
+        raise RuntimeError("adapter broke halfway")
+
+    with pytest.raises(RuntimeError, match="halfway"):
+        lake.write_events(TRACE_ID, batches(), TraceInfo(source_format="kineto"),
+                          file_name="t.json", source_path="/x/t.json", file_bytes=1)
+    assert _leftovers(lake) == []
+    assert not lake.events_dir(TRACE_ID).exists()
+    assert lake.catalogue_row(TRACE_ID) is None
+
+
+def test_reader_refuses_an_unknown_major_version(lake):
+    part = lake.events_dir(TRACE_ID) / "part-0.parquet"
+    part.parent.mkdir(parents=True)
+    future = EVENT_SCHEMA.with_metadata({"taxbreak.schema.name": "taxbreak.events", "taxbreak.schema.version": "2.0.0"})
+    pq.write_table(pa.Table.from_batches([_batch(1)]).cast(future), part)
+    with pytest.raises(SchemaVersionError, match=r"written with taxbreak event schema 2\.0\.0.*major version 1"):
+        lake.read_events(TRACE_ID)
+
+
+def test_catalogue_refuses_an_unknown_major_version(lake):
+    path = lake.catalogue_path(TRACE_ID)
+    path.parent.mkdir(parents=True)
+    future = CATALOGUE_SCHEMA.with_metadata(
+        {"taxbreak.schema.name": "taxbreak.catalogue", "taxbreak.schema.version": "2.0.0"})
+    pq.write_table(CATALOGUE_SCHEMA.empty_table().cast(future), path)
+    with pytest.raises(SchemaVersionError, match="2.0.0"):
+        lake.catalogue()
+    with pytest.raises(SchemaVersionError, match="upgrade taxbreak or re-ingest"):
+        lake.catalogue_row(TRACE_ID)
