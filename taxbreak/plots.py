@@ -46,6 +46,30 @@ def _text(x: float, y: float, s: str, anchor: str = "start", extra: str = "") ->
     return f"<text x='{x:.1f}' y='{y:.1f}' text-anchor='{anchor}' {extra}>{escape(s)}</text>"
 
 
+def short_kernel_name(name: str, max_chars: int = 48) -> str:
+    """A readable kernel label: no 'void', no argument list, no namespaces, the first non-numeric template argument
+    kept (``vectorized_elementwise_kernel<CUDAFunctor_add>``)."""
+    s = name.removeprefix("void ").replace("(anonymous namespace)::", "").strip()
+    depth, base_end = 0, len(s)
+    for i, ch in enumerate(s):  # the argument list starts at the first '(' outside template brackets
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0:
+            base_end = i
+            break
+    s = s[:base_end]
+    head, lt, rest = s.partition("<")
+    head = head.split("::")[-1]
+    if lt:
+        arg = next((a.strip() for a in rest.split(",") if a.strip() and not a.strip()[0].isdigit()
+                    and not a.strip().startswith("-")), "")
+        arg = arg.split("<")[0].split("::")[-1].strip(" >")
+        head = f"{head}<{arg}>" if arg else head
+    return head if len(head) <= max_chars else head[: max_chars - 3] + "..."
+
+
 def _nice_ticks(vmax: float, n: int = 5) -> list[float]:
     if vmax <= 0:
         return [0.0]
@@ -57,7 +81,7 @@ def _nice_ticks(vmax: float, n: int = 5) -> list[float]:
 
 def stacked_hbar(
     rows: list[tuple[str, list[tuple[str, float]]]], unit: str = "ns", title: str = "", width: int = 900,
-    colors: dict[str, str] | None = None, legend: bool = True,
+    colors: dict[str, str] | None = None, legend: bool = True, label_w: int = 190, label_chars: int = 28,
 ) -> str:
     """Horizontal stacked bars: one bar per (label, [(segment, value)]) row, a shared legend and axis."""
     seg_names: list[str] = []
@@ -67,7 +91,7 @@ def stacked_hbar(
                 seg_names.append(name)
     colors = colors or {}
     color = {n: colors.get(n, PALETTE[i % len(PALETTE)]) for i, n in enumerate(seg_names)}
-    label_w, bar_h, gap, top = 190, 22, 10, 46 if title else 26
+    bar_h, gap, top = 22, 10, 46 if title else 26
     plot_w = width - label_w - 30
     vmax = max([sum(max(v, 0) for _, v in segs) for _, segs in rows] + [0])
     ticks = _nice_ticks(vmax)
@@ -83,13 +107,13 @@ def stacked_hbar(
         lx += 24 + 7 * len(n)
     for i, (label, segs) in enumerate(rows):
         y = top + i * (bar_h + gap)
-        body.append(_text(label_w - 6, y + bar_h * 0.7, label[:28], anchor="end"))
+        body.append(_text(label_w - 6, y + bar_h * 0.7, label[:label_chars], anchor="end"))
         x = float(label_w)
         for name, v in segs:
             w = max(v, 0) / scale_max * plot_w
             body.append(
                 f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{bar_h}' fill='{color[name]}'>"
-                f"<title>{escape(f'{label}: {name} = {fmt_value(v, unit)}')}</title></rect>"
+                f"<title>{escape(label + ': ' + (name + ' = ' if legend else '') + fmt_value(v, unit))}</title></rect>"
             )
             x += w
         total = sum(max(v, 0) for _, v in segs)
@@ -104,10 +128,13 @@ def stacked_hbar(
     return _svg(width, height, body, title or "stacked bars")
 
 
-def hbar(items: list[tuple[str, float]], unit: str = "ns", title: str = "", width: int = 900) -> str:
-    """Simple horizontal bars, largest first as given."""
+def hbar(
+    items: list[tuple[str, float]], unit: str = "ns", title: str = "", width: int = 900, label_w: int = 190,
+    label_chars: int = 28,
+) -> str:
+    """Simple horizontal bars, in the order given."""
     return stacked_hbar([(label, [("value", v)]) for label, v in items], unit=unit, title=title, width=width,
-                        colors={"value": PALETTE[0]}, legend=False)
+                        colors={"value": PALETTE[0]}, legend=False, label_w=label_w, label_chars=label_chars)
 
 
 def line_chart(
@@ -179,7 +206,7 @@ def timeline(
         return _svg(width, 60, [_text(8, 30, f"{title}: no events")], title)
     t0, t1 = min(s for s, _ in spans), max(e for _, e in spans)
     t1 = t1 if t1 > t0 else t0 + 1
-    label_w, lane_h, top = 120, 26, 44 if title else 24
+    label_w, lane_h, top = 150, 26, 44 if title else 24
     pw = width - label_w - 16
     height = top + len(lanes) * (lane_h + 8) + 40
     cats: dict[str, str] = dict(lane_colors or {})

@@ -44,8 +44,9 @@ def _sq(text: str) -> str:
 
 
 def _ro(path: Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(path), read_only=True, config={"autoinstall_known_extensions": "false",
-                                                             "autoload_known_extensions": "false"})
+    con = duckdb.connect(str(path), read_only=True)  # default config: shares an instance this process has open
+    con.execute("SET autoinstall_known_extensions = false")
+    return con
 
 
 def _is_lock_error(exc: Exception) -> bool:

@@ -117,7 +117,7 @@ def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | 
         SELECT gap_start_ns, gap_end_ns FROM device_idle_gaps
         WHERE trace_id = $t AND gap_end_ns > $a AND gap_start_ns < $b ORDER BY gap_start_ns
     """, {"t": trace_id, "a": t0, "b": t1}).fetchall()
-    lanes = [("host: framework ops", sorted(ops.values())), ("host: launch calls", launches)]
+    lanes = [("framework ops", sorted(ops.values())), ("launch calls", launches)]
     lanes += [(name, boxes) for name, boxes in sorted(streams.items())]
     idle_ns = sum(min(e, t1) - max(s, t0) for s, e in gaps)
     return {"lanes": lanes, "gaps": [(max(s, t0), min(e, t1)) for s, e in gaps], "kernels": len(ks),
@@ -329,7 +329,8 @@ def _trace_section(t: dict[str, Any]) -> str:
         h.append("<p class='note'>no kernels</p>")
     h.append("<h3>Top kernels by total time</h3>")
     if t["top_kernels"]:
-        h.append(plots.hbar([(k["kernel_name"][:28], k["total_dur_ns"]) for k in t["top_kernels"]]))
+        h.append(plots.hbar([(plots.short_kernel_name(k["kernel_name"]), k["total_dur_ns"]) for k in t["top_kernels"]],
+                            label_w=330, label_chars=48))
     h.append(_table(t["top_kernels"], [("kernel_name", "kernel", ""), ("invocations", "count", ""),
                                        ("total_dur_ns", "total", "ns"), ("akd_ns", "mean (AKD)", "ns"),
                                        ("time_share", "share", "fraction"),

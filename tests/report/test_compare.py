@@ -1,0 +1,72 @@
+"""`taxbreak compare`: the figures equal the warehouse numbers and the synthetic generator's own counts."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+from taxbreak.cli import main
+from taxbreak.compare import GroupError, compare, resolve_group
+
+
+@pytest.fixture(scope="module")
+def con(wh: dict) -> duckdb.DuckDBPyConnection:
+    c = duckdb.connect(str(wh["warehouse"]), read_only=True)
+    yield c
+    c.close()
+
+
+def _trace_row(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict:
+    cur = con.execute("SELECT * FROM taxbreak_by_scope WHERE scope_kind = 'trace' AND trace_id = $t", {"t": trace_id})
+    return dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
+
+
+def test_two_traces_match_the_warehouse(wh: dict, con: duckdb.DuckDBPyConnection) -> None:
+    a_id, b_id = wh["ids"]["dense_bs1"], wh["ids"]["moe"]
+    res = compare(con, a_id[:10], b_id[:10])
+    got = {r["metric"]: r for r in res["rows"]}
+    assert res["a"]["trace_ids"] == [a_id] and res["b"]["trace_ids"] == [b_id]
+    ra, rb = _trace_row(con, a_id), _trace_row(con, b_id)
+    for m in ("t_orchestrate_ns", "delta_ft_ns", "delta_ct_ns", "delta_kt_ns", "t_device_active_ns", "kernels"):
+        assert got[m]["a"] == ra[m] and got[m]["b"] == rb[m] and got[m]["delta"] == rb[m] - ra[m]
+    assert got["hdbi"]["a"] == pytest.approx(ra["hdbi"], abs=1e-12)
+    assert got["hdbi"]["b"] == pytest.approx(rb["hdbi"], abs=1e-12)
+    # kernels per token from the generator: every kernel lies in a step, m = output_tokens
+    cfg_a, cfg_b = wh["configs"]["dense_bs1"], wh["configs"]["moe"]
+    assert got["kernels"]["a"] == wh["kernels"]["dense_bs1"]
+    assert got["kpt"]["a"] == wh["kernels"]["dense_bs1"] / cfg_a.output_tokens
+    assert got["kpt"]["b"] == wh["kernels"]["moe"] / cfg_b.output_tokens
+    il = dict(con.execute("SELECT trace_id, il_ns FROM skip_by_trace").fetchall())
+    assert got["end_to_end_ns"]["a"] == il[a_id] and got["end_to_end_ns"]["b"] == il[b_id]
+    # ΔKT is N * T_sys: one launch per kernel, default H100 floor 4510 ns
+    assert got["delta_kt_ns"]["a"] == wh["kernels"]["dense_bs1"] * 4510
+
+
+def test_groups_sum_their_traces(wh: dict, con: duckdb.DuckDBPyConnection) -> None:
+    dense = [wh["ids"][f"dense_bs{b}"] for b in (1, 4, 16)]
+    assert sorted(resolve_group(con, "kind:dense")) == sorted(dense)
+    assert sorted(resolve_group(con, "*bs1_*,*bs16*")) == sorted([wh["ids"]["dense_bs1"], wh["ids"]["moe"],
+                                                                   wh["ids"]["dense_bs16"]])
+    res = compare(con, "kind:dense", "model:synthetic-moe-L2")
+    got = {r["metric"]: r for r in res["rows"]}
+    rows = [_trace_row(con, t) for t in dense]
+    orch = sum(r["t_orchestrate_ns"] for r in rows)
+    dev = sum(r["t_device_active_ns"] for r in rows)
+    assert got["traces"]["a"] == 3 and got["t_orchestrate_ns"]["a"] == orch
+    assert got["hdbi"]["a"] == pytest.approx(dev / (dev + orch), abs=1e-12)
+    assert got["kpt"]["a"] == sum(wh["kernels"][f"dense_bs{b}"] for b in (1, 4, 16)) / 12
+
+
+def test_unknown_group_names_the_item(con: duckdb.DuckDBPyConnection) -> None:
+    with pytest.raises(GroupError, match="'model:nope' matches no analysed trace"):
+        resolve_group(con, "model:nope")
+
+
+def test_cli_json(wh: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["compare", "--warehouse", str(wh["warehouse"]), "--json", "bs:1", "bs:16"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and len(out["b"]["trace_ids"]) == 1
+    assert main(["compare", "--warehouse", str(wh["warehouse"]), "bs:1", "bs:999"]) == 2
+    assert "bs:999" in capsys.readouterr().err

@@ -1,0 +1,138 @@
+"""`taxbreak report`: the data it shows, well-formed SVG, and a render in a real headless browser (chromium)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from taxbreak import plots
+from taxbreak.cli import main
+from taxbreak.report import collect, render_html
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def data(wh: dict) -> dict:
+    con = duckdb.connect(str(wh["warehouse"]), read_only=True)
+    try:
+        return collect(con)
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def report_file(wh: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    assert main(["report", "--warehouse", str(wh["warehouse"]), "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    exe = shutil.which("chromium")
+    if exe is None and shutil.which("apt-get"):
+        subprocess.run("apt-get update && apt-get install -y --no-install-recommends chromium", shell=True,
+                       capture_output=True, timeout=600, check=False)
+        exe = shutil.which("chromium")
+    if exe is None:
+        pytest.skip("chromium is not installed and `apt-get install chromium` failed (no root or no network)")
+    return exe
+
+
+def _by_file(data: dict) -> dict:
+    return {t["trace_id"]: t for t in data["traces"]}
+
+
+def test_collect_traces_and_sweep(wh: dict, data: dict) -> None:
+    traces = _by_file(data)
+    assert set(traces) == set(wh["ids"].values())
+    dense1 = traces[wh["ids"]["dense_bs1"]]
+    assert dense1["kernels"] == wh["kernels"]["dense_bs1"] and dense1["kpt"] == wh["kernels"]["dense_bs1"] / 4
+    assert dense1["t_sys_ns"] == 4510 and dense1["t_sys_is_default"]
+    sweep = data["sweeps"]["synthetic-dense-L2"]
+    assert [p["batch_size"] for p in sweep["points"]] == [1, 4, 16]
+    hd = [p["hdbi"] for p in sweep["points"]]
+    assert hd[0] < hd[1] < 0.5 < hd[2]  # bigger batches: more device work per launch
+    assert 4 < sweep["transition_bs"] < 16
+    assert "synthetic-moe-L2" not in data["sweeps"]  # one batch size is no sweep
+
+
+def test_timeline_is_the_first_decode_step(wh: dict, data: dict) -> None:
+    t = _by_file(data)[wh["ids"]["dense_bs1"]]
+    step = t["timeline_step"]
+    assert step["phase"] == "decode" and step["step_name"].startswith("decode")
+    tl = t["timeline"]
+    assert tl["kernels"] == step["kernels"]
+    lanes = dict(tl["lanes"])
+    assert len(lanes["launch calls"]) == step["kernels"]  # one launch call per kernel, no graphs
+    assert sum(len(b) for name, b in tl["lanes"] if name.startswith("GPU")) == step["kernels"]
+    assert 0 < tl["idle_ns"] < tl["window_ns"]
+
+
+def test_assumptions_name_defaults_tokens_and_orphans(wh: dict, data: dict) -> None:
+    text = "\n".join(data["assumptions"])
+    assert text.count("documented default") == len(wh["ids"])
+    if "mock" in wh["ids"]:
+        assert "mock.sqlite: kernels per token unknown" in text and "mock.sqlite: 2 of 2 kernels are orphans" in text
+
+
+def test_every_plot_is_well_formed_svg(data: dict) -> None:
+    html = render_html(data)
+    svgs = re.findall(r"<svg .*?</svg>", html, flags=re.S)
+    assert len(svgs) >= 4 + 3 * len(data["traces"])
+    for s in svgs:
+        ET.fromstring(s)
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained: no remote assets
+    assert "https://" not in html
+
+
+def test_plot_geometry() -> None:
+    svg = plots.stacked_hbar([("a", [("x", 30.0), ("y", 10.0)]), ("b", [("x", 40.0), ("y", 0.0)])], unit="")
+    root = ET.fromstring(svg)
+    bars = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.find("{http://www.w3.org/2000/svg}title")
+            is not None]
+    widths = [float(r.get("width")) for r in bars]
+    assert len(bars) == 4 and widths[0] == pytest.approx(widths[2] * 0.75) and widths[1] == pytest.approx(
+        widths[0] / 3) and widths[3] == 0
+
+
+@pytest.mark.parametrize(("name", "short"), [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+     "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
+     "vectorized_elementwise_kernel<CUDAFunctor_add>"),
+    ("void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, "
+     "true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, int)", "indexSelectLargeIndex<BFloat16>"),
+    ("gemv2N_kernel", "gemv2N_kernel"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tile..."),
+])
+def test_short_kernel_name(name: str, short: str) -> None:
+    assert plots.short_kernel_name(name) == short
+
+
+def _run_chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
+                          text=True, timeout=90)
+
+
+def test_renders_in_headless_chromium(chromium: str, report_file: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "report.png"
+    proc = _run_chromium(chromium, tmp_path / "p1", f"--screenshot={shot}", "--window-size=1280,2000",
+                         "--enable-logging=stderr", "--v=0", report_file.as_uri())
+    assert shot.exists() and shot.stat().st_size > 30_000, proc.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = [line for line in proc.stderr.splitlines() if "Uncaught" in line or "CONSOLE" in line]
+    assert not bad, bad
+    dom = _run_chromium(chromium, tmp_path / "p2", "--dump-dom", report_file.as_uri())
+    m = re.search(r"<title>(.*?)</title>", dom.stdout)
+    assert m and m.group(1) == "TaxBreak report", m.group(1) if m else dom.stderr[-2000:]
+    n_svg = report_file.read_text(encoding="utf-8").count("<svg ")
+    assert f'data-rendered="{n_svg}"' in dom.stdout  # the page's own script ran and saw every plot
