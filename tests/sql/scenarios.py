@@ -102,3 +102,54 @@ def build_mixed(root: Path) -> Lake:
     write_trace(lake, MIXED_ID, mixed_rows(), gpu="NVIDIA H100 80GB HBM3", file_name="mixed.json",
                 metadata={"taxbreak": MIXED_META})
     return lake
+
+
+NSYS_ID = "c" * 64
+FUSION_ID = "d" * 64
+
+
+def nsys_rows(t: str = NSYS_ID) -> list[dict]:
+    """Nsight-like: NVTX op ranges (``aten::mm, op_id = 4``), no library ranges, so I_lib comes from names.
+
+    pid 300 thread 301: NVTX 'aten::linear, op_id = 3' [1000, 9000) > NVTX 'aten::mm, op_id = 4' [2000, 5000)
+      cudaLaunchKernel corr 7 [3000, 3400) -> sm90_xmma_gemm_bf16 [6000, 7000)   (cublas_xmma: I_lib 1)
+      cudaLaunchKernel corr 8 [6000, 6300) -> nvjet_tst_128 [8000, 8500)         (nvjet: I_lib 0; op aten::linear)
+    cudaLaunchKernel corr 9 [9500, 9600) outside every op -> my_triton_kernel [9700, 9800)   (orphan: no op)
+    GPU NVIDIA H200: T_sys 4300 ns by default."""
+    P, T = "300", "301"
+    rows = [
+        ev(t, "nvtx_range", "aten::linear, op_id = 3", 1000, 8000, P, T),
+        ev(t, "nvtx_range", "aten::mm, op_id = 4", 2000, 3000, P, T),
+        ev(t, "runtime_api", "cudaLaunchKernel", 3000, 400, P, T, correlation_id=7),
+        kernel(t, "sm90_xmma_gemm_bf16", 6000, 1000, P, 7),
+        ev(t, "runtime_api", "cudaLaunchKernel", 6000, 300, P, T, correlation_id=8),
+        kernel(t, "nvjet_tst_128", 8000, 500, P, 8),
+        ev(t, "runtime_api", "cudaLaunchKernel", 9500, 100, P, T, correlation_id=9),
+        kernel(t, "my_triton_kernel", 9700, 100, P, 9),
+    ]
+    for r in rows:
+        r["source_format"] = "nsys-sqlite"
+    return rows
+
+
+def null_kernel_rows(t: str = NULL_ID) -> list[dict]:
+    """25 launches of an empty kernel, 20 warm-up (9000 ns launch-to-start) then 4000, 4100, 4200, 4300, 4400."""
+    rows = [ev(t, "framework_op", "taxbreak::null_kernel_loop", 0, 300_000, "9", "9")]
+    deltas = [9000] * 20 + [4000, 4100, 4200, 4300, 4400]
+    for i, d in enumerate(deltas):
+        ts = 1000 + i * 10_000
+        rows.append(ev(t, "runtime_api", "cudaLaunchKernel", ts, 500, "9", "9", correlation_id=i + 1))
+        rows.append(kernel(t, "null_kernel", ts + d, 1000, "9", i + 1))
+        rows.append(ev(t, "runtime_api", "cudaDeviceSynchronize", ts + 600, 6000, "9", "9", correlation_id=1000 + i))
+    return rows
+
+
+def fusion_rows(t: str = FUSION_ID) -> list[dict]:
+    """Kernels A B C A B C, a cudaDeviceSynchronize, then A B C D (one process, launch order = kernel order)."""
+    names = ["A", "B", "C", "A", "B", "C", "A", "B", "C", "D"]
+    rows = [ev(t, "runtime_api", "cudaDeviceSynchronize", 6 * 1000 + 50, 100, "1", "1", correlation_id=500)]
+    for i, name in enumerate(names):
+        ts = i * 1000 + (500 if i >= 6 else 0)
+        rows.append(ev(t, "runtime_api", "cudaLaunchKernel", ts, 100, "1", "1", correlation_id=i + 1))
+        rows.append(kernel(t, name, ts + 200, 100, "1", i + 1))
+    return rows
