@@ -65,7 +65,8 @@ def short_kernel_name(name: str, max_chars: int = 48) -> str:
     if lt:
         arg = next((a.strip() for a in rest.split(",") if a.strip() and not a.strip()[0].isdigit()
                     and not a.strip().startswith("-")), "")
-        arg = arg.split("<")[0].split("::")[-1].strip(" >")
+        parts = [p for p in arg.split("<")[0].split("::") if p and not any(c in p for c in "{}()")]
+        arg = parts[-1].strip(" >") if parts else ""
         head = f"{head}<{arg}>" if arg else head
     return head if len(head) <= max_chars else head[: max_chars - 3] + "..."
 
@@ -236,7 +237,8 @@ def timeline(
     ay = top + plot_h
     for k in range(6):
         t = t0 + (t1 - t0) * k / 5
-        body.append(_text(px(t), ay + 14, "+" + _fmt_ns(t - t0), anchor="middle", extra="fill='#555'"))
+        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
+        body.append(_text(px(t), ay + 14, "+" + _fmt_ns(t - t0), anchor=anchor, extra="fill='#555'"))
     lx = label_w
     for cat, c in list(cats.items()) + [("GPU idle", "#e15759")]:
         op = " opacity='0.35'" if cat == "GPU idle" else ""

@@ -200,7 +200,8 @@ h3{font-size:15px;margin-top:22px}table{border-collapse:collapse;font-size:12.5p
 td,th{border:1px solid #ddd;padding:3px 7px;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
 th{background:#f4f4f4}.cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #ddd;border-radius:6px;
 padding:8px 12px;min-width:130px}.card b{display:block;font-size:18px}.card span{color:#666;font-size:12px}
-.note{color:#555;font-size:12.5px}.warn{background:#fff6e5;border-left:4px solid #f28e2b;padding:6px 10px}
+.note{color:#555;font-size:12.5px}
+td.mono{word-break:break-all;max-width:640px}.warn{background:#fff6e5;border-left:4px solid #f28e2b;padding:6px 10px}
 code{background:#f4f4f4;padding:1px 4px}.mono{font-family:ui-monospace,monospace;font-size:11.5px}
 """
 
@@ -329,8 +330,8 @@ def _trace_section(t: dict[str, Any]) -> str:
         h.append("<p class='note'>no kernels</p>")
     h.append("<h3>Top kernels by total time</h3>")
     if t["top_kernels"]:
-        h.append(plots.hbar([(plots.short_kernel_name(k["kernel_name"]), k["total_dur_ns"]) for k in t["top_kernels"]],
-                            label_w=330, label_chars=48))
+        bars = [(plots.short_kernel_name(k["kernel_name"], 44), k["total_dur_ns"]) for k in t["top_kernels"]]
+        h.append(plots.hbar(bars, label_w=330, label_chars=44))
     h.append(_table(t["top_kernels"], [("kernel_name", "kernel", ""), ("invocations", "count", ""),
                                        ("total_dur_ns", "total", "ns"), ("akd_ns", "mean (AKD)", "ns"),
                                        ("time_share", "share", "fraction"),

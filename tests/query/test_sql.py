@@ -111,3 +111,18 @@ def test_reads_while_a_writer_holds_the_warehouse(wh: dict, tmp_path) -> None:  
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+def test_readme_query_runs_on_plain_duckdb(wh: dict, tmp_path) -> None:  # noqa: ANN001
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Querying the warehouse", 1)[1]
+    sql = section.split("```sql", 1)[1].split("```", 1)[0]
+    (tmp_path / "warehouse").mkdir()
+    _export(wh["warehouse"], tmp_path / "warehouse" / "exports")
+    code = "import duckdb, sys; print(duckdb.sql(sys.stdin.read()).fetchall())"  # no taxbreak import
+    proc = subprocess.run([sys.executable, "-I", "-c", code], input=sql, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("synthetic_dense") == 3 and "synthetic_moe" in proc.stdout

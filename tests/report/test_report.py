@@ -111,6 +111,8 @@ def test_plot_geometry() -> None:
     ("void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, "
      "true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, int)", "indexSelectLargeIndex<BFloat16>"),
     ("gemv2N_kernel", "gemv2N_kernel"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel::{lambda(c10::BFloat16)#1}, "
+     "std::array<char*, 2ul> >(int)", "vectorized_elementwise_kernel<silu_kernel>"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
      "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tile..."),
 ])
