@@ -291,7 +291,10 @@ def materialize_table(
             raise ValueError("materialize_table needs lake_root on a connection that was not prepared")
         prepare(con, lake_root, trace_ids, config)
         state = _run_state(con)
-    files = {f.name: f for f in sql_files()}
+    return _build(con, name, state, {f.name: f for f in sql_files()})
+
+
+def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], files: dict[str, SqlFile]) -> int:
     sf = files[name]
     catalog = _catalog(con)
     for dep in sf.reads:
@@ -299,17 +302,17 @@ def materialize_table(
             continue
         dsf = files[dep]
         if dsf.materialize == "temp":
-            materialize_table(con, dep)
+            _build(con, dep, state, files)
         elif dsf.scope == "all_traces":
             if not _exists(con, catalog, dep):
-                materialize_table(con, dep)
+                _build(con, dep, state, files)
         elif _exists(con, catalog, dep):
             con.execute(
                 f"CREATE TEMP VIEW {_q(dep)} AS SELECT * FROM {_q(catalog)}.main.{_q(dep)} "
                 "WHERE trace_id IN (SELECT trace_id FROM selected_traces)"
             )
         else:
-            materialize_table(con, dep)
+            _build(con, dep, state, files)
     if not state["trace_ids"] and sf.materialize == "temp":
         return 0  # nothing to read: no ingested trace selected
     bound = {p: state[p] for p in sf.params}
@@ -368,7 +371,9 @@ def materialize(
                 need.add(t)
                 stack.extend(d for d in by_name[t].reads if d in by_name)
             names = [n for n in names if n in need]
-        return {name: materialize_table(con, name) for name in names}
+        state = _run_state(con)
+        files = {f.name: f for f in order}
+        return {name: _build(con, name, state, files) for name in names}
     finally:
         if own:
             con.close()

@@ -1,0 +1,99 @@
+"""The SQL runner: file headers, dependency order, warehouse comments, per-trace incremental rebuild, sidecars."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from taxbreak import analysis
+from taxbreak.meta import MetaError, find_meta, validate_meta, write_sidecar
+
+from .scenarios import FUSION_ID, MIXED_ID, MIXED_META, build_mixed, fusion_rows, mixed_rows, write_trace
+
+
+def test_sql_files_ordered_and_documented() -> None:
+    files = analysis.sql_files()
+    names = [f.name for f in files]
+    pos = {n: i for i, n in enumerate(names)}
+    for f in files:
+        assert f.grain, f.name
+        for dep in f.reads:
+            if dep in pos:
+                assert pos[dep] < pos[f.name], (dep, f.name)
+        assert f.params in ([], ["event_files"]), f.name  # only the lake file list is bound
+    assert names.index("int_kernel_links") < names.index("kernel_taxbreak") < names.index("taxbreak_by_scope")
+
+
+def test_every_column_documented_in_warehouse(tmp_path: Path) -> None:
+    build_mixed(tmp_path / "lake")
+    analysis.materialize(tmp_path / "wh.duckdb", tmp_path / "lake")
+    con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
+    missing = con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = 'wh' AND comment IS NULL"
+    ).fetchall()
+    assert missing == []
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE comment IS NOT NULL").fetchall()}
+    assert "stg_events" not in tables  # run-local only
+    assert {"int_kernel_links", "kernel_taxbreak", "taxbreak_by_scope", "fusion_candidates"} <= tables
+    con.close()
+
+
+def test_incremental_rebuild_touches_only_the_given_trace(tmp_path: Path) -> None:
+    lake = build_mixed(tmp_path / "lake")
+    write_trace(lake, FUSION_ID, fusion_rows(), gpu="NVIDIA A100-SXM4-80GB", file_name="fusion.json")
+    wh = tmp_path / "wh.duckdb"
+    analysis.materialize(wh, tmp_path / "lake")
+    con = duckdb.connect(str(wh))
+    before = con.execute("SELECT trace_id, count(*) FROM int_kernel_links GROUP BY 1 ORDER BY 1").fetchall()
+    fusion_before = con.execute("SELECT * FROM taxbreak_by_scope WHERE trace_id = $t ORDER BY ALL",
+                                {"t": FUSION_ID}).fetchall()
+    con.close()
+    # the mixed trace changes (one kernel more), and only it is rebuilt, one table at a time on fresh connections
+    rows = mixed_rows()
+    from .scenarios import kernel
+
+    rows.append(kernel(MIXED_ID, "late_kernel", 35000, 100, "100", 98))
+    write_trace(lake, MIXED_ID, rows, gpu="NVIDIA H100 80GB HBM3", file_name="mixed.json",
+                metadata={"taxbreak": MIXED_META})
+    for name in ("int_kernel_links", "kernel_taxbreak", "taxbreak_by_scope"):
+        con = analysis.connect(wh)
+        analysis.materialize_table(con, name, trace_ids=[MIXED_ID], lake_root=tmp_path / "lake")
+        con.close()
+    con = duckdb.connect(str(wh), read_only=True)
+    after = con.execute("SELECT trace_id, count(*) FROM int_kernel_links GROUP BY 1 ORDER BY 1").fetchall()
+    assert dict(before) == {MIXED_ID: 9, FUSION_ID: 10}
+    assert dict(after) == {MIXED_ID: 10, FUSION_ID: 10}
+    assert con.execute("SELECT kernels, orphan_kernels FROM taxbreak_by_scope WHERE trace_id = $t AND "
+                       "scope_kind = 'trace'", {"t": MIXED_ID}).fetchall() == [(10, 2)]
+    assert con.execute("SELECT * FROM taxbreak_by_scope WHERE trace_id = $t ORDER BY ALL",
+                       {"t": FUSION_ID}).fetchall() == fusion_before
+    con.close()
+
+
+def test_sidecar_beside_the_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "run.json"
+    trace.write_text("{}")
+    side = write_sidecar(trace, {"taxbreak_meta_version": 1, "output_tokens": 10, "batch_size": 4,
+                                 "steps": [{"name": "decode#1", "phase": "decode", "tokens": 1}]})
+    assert side.name == "run.json.meta.json"
+    meta, source, note = find_meta(json.dumps({"other": 1}), str(trace))
+    assert source == "sidecar" and meta["output_tokens"] == 10 and note == ""
+    # trace metadata wins over the sidecar
+    meta, source, _ = find_meta(json.dumps({"taxbreak": {"taxbreak_meta_version": 1, "output_tokens": 3}}), str(trace))
+    assert (source, meta["output_tokens"]) == ("trace_metadata", 3)
+    meta, source, note = find_meta(None, str(tmp_path / "absent.json"))
+    assert meta is None and source is None and "no sidecar" in note
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"output_tokens": 3}, "taxbreak_meta_version"),
+    ({"taxbreak_meta_version": 1, "output_tokens": -1}, "output_tokens"),
+    ({"taxbreak_meta_version": 1, "kind": "training"}, "kind"),
+    ({"taxbreak_meta_version": 1, "steps": [{"name": "x", "phase": "warmup"}]}, "phase"),
+])
+def test_meta_validation(bad: dict, msg: str) -> None:
+    with pytest.raises(MetaError, match=msg):
+        validate_meta(bad)
