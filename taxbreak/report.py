@@ -22,6 +22,7 @@ HDBI_LABELS = [(0.2, "0.2: strongly host-bound"), (0.5, "0.5: host = device")]
 SPLIT_COLORS = {"ΔFT framework": "#4e79a7", "ΔCT library": "#f28e2b", "ΔKT launch floor": "#e15759",
                 "device active": "#59a14f"}
 TIMELINE_MAX_KERNELS = 400
+TIMELINE_NO_STEP_KERNELS = 150
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -90,14 +91,15 @@ def choose_step(steps: list[dict[str, Any]], step_id: str | None) -> dict[str, A
 
 def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | None) -> dict[str, Any]:
     """Framework ops, launch calls and kernels of one step (or the trace's first kernels), with the device's idle
-    gaps in that window; at most TIMELINE_MAX_KERNELS kernels."""
+    gaps in that window; at most TIMELINE_MAX_KERNELS kernels of a step, TIMELINE_NO_STEP_KERNELS without one."""
+    limit = TIMELINE_MAX_KERNELS if step_id is not None else TIMELINE_NO_STEP_KERNELS
     ks = _rows(con, """
         SELECT l.kernel_seq, l.kernel_name, l.kernel_ts_ns, l.kernel_end_ns, l.stream_id, l.device_id,
                l.launch_name, l.launch_ts_ns, l.launch_dur_ns, l.op_name, l.op_ts_ns, l.op_end_ns
         FROM int_kernel_links l JOIN kernel_taxbreak k USING (trace_id, kernel_seq)
         WHERE l.trace_id = $t AND ($any OR CAST(k.step_id AS VARCHAR) = $s)
         ORDER BY l.kernel_seq LIMIT $n
-    """, {"t": trace_id, "any": step_id is None, "s": str(step_id), "n": TIMELINE_MAX_KERNELS})
+    """, {"t": trace_id, "any": step_id is None, "s": str(step_id), "n": limit})
     if not ks:
         return {"lanes": [], "gaps": [], "kernels": 0}
     starts = [k["kernel_ts_ns"] for k in ks] + [k["launch_ts_ns"] for k in ks if k["launch_ts_ns"] is not None]
@@ -121,7 +123,7 @@ def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | 
     lanes += [(name, boxes) for name, boxes in sorted(streams.items())]
     idle_ns = sum(min(e, t1) - max(s, t0) for s, e in gaps)
     return {"lanes": lanes, "gaps": [(max(s, t0), min(e, t1)) for s, e in gaps], "kernels": len(ks),
-            "window_ns": t1 - t0, "idle_ns": idle_ns, "truncated": len(ks) == TIMELINE_MAX_KERNELS}
+            "window_ns": t1 - t0, "idle_ns": idle_ns, "truncated": len(ks) == limit}
 
 
 def sweep_series(traces: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -178,7 +180,9 @@ def collect(
         missing = sorted(set(trace_ids) - {t["trace_id"] for t in traces})
         if missing:
             raise RuntimeError(f"trace(s) not in the warehouse: {', '.join(missing)}")
-    for t in traces:
+    for i, t in enumerate(traces, 1):
+        if len(traces) > 3:
+            print(f"\rreport: trace {i}/{len(traces)} {t['file_name'][-40:]:<40}", end="", file=sys.stderr, flush=True)
         tid = t["trace_id"]
         t["steps"] = step_rows(con, tid)
         t["top_kernels"] = top_kernels(con, tid)
@@ -186,6 +190,8 @@ def collect(
         chosen = choose_step(t["steps"], step_id)
         t["timeline_step"] = chosen
         t["timeline"] = timeline_data(con, tid, chosen["scope_key"] if chosen else None)
+    if len(traces) > 3:
+        print(file=sys.stderr)
     sweeps = sweep_series(traces)
     return {"traces": traces, "sweeps": {m: {"points": p, "transition_bs": transition_batch(p)}
                                          for m, p in sweeps.items()},
@@ -309,9 +315,12 @@ def _sweep_section(sweeps: dict[str, Any]) -> str:
 
 def _trace_section(t: dict[str, Any]) -> str:
     h = [f"<h2 id='t-{t['trace_id'][:12]}'>{escape(t['file_name'])}</h2>",
-         f"<p class='note'>trace {t['trace_id'][:16]} · {escape(str(t['source_format']))} · "
-         f"{escape(str(t['gpu_name']))} · model {escape(str(t['model']))} ({escape(str(t['model_kind']))}) · "
-         f"batch {t['batch_size']} · output tokens {t['output_tokens']}</p>", _cards(t), _hdbi_caveat(t)]
+         "<p class='note'>" + escape(" · ".join(x for x in (
+             f"trace {t['trace_id'][:16]}", t["source_format"], t["gpu_name"],
+             t["model"] and f"model {t['model']}" + (f" ({t['model_kind']})" if t["model_kind"] else ""),
+             t["batch_size"] and f"batch {t['batch_size']}",
+             t["output_tokens"] and f"output tokens {t['output_tokens']}") if x)) + "</p>",
+         _cards(t), _hdbi_caveat(t)]
     steps = [s for s in t["steps"] if s["scope_key"] != "outside_steps"]
     if steps:
         rows = [(f"{s['scope_key']}: {s['step_name']}", _split_segments(s)) for s in steps[:40]]
@@ -324,7 +333,7 @@ def _trace_section(t: dict[str, Any]) -> str:
     if tl["kernels"]:
         h.append(plots.timeline(tl["lanes"], tl["gaps"]))
         h.append(f"<p class='note'>{tl['kernels']} kernels over {fmt_value(tl['window_ns'], 'ns')}; GPU idle "
-                 f"{fmt_value(tl['idle_ns'], 'ns')} (shaded)" + (f"; first {TIMELINE_MAX_KERNELS} kernels only"
+                 f"{fmt_value(tl['idle_ns'], 'ns')} (shaded)" + (f"; first {tl['kernels']} kernels only"
                                                                   if tl["truncated"] else "") + ".</p>")
     else:
         h.append("<p class='note'>no kernels</p>")
