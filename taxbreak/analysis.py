@@ -211,7 +211,9 @@ def prepare(
         "WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))", {"ids": ids},
     )
     con.unregister("_catalogue_arrow")
-    con.execute("CREATE OR REPLACE TEMP TABLE selected_traces AS SELECT unnest($ids::VARCHAR[]) AS trace_id", {"ids": ids})
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE selected_traces AS SELECT unnest($ids::VARCHAR[]) AS trace_id", {"ids": ids}
+    )
     meta_rows = []
     for r in rows:
         meta, source, note = find_meta(r.get("metadata_json"), r.get("source_path"))

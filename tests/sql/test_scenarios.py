@@ -11,8 +11,17 @@ from taxbreak import analysis
 from taxbreak.ingest.lake import Lake
 
 from .scenarios import (
-    FUSION_ID, MIXED_ID, MIXED_META, NSYS_ID, NULL_ID, build_mixed, fusion_rows, mixed_rows, null_kernel_rows,
-    nsys_rows, write_trace,
+    FUSION_ID,
+    MIXED_ID,
+    MIXED_META,
+    NSYS_ID,
+    NULL_ID,
+    build_mixed,
+    fusion_rows,
+    mixed_rows,
+    nsys_rows,
+    null_kernel_rows,
+    write_trace,
 )
 
 
