@@ -62,7 +62,8 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
         assert evals and all(e.passed for e in evals), [(e.check_name, e.metadata) for e in evals if not e.passed]
     exports = env["warehouse"].parent / "exports"
     assert (exports / "kernel_taxbreak.parquet").exists() and (exports / "snapshot.duckdb").exists()
-    assert duckdb.sql(f"SELECT count(*) FROM '{exports / 'kernel_taxbreak.parquet'}'").fetchone()[0] == 5
+    parquet = str(exports / "kernel_taxbreak.parquet")
+    assert duckdb.execute("SELECT count(*) FROM read_parquet($p)", {"p": parquet}).fetchall() == [(5,)]
 
     # nothing new: no run; the same good file again under another name: still no run, no new partition
     assert tick(defs, instance, t1.cursor).runs == []

@@ -30,24 +30,24 @@ def test_batch_job_ingests_partitions_in_parallel(env: dict[str, Path], instance
     shutil.copyfile(MOCK, files[2])
     from taxbreak.pipeline import local
 
-    result = dg.execute_job(
+    with dg.execute_job(
         dg.reconstructable(local.ingest_batch_job), instance=instance,
-        run_config={"execution": {"config": {"multiprocess": {
+        run_config={"execution": {"config": {
             "max_concurrent": 3, "start_method": {"forkserver": {"preload_modules": ["taxbreak.pipeline.local"]}},
-        }}}},
-    )
-    assert result.success
-    keys = {_sha(f.read_bytes()) for f in files}
-    assert set(instance.get_dynamic_partitions("traces")) == keys
-    mats = result.get_asset_materialization_events()
-    assert {m.partition for m in mats} == keys
-    assert {m.materialization.metadata["status"].value for m in mats} == {"ingested"}
-    # one step per trace, each in a process of its own
-    pids = {e.pid for e in result.all_events if e.is_step_start and e.step_key.startswith("ingest_one")}
-    assert len(pids) == 3
-    cat = {r["trace_id"]: r["event_count"] for r in Lake(env["lake"]).catalogue().to_pylist()}
-    assert cat == {_sha(files[0].read_bytes()): 7, _sha(files[1].read_bytes()): 10, _sha(MOCK.read_bytes()): 13}
-    assert result.output_for_node("summarise") == {"ingested": 3}
+        }}},
+    ) as result:
+        assert result.success
+        keys = {_sha(f.read_bytes()) for f in files}
+        assert set(instance.get_dynamic_partitions("traces")) == keys
+        mats = result.get_asset_materialization_events()
+        assert {m.partition for m in mats} == keys
+        assert {m.materialization.metadata["status"].value for m in mats} == {"ingested"}
+        # one step per trace, each in a process of its own
+        pids = {e.pid for e in result.all_events if e.is_step_start and e.step_key.startswith("ingest_one")}
+        assert len(pids) == 3
+        cat = {r["trace_id"]: r["event_count"] for r in Lake(env["lake"]).catalogue().to_pylist()}
+        assert cat == {_sha(files[0].read_bytes()): 7, _sha(files[1].read_bytes()): 10, _sha(MOCK.read_bytes()): 13}
+        assert result.output_for_node("summarise") == {"ingested": 3}
 
 
 def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance,
