@@ -126,3 +126,14 @@ def test_readme_query_runs_on_plain_duckdb(wh: dict, tmp_path) -> None:  # noqa:
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("synthetic_dense") == 3 and "synthetic_moe" in proc.stdout
+
+
+def test_missing_warehouse_names_the_file_and_the_fix(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+    db = tmp_path / "nowhere" / "taxbreak.duckdb"
+    for argv in (["sql", "--warehouse", str(db), "SELECT 1"], ["report", "--warehouse", str(db), "-o",
+                                                               str(tmp_path / "r.html")],
+                 ["compare", "--warehouse", str(db), "a", "b"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{db} does not exist" in err and "taxbreak analyze" in err
+    assert not (tmp_path / "r.html").exists()

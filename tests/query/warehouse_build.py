@@ -1,6 +1,6 @@
 """Builds the small test warehouse shared by tests/query and tests/report (loaded by path from their conftests):
-synthetic Nsight SQLite decodes (a dense batch-size sweep 1, 4, 16 and one MoE) plus the public nsys-ai mock
-export when the shared traces are present."""
+synthetic Nsight SQLite decodes (a dense batch-size sweep 1, 4, 16 and one MoE) plus the public nsys-ai exports
+mock.sqlite (2 kernels) and h100_2gpu_1s.sqlite (3442 kernels, SOURCES.md) when the shared traces are present."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ def build(root: Path) -> dict:
     for bs, cfg in DENSE.items():
         files[f"dense_bs{bs}"] = (generate_synthetic(root / "in", cfg, formats=("sqlite",))[0], cfg)
     files["moe"] = (generate_synthetic(root / "in", MOE, formats=("sqlite",))[0], MOE)
-    mock = PUBLIC / "nsys-ai" / "mock.sqlite"
-    if mock.exists():
-        files["mock"] = (mock, None)
+    for key, name in (("mock", "mock.sqlite"), ("h100", "h100_2gpu_1s.sqlite")):
+        if (PUBLIC / "nsys-ai" / name).exists():
+            files[key] = (PUBLIC / "nsys-ai" / name, None)
     lake = Lake(root / "lake")
     ids = {}
     for key, (path, _cfg) in files.items():

@@ -12,6 +12,6 @@ warehouse_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(warehouse_build)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wh(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return warehouse_build.build(tmp_path_factory.mktemp("wh"))

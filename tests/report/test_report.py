@@ -84,10 +84,24 @@ def test_assumptions_name_defaults_tokens_and_orphans(wh: dict, data: dict) -> N
         assert "mock.sqlite: kernels per token unknown" in text and "mock.sqlite: 2 of 2 kernels are orphans" in text
 
 
+def test_real_trace_without_steps(wh: dict, data: dict) -> None:
+    if "h100" not in wh["ids"]:
+        pytest.skip("the public traces (../shared/traces/public) are absent")
+    t = _by_file(data)[wh["ids"]["h100"]]
+    assert t["kernels"] == 3442  # SOURCES.md: CUPTI_ACTIVITY_KIND_KERNEL 3442
+    assert t["timeline_step"] is None and t["timeline"]["kernels"] == 150 and t["timeline"]["truncated"]
+    assert t["low_coverage"] and t["kpt"] is None
+    text = "\n".join(data["assumptions"])
+    assert f"h100_2gpu_1s.sqlite: {t['orphan_kernels']:,} of 3,442 kernels are orphans" in text
+    assert "h100_2gpu_1s.sqlite: T_sys = 4500 ns is the documented default (default_other)" in text
+
+
 def test_every_plot_is_well_formed_svg(data: dict) -> None:
     html = render_html(data)
     svgs = re.findall(r"<svg .*?</svg>", html, flags=re.S)
-    assert len(svgs) >= 4 + 3 * len(data["traces"])
+    per_trace = sum(1 + bool(t["top_kernels"]) + any(x["scope_key"] != "outside_steps" for x in t["steps"])
+                    for t in data["traces"])
+    assert len(svgs) == 3 + 2 * len(data["sweeps"]) + per_trace  # split, HDBI, kpt; HDBI+TKLQT per sweep
     for s in svgs:
         ET.fromstring(s)
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained: no remote assets
@@ -138,3 +152,13 @@ def test_renders_in_headless_chromium(chromium: str, report_file: Path, tmp_path
     assert m and m.group(1) == "TaxBreak report", m.group(1) if m else dom.stderr[-2000:]
     n_svg = report_file.read_text(encoding="utf-8").count("<svg ")
     assert f'data-rendered="{n_svg}"' in dom.stdout  # the page's own script ran and saw every plot
+
+
+def test_markdown_summary_for_dagster_metadata(wh: dict, data: dict) -> None:
+    from taxbreak.report import markdown_summary
+
+    lines = markdown_summary(data).splitlines()
+    assert len(lines) == 2 + len(wh["ids"])
+    row = next(line for line in lines if line.startswith("| synthetic_moe"))
+    t = _by_file(data)[wh["ids"]["moe"]]
+    assert f"| {t['t_orchestrate_ns']} | {t['delta_ft_ns']} | {t['delta_ct_ns']} | {t['delta_kt_ns']} |" in row
