@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -34,6 +35,7 @@ from taxbreak.schemas import EVENT_SCHEMA
 
 SOURCE_FORMAT = "kineto"
 CHUNK_BYTES = 1 << 20
+COPY_RANGE_BYTES = 64 << 20
 HEAD_SEARCH_LIMIT_BYTES = 64 << 20  # the traceEvents key must start within this many bytes for the fast path
 TAIL_WINDOWS_BYTES = (64 << 10, 1 << 20, 8 << 20, 64 << 20)
 ROWS_PER_BATCH = 65_536
@@ -110,14 +112,17 @@ _KIND_SQL = """
 
 # Pass 1 (cheap: few columns): counts, the trace origin and the host processes of the launch calls.
 _SCAN_SQL = f"""
-WITH k AS (SELECT ph, ts, pid, {_KIND_SQL} AS kind FROM {_SOURCE})
 SELECT
     count(*) AS n_rows,
     count(*) FILTER (WHERE ts IS NULL AND ph IS DISTINCT FROM 'M') AS missing_ts,
     CAST(min(ts) FILTER (WHERE ph IS DISTINCT FROM 'M') * 1000 AS BIGINT) AS origin_timed_ns,
     CAST(min(ts) * 1000 AS BIGINT) AS origin_any_ns,
-    list(DISTINCT pid ORDER BY pid) FILTER (WHERE kind IN {LAUNCH_KINDS} AND pid IS NOT NULL) AS host_pids
-FROM k
+    -- the processes of the launch calls (kinds runtime_api, driver_api, graph_launch in _KIND_SQL)
+    list(DISTINCT pid ORDER BY pid) FILTER (
+        WHERE cat IN ('cuda_runtime', 'Runtime', 'cuda_driver') AND ph NOT IN ('M', 's', 'f', 't', 'i', 'I')
+        AND pid IS NOT NULL
+    ) AS host_pids
+FROM {_SOURCE}
 """
 
 # Only for traces with launch calls from several processes: correlation id -> launching process.
@@ -176,7 +181,9 @@ SELECT
     device_id,
     stream_id,
     correlation_id,
-    coalesce(a."External id", TRY_CAST(json_extract_string(args, '$."external id"') AS BIGINT)) AS external_id,
+    CASE WHEN a."External id" IS NOT NULL THEN a."External id"
+         WHEN args IS NOT NULL THEN TRY_CAST(json_extract_string(args, '$."external id"') AS BIGINT)
+    END AS external_id,
     TRY_CAST(id AS BIGINT) AS flow_id,
     a.grid[1] AS grid_x, a.grid[2] AS grid_y, a.grid[3] AS grid_z,
     a.block[1] AS block_x, a.block[2] AS block_y, a.block[3] AS block_z,
@@ -304,30 +311,41 @@ def _copy_events_array(
     total = _check_not_empty(path)
     out_path = workdir / "events.json"
     src = _Source(path)
+    buf = bytearray()
     head = b""
     try:
         with open(out_path, "wb") as out:
             while True:  # find the key; keep what precedes it
                 chunk = src.read(CHUNK_BYTES)
                 if not chunk:
-                    if not head.strip(_WS):
+                    if not bytes(buf).strip(_WS):
                         raise IngestError(f"{path}: the file is empty after decompression")
                     return None
-                head += chunk
-                m = _HEAD_RE.search(head)
+                searched = max(0, len(buf) - 64)
+                buf += chunk
+                m = _HEAD_RE.search(buf, searched)
                 if m:
-                    out.write(head[m.end() - 1 :])
-                    head = head[: m.start()] + b'"traceEvents": '
+                    out.write(buf[m.end() - 1 :])
+                    head = bytes(buf[: m.start()]) + b'"traceEvents": '
                     break
-                if len(head) > HEAD_SEARCH_LIMIT_BYTES:
+                if len(buf) > HEAD_SEARCH_LIMIT_BYTES:
                     return None
-            while True:
-                chunk = src.read(CHUNK_BYTES)
-                if not chunk:
-                    break
-                out.write(chunk)
-                if progress is not None:
-                    progress(src.raw_pos(), total)
+            del buf
+            if src.is_gzip:
+                while chunk := src.read(CHUNK_BYTES):
+                    out.write(chunk)
+                    if progress is not None:
+                        progress(src.raw_pos(), total)
+            else:  # plain JSON: let the kernel copy the bytes
+                out.flush()
+                pos = src.raw_pos()
+                while pos < total:
+                    n = os.copy_file_range(src.raw.fileno(), out.fileno(), min(COPY_RANGE_BYTES, total - pos), pos)
+                    if n == 0:
+                        break
+                    pos += n
+                    if progress is not None:
+                        progress(pos, total)
         if progress is not None:
             progress(total, total)
     finally:
