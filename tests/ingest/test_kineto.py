@@ -305,3 +305,27 @@ def test_bad_input_fails_with_a_clear_reason(write_kineto, lake, name):
     assert row["status"] == "failed" and row["error"] == res.error and row["event_count"] == 0
     assert not (lake.root / "events").exists() or not any((lake.root / "events").iterdir())
     assert not (lake.root / "_staging").exists() or not any((lake.root / "_staging").iterdir())
+
+
+def test_large_metadata_after_the_events(write_kineto, raw_number, lake):
+    """More than the first tail window (64 KiB) of metadata after the array: the cut must still be exact."""
+    R = raw_number
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": R(f"{10 + i}.001"),
+               "dur": R("1"), "args": {"stream": 7, "grid": [1, 1, 1]}} for i in range(3000)]
+    devices = [{"id": i, "name": f"GPU {i}", "props": [{"a": [i]}]} for i in range(4000)]  # ~150 KB
+    res, ev, _ = _ingest(write_kineto("bigtail.json", events, meta={"schemaVersion": 1},
+                                      trailer={"deviceProperties": devices, "traceName": "x"}), lake)
+    assert res.row["source_event_count"] == 3000 and res.row["event_count"] == 3000
+    assert json.loads(res.row["gpu_names_json"])[-1] == "GPU 3999"
+    assert ev[("kernel", "k2999", "X")]["ts_ns"] == 2_999_000
+
+
+def test_progress_reports_bytes_of_the_source_file(write_kineto, raw_number, lake):
+    path = write_kineto("p.json.gz", _decoder_step(raw_number), meta={"schemaVersion": 1}, gz=True)
+    calls: list[tuple[int, int]] = []
+    res = ingest_file(path, lake, progress=lambda done, total: calls.append((done, total)))
+    assert res.status == "ingested"
+    size = path.stat().st_size
+    assert calls[-1] == (size, size)
+    assert all(total == size for _, total in calls)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
