@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import dagster as dg
@@ -92,3 +93,23 @@ def test_local_bucket_lists_relative_names(tmp_path: Path) -> None:
     (tmp_path / "a" / "t.json.gz.meta.json").write_text("{}")
     names = sorted(e.name for e in LocalBucket(tmp_path).list())
     assert names == ["a/b/t.json.gz", "a/t.json.gz.meta.json"]
+
+
+def test_sweep_schedule_requests_only_unseen_traces(env: dict[str, Path], instance: dg.DagsterInstance) -> None:
+    from taxbreak.ingest import Lake, ingest_file
+    from taxbreak.pipeline.local import load_defs
+
+    from .conftest import write_kineto
+
+    known = write_kineto(env["inbox"] / "known.json", 1)
+    assert ingest_file(known, Lake(env["lake"])).status == "ingested"
+    new = write_kineto(env["inbox"] / "sub" / "new.json", 2)
+    defs = load_defs()
+    schedule = defs.resolve_schedule_def("bucket_sweep_schedule")
+    context = dg.build_schedule_context(instance=instance, resources=dict(defs.resources or {}),
+                                       repository_def=defs.get_repository_def())
+    data = schedule.evaluate_tick(context)
+    new_id = hashlib.sha256(new.read_bytes()).hexdigest()
+    assert [(r.partition_key, r.run_config["ops"]["trace_ingest"]["config"]["source"]) for r in data.run_requests] \
+        == [(new_id, "sub/new.json")]
+    assert instance.get_dynamic_partitions("traces") == [new_id]

@@ -90,6 +90,13 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     assert final[_sha(fourth)] == 2 and final[_sha(MOCK)] == 2
     assert len(instance.get_dynamic_partitions("traces")) == 5
 
+    # a sidecar written (or changed) beside a trace: its trace runs again, forced, so new metadata is read
+    (inbox / "fourth.json.meta.json").write_text('{"taxbreak_meta_version": 1, "batch_size": 4}')
+    t5 = tick(defs, instance, t4.cursor)
+    assert t5.partition_keys == [_sha(fourth)] and t5.runs[0].success
+    assert t5.runs[0].dagster_run.tags["taxbreak/reason"] == "sidecar"
+    assert len(instance.get_dynamic_partitions("traces")) == 5
+
 
 def test_run_inbox_pipeline_for_the_demo(tmp_path: Path, dagster_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `make demo` calls: sensor and runs in-process over explicit paths; a second call finds nothing new."""
