@@ -3,15 +3,19 @@
 Route (see ``../shared/STACK.md``): the ``traceEvents`` array's bytes are streamed (gzip-decompressed when
 needed) into a temporary file in ``workdir``; the bytes around it (head + ``[]`` + tail) are parsed as JSON,
 which both validates the cut and yields the top-level metadata.  DuckDB then reads the array with a fixed
-column list (``ts``/``dur`` as ``DECIMAL(21,3)``: exact integer ns, never through a binary float) into a
-staging table, and a second query streams the final rows out as Arrow record batches.  All per-event work
-is SQL; memory stays flat with the trace size.  When the byte-range check or DuckDB's read fails (an
-unexpected layout, an element that is not an object), the file is re-read with ``ijson``, streaming, into
-newline-delimited JSON and the same SQL runs on that.
+column list (``ts``/``dur`` as ``DECIMAL(21,3)``: exact integer ns, never through a binary float; sub-ns
+digits are rounded half away from zero), twice and streaming, with ``threads=1``: a cheap scan (row count,
+the trace origin, the processes of the launch calls), then the transform to the common schema, streamed out
+as Arrow record batches.  All per-event work is SQL; memory stays flat with the trace size.  When the
+byte-range check or DuckDB's read fails (an unexpected layout, an element that is not an object), the file is
+re-read with ``ijson``, streaming, into newline-delimited JSON and the same SQL runs on that.
 
 Conventions (``docs/architecture.md``): ``ts_ns`` counts from the earliest timestamp of the trace's timed
-(non-metadata) events; device-side events get the launching host process as ``pid`` (the source pid is kept
-in ``args_json`` as ``_source_pid``) and their stream as ``tid``.
+(non-metadata) events; device-side events (kernel, memcpy, memset, gpu_annotation, and sync/profiler ranges
+that carry a device) get the launching host process as ``pid`` -- the only host process of the trace's launch
+calls, or, with several, the one whose launch has the same correlation id -- with the source pid kept in
+``args_json`` as ``_source_pid``, and their stream as ``tid``.  Skipped elements are counted by reason
+(``missing_ts``, ``not_an_object``, ``bad_ts``, ``bad_dur``).
 """
 
 from __future__ import annotations
