@@ -90,10 +90,9 @@ def bucket_sensor(context: dg.SensorEvaluationContext, bucket: BucketResource, l
         b.list(), cursor, now_ns=time.time_ns(), settle_s=bucket.resolved_settle_s(),
         max_files=bucket.max_files_per_tick,
     )
-    instance = context.instance
-    planned = plan_requests(b, lake.get(), batch, log=context.log,
-                            has_partition=lambda k: instance.has_dynamic_partition(TRACES.name, k))
-    new_keys = [p.trace_id for p in planned if not instance.has_dynamic_partition(TRACES.name, p.trace_id)]
+    known = set(context.instance.get_dynamic_partitions(TRACES.name)) if batch else set()  # one query per tick
+    planned = plan_requests(b, lake.get(), batch, log=context.log, has_partition=known.__contains__)
+    new_keys = [p.trace_id for p in planned if p.trace_id not in known]
     skip = None
     if not planned:
         skip = f"{len(batch)} settled file(s), nothing new" + (f"; {waiting} still settling" if waiting else "")
@@ -122,9 +121,9 @@ def sweep(bucket: BucketResource, lake: LakeResource, instance: dg.DagsterInstan
         if e.is_sidecar:
             continue  # sidecar changes are the sensor's; a sweep looks for unseen traces
         todo.append(e)
-    planned = plan_requests(b, store, todo, log=log,
-                            has_partition=lambda k: instance.has_dynamic_partition(TRACES.name, k))
-    new_keys = [p.trace_id for p in planned if not instance.has_dynamic_partition(TRACES.name, p.trace_id)]
+    known_keys = set(instance.get_dynamic_partitions(TRACES.name)) if todo else set()
+    planned = plan_requests(b, store, todo, log=log, has_partition=known_keys.__contains__)
+    new_keys = [p.trace_id for p in planned if p.trace_id not in known_keys]
     if new_keys:
         instance.add_dynamic_partitions(TRACES.name, new_keys)
     return planned
