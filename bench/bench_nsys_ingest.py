@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -24,8 +25,9 @@ from taxbreak.ingest import Lake, ingest_file
 t0 = time.perf_counter()
 res = ingest_file(Path(sys.argv[1]), Lake(Path(sys.argv[2])))
 wall = time.perf_counter() - t0
+ru = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"status": res.status, "error": res.error, "rows": (res.row or {}).get("event_count"),
-                  "wall_s": wall, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_mb": ru.ru_maxrss / 1024}))
 """
 
 
@@ -47,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"rows {r['rows']:,}  wall {r['wall_s']:.2f} s  {r['rows'] / r['wall_s']:,.0f} rows/s  "
-          f"peak RSS {r['maxrss_mb']:,.0f} MB (children max {child_rss:,.0f} MB)")
+          f"peak RSS {r['maxrss_mb']:,.0f} MB (children max {child_rss:,.0f} MB)  "
+          f"CPU {r['cpu_s']:.2f} s (all threads, imports included; {r['rows'] / r['cpu_s']:,.0f} rows per CPU-s)  "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0
 
 

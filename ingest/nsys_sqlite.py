@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import re
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +34,10 @@ from taxbreak.ingest.base import AdapterOutput, IngestError, TraceInfo
 from taxbreak.schemas import EVENT_SCHEMA
 
 SOURCE_FORMAT = "nsys-sqlite"
-BATCH_ROWS = 65536
+BATCH_ROWS = 32768
+PREFETCH_BATCHES = 2  # source batches queued ahead of the transform (memory: about READERS + this many)
+READERS = 2  # reader threads (connections) for tables of at least SPLIT_ROWS rows
+SPLIT_ROWS = 262_144
 SQLITE_MAGIC = b"SQLite format 3\x00"
 OSRT_ENV = "TAXBREAK_NSYS_OSRT"
 # TARGET_INFO_SYSTEM_ENV properties copied into the catalogue (the rest, e.g. the environment, is left out).
@@ -124,23 +130,32 @@ class NsysDb:
                 "SELECT name, type FROM pragma_table_info(?)", (table,))]
         return self._columns[table]
 
-    def stream(self, table: str, where: str = "") -> pa.RecordBatchReader:
-        """All columns of ``table`` as Arrow batches, plus ``__s`` (0 on one typed sentinel row, then 1).
+    def stream(self, table: str, where: str = "", *, only: list[str] | None = None, args_sql: str | None = None,
+               rowids: tuple[int, int] | None = None) -> pa.RecordBatchReader:
+        """Columns of ``table`` (all, or ``only``) as Arrow batches, plus ``__s`` (0 on one typed sentinel row,
+        then 1) and, with ``args_sql``, that expression over ``__t`` (the table) as the string column ``__args``;
+        with ``rowids``, only the rows whose rowid lies in that closed range.
 
         ADBC-SQLite infers each column's Arrow type from the first rows it sees; a leading typed row keeps a
         column that starts with NULLs from being typed as int64 and then failing on its first string.
         """
-        cols = self.columns(table)
-        sentinel = ", ".join(f"{_sentinel(t)} AS {_q(c)}" for c, t in cols)
-        names = ", ".join(_q(c) for c, _ in cols)
+        cols = [(c, t) for c, t in self.columns(table) if only is None or c in only]
+        sentinel = "".join(f", {_sentinel(t)} AS {_q(c)}" for c, t in cols)
+        names = "".join(f", __t.{_q(c)}" for c, _ in cols)
+        if args_sql is not None:
+            sentinel += ", '' AS __args"
+            names += f", {args_sql} AS __args"
+        if rowids is not None:
+            cond = "__t.rowid BETWEEN ? AND ?"
+            where = f"{where} AND {cond}" if where else f"WHERE {cond}"
         sql = (
-            f"SELECT 0 AS __s, {sentinel} UNION ALL "
-            f"SELECT * FROM (SELECT 1 AS __s, {names} FROM {_q(table)} {where})"
+            f"SELECT 0 AS __s{sentinel} UNION ALL "
+            f"SELECT * FROM (SELECT 1 AS __s{names} FROM {_q(table)} AS __t {where})"
         )
         cur = self.conn.cursor()
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         self._cursors.append(cur)
-        cur.execute(sql)
+        cur.execute(sql, rowids) if rowids is not None else cur.execute(sql)
         return cur.fetch_record_batch()
 
     def small_table(self, table: str) -> list[dict[str, Any]]:
@@ -155,7 +170,7 @@ class _TablePlan:
     table: str
     exprs: dict[str, str]  # EVENT_SCHEMA field -> DuckDB expression over src (and joins)
     mapped: set[str]  # source columns consumed by exprs (not repeated in args_json)
-    extra_args: dict[str, str] = field(default_factory=dict)  # args_json key -> expression
+    string_args: dict[str, str] = field(default_factory=dict)  # args_json key -> id column resolved in StringIds
     keep_in_args: set[str] = field(default_factory=set)  # mapped columns still copied to args_json
     lookups: dict[str, tuple[str, str]] = field(default_factory=dict)  # new column -> (id column, lookup)
     where: str = ""
@@ -211,15 +226,14 @@ def _plan(table: str, cols: set[str]) -> _TablePlan:
             "graph_id": _col(cols, "graphId"), "graph_node_id": _col(cols, "graphNodeId"),
         }
         lookups = {"__dn": ("demangledName", "strs"), "__sn": ("shortName", "strs")}
-        extra = {}
+        extra: dict[str, str] = {}
         mapped = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName", "shortName",
                   "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread", "graphId",
                   "graphNodeId"}
         if "mangledName" in cols:
-            lookups["__mn"] = ("mangledName", "strs")
-            extra["mangledName"] = "src.__mn"
+            extra["mangledName"] = "mangledName"
             mapped.add("mangledName")
-        return _TablePlan(table, exprs, mapped, extra_args=extra, lookups=lookups,
+        return _TablePlan(table, exprs, mapped, string_args=extra, lookups=lookups,
                           keep_in_args={"staticSharedMemory", "dynamicSharedMemory"})
     if table == "CUPTI_ACTIVITY_KIND_MEMCPY":
         exprs = {
@@ -265,7 +279,7 @@ def _plan(table: str, cols: set[str]) -> _TablePlan:
                 "CASE WHEN src.\"endGlobalTid\" IS NOT NULL AND src.\"endGlobalTid\" <> src.\"globalTid\" "
                 f"THEN {_gid_tid('endGlobalTid')} END"
             )
-        where = (f"WHERE (\"eventType\" IN ({ranges}) AND \"end\" IS NOT NULL) OR \"eventType\" IN ({marks})")
+        where = (f"WHERE ((\"eventType\" IN ({ranges}) AND \"end\" IS NOT NULL) OR \"eventType\" IN ({marks}))")
         return _TablePlan(table, exprs, mapped, lookups=lookups, where=where)
     if table in ("CUBLAS_EVENTS", "CUDNN_EVENTS", "CUDA_GRAPH_EVENTS", "CUDA_GRAPH_NODE_EVENTS", "OSRT_API"):
         kind = {"CUBLAS_EVENTS": "library_api", "CUDNN_EVENTS": "library_api", "OSRT_API": "os_runtime"}.get(
@@ -288,20 +302,62 @@ def _plan(table: str, cols: set[str]) -> _TablePlan:
     raise AssertionError(table)
 
 
-def _select_sql(plan: _TablePlan, cols: list[str]) -> str:
+_SRC_REF = re.compile(r'src\.("(?:[^"]|"")+")')
+
+
+def _json_safe(decl_type: str) -> bool:
+    """Columns of INTEGER or TEXT affinity: SQLite's json_object writes their values exactly."""
+    t = (decl_type or "").upper()
+    return "INT" in t or "CHAR" in t or "CLOB" in t or "TEXT" in t
+
+
+@dataclass
+class _Source:
+    """What to read from SQLite for one table: the raw columns DuckDB needs and the args JSON built in SQLite."""
+
+    raw: list[str]  # columns read as Arrow columns
+    raw_args: list[str]  # of those, the ones args_json takes in DuckDB (REAL/BLOB/untyped: exact there)
+    args_sql: str | None  # SQLite json_object(...) over the other args columns, or None when there are none
+
+    @property
+    def args_passthrough(self) -> bool:
+        """args_json is SQLite's ``__args`` as it is: it bypasses DuckDB (copying long strings through it costs)."""
+        return self.args_sql is not None and not self.raw_args
+
+
+def _source(plan: _TablePlan, cols: list[tuple[str, str]], has_strings: bool) -> _Source:
+    """Split the table's columns between SQLite (args JSON of INTEGER/TEXT columns) and DuckDB (the rest).
+
+    Building the JSON in SQLite's json_object costs about what reading those columns into Arrow would, and
+    DuckDB's to_json(struct_pack(...)) over them afterwards was the largest single cost of the ingest.
+    """
+    names = [c for c, _ in cols]
+    refs = {m.group(1)[1:-1].replace('""', '"') for e in plan.exprs.values() for m in _SRC_REF.finditer(e)}
+    refs |= {src for src, _ in plan.lookups.values()} | {"start", "end"}
+    args = [(c, t) for c, t in cols if (c not in plan.mapped or c in plan.keep_in_args) and c not in ("start", "end")]
+    raw_args = [c for c, t in args if not _json_safe(t)]
+    pairs = [f"'{c.replace(chr(39), chr(39) * 2)}', __t.{_q(c)}" for c, t in args if _json_safe(t)]
+    for key, id_col in plan.string_args.items():
+        value = (f"(SELECT __si.value FROM StringIds AS __si WHERE __si.id = __t.{_q(id_col)})"
+                 if has_strings else "NULL")
+        pairs.append(f"'{key}', {value}")
+    raw = [c for c in names if c in refs or c in raw_args]
+    return _Source(raw, raw_args, "json_object(" + ", ".join(pairs) + ")" if pairs else None)
+
+
+def _select_sql(plan: _TablePlan, src: _Source) -> str:
     exprs = dict(plan.exprs)
     exprs.setdefault("ts_ns", "CAST(src.\"start\" - $origin AS BIGINT)")
     exprs.setdefault("dur_ns", "CAST(src.\"end\" - src.\"start\" AS BIGINT)")
     exprs["trace_id"] = "$trace_id"
     exprs["source_format"] = f"'{SOURCE_FORMAT}'"
-    args = [(c, f"src.{_q(c)}") for c in cols
-            if (c not in plan.mapped or c in plan.keep_in_args) and c not in ("start", "end")]
-    args += list(plan.extra_args.items())
-    if args:
-        exprs["args_json"] = "CAST(to_json(struct_pack(" + ", ".join(
-            f"{_q(k)} := {v}" for k, v in args) + ")) AS VARCHAR)"
+    duck = ("CAST(to_json(struct_pack(" + ", ".join(f"{_q(c)} := src.{_q(c)}" for c in src.raw_args)
+            + ")) AS VARCHAR)") if src.raw_args else None
+    if src.args_sql and duck:
+        # Both objects hold scalars only, so each has exactly one closing/opening brace at its end/start.
+        exprs["args_json"] = f"rtrim(src.__args, '}}') || ',' || ltrim({duck}, '{{')"
     else:
-        exprs["args_json"] = "'{}'"
+        exprs["args_json"] = "NULL" if src.args_passthrough else duck or "'{}'"
     select = []
     for fld in EVENT_SCHEMA:
         expr = exprs.get(fld.name, "NULL")
@@ -530,12 +586,82 @@ def read_nsys_sqlite(path: Path, trace_id: str, *, include_osrt: bool | None = N
     return AdapterOutput(info=info, batches=_batches(db, path, trace_id, tables, read_tables, info, osrt))
 
 
+class _Prefetch:
+    """Run each ``produce(put)`` in its own daemon thread; iterate what they put, at most ``depth`` items ahead.
+
+    An exception in a thread is raised in the consumer; leaving the ``with`` block early stops the threads
+    (their next ``put`` raises) and waits for them, so the caller may close what they were reading.
+    """
+
+    _END = object()
+
+    def __init__(self, producers: list[Any], depth: int) -> None:
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(p,), name=f"nsys-sqlite-reader-{i}", daemon=True)
+                         for i, p in enumerate(producers)]
+
+    def _put(self, item: Any) -> None:  # noqa: ANN401 - queue items are (table, batch) or markers
+        while True:
+            if self._stop.is_set():
+                raise _Stopped
+            try:
+                self._q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _run(self, produce: Any) -> None:  # noqa: ANN401
+        try:
+            produce(self._put)
+            self._put(self._END)
+        except _Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+            try:
+                self._put(exc)
+            except _Stopped:
+                pass
+
+    def __enter__(self) -> _Prefetch:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __iter__(self) -> Iterator[Any]:
+        running = len(self._threads)
+        while running:
+            item = self._q.get()
+            if item is self._END:
+                running -= 1
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            while t.is_alive():
+                try:
+                    self._q.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+            t.join()
+
+
+class _Stopped(Exception):
+    pass
+
+
 def _batches(
     db: NsysDb, path: Path, trace_id: str, tables: set[str], read_tables: list[str], info: TraceInfo, osrt: bool,
 ) -> Iterator[pa.RecordBatch]:
-    con = duckdb.connect(config={"threads": 2, "preserve_insertion_order": False,
+    # Insertion order is kept so a passed-through args_json column lines up with DuckDB's output rows.
+    con = duckdb.connect(config={"threads": 2, "preserve_insertion_order": True,
                                  "autoinstall_known_extensions": False, "autoload_known_extensions": False})
     current = "(setup)"
+    extra_dbs: list[NsysDb] = []
     try:
         source_rows = 0
         skipped: dict[str, int] = {}
@@ -554,17 +680,62 @@ def _batches(
         if start is not None and origin is not None:
             info.start_epoch_ns = int(start) + origin
         lookups = _build_lookups(db, tables)
+        has_strings = "StringIds" in tables
+        work = []
         for t in read_tables:
-            current = t
-            cols = [c for c, _ in db.columns(t)]
-            plan = _plan(t, set(cols))
-            reader = _enriched(db.stream(t, plan.where), plan, lookups)
-            sql = _select_sql(plan, cols)
-            params = {"origin": origin or 0, "trace_id": trace_id}
-            # One DuckDB query per source batch: memory stays at a batch (a streamed scan would read ahead).
-            for src_batch in reader:
+            cols = db.columns(t)
+            plan = _plan(t, {c for c, _ in cols})
+            src = _source(plan, cols, has_strings)
+            work.append((t, plan, src, _select_sql(plan, src)))
+        params = {"origin": origin or 0, "trace_id": trace_id}
+        # Big tables are read in rowid ranges by READERS threads, each on its own read-only connection.
+        parts: queue.SimpleQueue = queue.SimpleQueue()
+        for t, plan, src, _ in work:
+            lo, hi, n = db.rows(f"SELECT min(rowid), max(rowid), count(*) FROM {_q(t)}")[0]
+            if n and n >= SPLIT_ROWS:
+                step = (int(hi) - int(lo)) // READERS + 1
+                for a in range(int(lo), int(hi) + 1, step):
+                    parts.put((t, plan, src, (a, min(a + step - 1, int(hi)))))
+            else:
+                parts.put((t, plan, src, None))
+        dbs = [db] + [NsysDb(path) for _ in range(READERS - 1)]
+        extra_dbs.extend(dbs[1:])
+
+        def producer(rdb: NsysDb) -> Any:  # noqa: ANN401 - a thread body; ADBC and Arrow compute release the GIL
+            def produce(put: Any) -> None:  # noqa: ANN401
+                while True:
+                    try:
+                        t, plan, src, rowids = parts.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        reader = rdb.stream(t, plan.where, only=src.raw, args_sql=src.args_sql, rowids=rowids)
+                        first = True
+                        for batch in _enriched(reader, plan, lookups):
+                            if first:  # the typed sentinel row leads the stream (UNION ALL keeps its order)
+                                if batch.num_rows == 0 or batch.column("__s")[0].as_py() != 0:
+                                    raise IngestError(f"{path}: {t}: the type sentinel row did not come first")
+                                batch, first = batch.slice(1), False
+                            if batch.num_rows:
+                                put((t, batch))
+                    except (adbc_sqlite.Error, pa.ArrowException) as exc:
+                        raise IngestError(f"{path}: cannot read table {t}: {exc}") from None
+            return produce
+
+        # SQLite reads (reader threads) overlap DuckDB and the Parquet write (this thread); the queue bounds memory.
+        with _Prefetch([producer(d) for d in dbs], depth=PREFETCH_BATCHES) as pending:
+            sqls = {t: (sql, src.args_passthrough) for t, _, src, sql in work}
+            args_at = EVENT_SCHEMA.get_field_index("args_json")
+            for current, src_batch in pending:
+                sql, passthrough = sqls[current]
+                # One DuckDB query per source batch: memory stays at a batch (a streamed scan would read ahead).
                 con.register("src", src_batch)
-                for batch in con.sql(sql, params=params).to_arrow_table().to_batches():
+                out = con.sql(sql, params=params).to_arrow_table()
+                if passthrough:
+                    if out.num_rows != src_batch.num_rows:
+                        raise AssertionError(f"{current}: {out.num_rows} rows out of {src_batch.num_rows}")
+                    out = out.set_column(args_at, "args_json", src_batch.column("__args").cast(pa.string()))
+                for batch in out.to_batches():
                     if batch.num_rows:
                         if batch.schema != EVENT_SCHEMA:
                             batch = pa.RecordBatch.from_arrays(
@@ -572,6 +743,7 @@ def _batches(
                                 schema=EVENT_SCHEMA)
                         yield batch
                 con.unregister("src")
+            current = "(end)"
         info.skipped_counts = skipped
         info.source_event_count = source_rows
     except IngestError:
@@ -580,4 +752,6 @@ def _batches(
         raise IngestError(f"{path}: cannot read table {current}: {exc}") from None
     finally:
         con.close()
+        for d in extra_dbs:
+            d.close()
         db.close()
