@@ -71,7 +71,7 @@ def sha256_of(bucket: Bucket, name: str) -> str:
 
 class LocalBucket:
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # the catalogue's source paths then work from any directory
         self.url = str(self.root)
 
     def list(self) -> Iterator[Entry]:
