@@ -170,3 +170,84 @@ def test_truncated_file(tmp_path: Path) -> None:
     cut = tmp_path / "cut.sqlite"
     cut.write_bytes(data[: len(data) // 2])
     _expect_error(cut, "truncated")
+
+
+def _gen_module():  # noqa: ANN202 - bench/ is not a package
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "gen_nsys_sqlite.py"
+    spec = importlib.util.spec_from_file_location("gen_nsys_sqlite", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _events(path: Path, lake_root: Path) -> list[dict]:
+    lake = Lake(lake_root)
+    res = ingest_file(path, lake)
+    assert res.status == "ingested", res.error
+    return sorted(lake.read_events(res.trace_id).to_pylist(), key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def test_rowid_split_readers_and_small_batches_change_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from taxbreak.ingest import nsys_sqlite
+
+    src = tmp_path / "g.sqlite"
+    _gen_module().generate(src, 300)  # 300 launches: 300 runtime + 300 kernel rows
+    whole = _events(src, tmp_path / "a")
+    monkeypatch.setattr(nsys_sqlite, "SPLIT_ROWS", 50)  # both tables read in two rowid ranges by two threads
+    monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 16)
+    monkeypatch.setattr(nsys_sqlite, "PREFETCH_BATCHES", 1)
+    split = _events(src, tmp_path / "b")
+    assert split == whole
+    assert sum(r["kind"] == "kernel" for r in split) == 300 and sum(r["kind"] == "runtime_api" for r in split) == 300
+    (k,) = [r for r in split if r["kind"] == "kernel" and r["pid"] == "4242" and r["correlation_id"] == 1]
+    # Launch 0 of gen_nsys_sqlite: the softmax kernel (ids 5/6/7), start 1_003_000 - origin 1_000_000, 9000 ns.
+    assert (k["name"], k["short_name"], k["ts_ns"], k["dur_ns"], k["shared_memory_bytes"]) == (
+        "void softmax_kernel<half>(half*)", "softmax_kernel", 3000, 9000, 4096)
+    assert k["args_json"] == (
+        '{"contextId":1,"greenContextId":0,"launchType":1,"cacheConfig":1,"staticSharedMemory":0,'
+        '"dynamicSharedMemory":4096,"localMemoryPerThread":0,"localMemoryTotal":0,"gridId":1,'
+        '"sharedMemoryExecuted":32768,"sharedMemoryLimitConfig":0,"qmdBulkReleaseDone":null,"qmdPreexitDone":null,'
+        '"qmdLastCtaDone":null,"clusterX":0,"clusterY":0,"clusterZ":0,"clusterSchedulingPolicy":1,'
+        '"maxPotentialClusterSize":0,"maxActiveClusters":0,"sharedMemoryRequestedPercentage":null,'
+        '"tensorSizeMinusOneElements":"[]","mangledName":"_Z14softmax_kernelI6__halfEvPS0_"}')
+    (rt,) = [r for r in split if r["kind"] == "runtime_api" and r["pid"] == "4242" and r["correlation_id"] == 1]
+    assert rt["args_json"] == '{"eventClass":0,"returnValue":0,"callchainId":null}'
+
+
+def test_real_payload_columns_keep_every_digit(tmp_path: Path) -> None:
+    """REAL columns go to args_json through DuckDB (SQLite's json_object would print 15 digits)."""
+    p = tmp_path / "real.sqlite"
+    con = sqlite3.connect(p)
+    con.execute(ddl("NVTX_EVENTS"))
+    con.execute(ddl("StringIds"))
+    from nsys_fixtures import GTID, insert
+
+    insert(con, "NVTX_EVENTS", start=10, end=20, eventType=59, text="r", globalTid=GTID, doubleValue=0.1 + 0.2,
+           uint64Value=7, category=3)
+    con.commit()
+    con.close()
+    (row,) = _events(p, tmp_path / "lake")
+    args = json.loads(row["args_json"])
+    assert args["doubleValue"] == 0.30000000000000004 and args["uint64Value"] == 7 and args["category"] == 3
+    assert args["floatValue"] is None and "text" not in args and "start" not in args
+    assert (row["name"], row["ts_ns"], row["dur_ns"]) == ("r", 0, 10)
+
+
+def test_abandoned_stream_stops_its_reader_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from taxbreak.ingest import nsys_sqlite
+
+    src = tmp_path / "g.sqlite"
+    _gen_module().generate(src, 300)
+    monkeypatch.setattr(nsys_sqlite, "SPLIT_ROWS", 50)
+    monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 16)
+    monkeypatch.setattr(nsys_sqlite, "PREFETCH_BATCHES", 1)
+    out = read_nsys_sqlite(src, "t")
+    first = next(out.batches)
+    assert first.num_rows == 15  # a first batch of 16 rows less the type sentinel row
+    assert sum(t.name.startswith("nsys-sqlite-reader") for t in threading.enumerate()) == 2
+    out.batches.close()  # what the lake writer does when it fails mid-stream
+    assert not [t for t in threading.enumerate() if t.name.startswith("nsys-sqlite-reader")]
