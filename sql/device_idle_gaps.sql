@@ -13,38 +13,42 @@
 -- column: next_name: name of the event that ends the gap
 WITH
 dev AS (
-    SELECT event_id, trace_id, device_id, pid, kind, name, ts_ns, end_ns, correlation_id
+    SELECT event_id, hash(trace_id, device_id) AS pk, ts_ns, end_ns
     FROM stg_events WHERE kind IN ('kernel', 'memcpy', 'memset') AND device_id IS NOT NULL
 ),
+-- merged busy intervals: a new interval starts where an event begins after every earlier event of its GPU ended
 o AS (
-    SELECT *, max(end_ns) OVER (
-        PARTITION BY trace_id, device_id ORDER BY ts_ns, end_ns, event_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS prev_max_end
+    SELECT *,
+        max(end_ns) OVER w AS prev_max_end,
+        lag(pk) OVER (ORDER BY pk, ts_ns, end_ns, event_id) AS prev_pk
     FROM dev
+    WINDOW w AS (ORDER BY pk, ts_ns, end_ns, event_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 g AS (
-    SELECT *, sum(CASE WHEN prev_max_end IS NULL OR ts_ns > prev_max_end THEN 1 ELSE 0 END) OVER (
-        PARTITION BY trace_id, device_id ORDER BY ts_ns, end_ns, event_id ROWS UNBOUNDED PRECEDING
-    ) AS grp
+    SELECT pk, ts_ns, end_ns, event_id,
+        sum(CASE WHEN prev_pk IS DISTINCT FROM pk OR ts_ns > prev_max_end THEN 1 ELSE 0 END) OVER (
+            ORDER BY pk, ts_ns, end_ns, event_id ROWS UNBOUNDED PRECEDING
+        ) AS grp
     FROM o
 ),
 busy AS (
-    SELECT
-        trace_id, device_id, grp, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns,
-        arg_min(event_id, (ts_ns, event_id)) AS first_event_id
-    FROM g GROUP BY trace_id, device_id, grp
+    SELECT pk, grp, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns,
+           arg_min(event_id, (ts_ns, event_id)) AS first_event_id
+    FROM g GROUP BY pk, grp
 ),
 gaps AS (
     SELECT
-        trace_id, device_id, first_event_id,
-        lag(busy_end_ns) OVER (PARTITION BY trace_id, device_id ORDER BY grp) AS gap_start_ns,
+        pk, first_event_id,
+        lag(busy_end_ns) OVER (ORDER BY grp) AS gap_start_ns,
+        lag(pk) OVER (ORDER BY grp) AS prev_pk,
         busy_start_ns AS gap_end_ns
     FROM busy
 ),
 gaps2 AS (
-    SELECT g.*, e.kind AS next_kind, e.name AS next_name, e.pid AS next_pid, e.correlation_id AS next_corr
-    FROM gaps g JOIN dev e ON e.event_id = g.first_event_id
-    WHERE g.gap_start_ns IS NOT NULL
+    SELECT g.gap_start_ns, g.gap_end_ns, e.trace_id, e.device_id, e.kind AS next_kind, e.name AS next_name,
+           e.pid AS next_pid, e.correlation_id AS next_corr
+    FROM gaps g JOIN stg_events e ON e.event_id = g.first_event_id
+    WHERE g.prev_pk = g.pk
 ),
 launches AS (
     SELECT trace_id, pid, correlation_id, min(ts_ns) AS launch_ts_ns

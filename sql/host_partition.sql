@@ -17,16 +17,16 @@
 WITH
 iv AS (
     SELECT
-        event_id, trace_id, pid, tid, ts_ns, end_ns,
+        event_id, thread_key AS pk, ts_ns, end_ns,
         CASE
-            WHEN kind = 'graph_launch' THEN 'launch'
-            WHEN kind = 'library_api' OR name ILIKE 'cublas%' OR name ILIKE 'cudnn%' THEN 'library'
+            WHEN kind = 'graph_launch' THEN 1
+            WHEN kind = 'library_api' OR name ILIKE 'cublas%' OR name ILIKE 'cudnn%' THEN 2
             WHEN kind IN ('runtime_api', 'driver_api')
                  AND regexp_matches(name, '(?i)(launchkernel|launchcooperativekernel|^culaunch|^hiplaunch|modulelaunch|graphlaunch)')
-                THEN 'launch'
-            WHEN kind IN ('runtime_api', 'driver_api') AND name ILIKE '%synchronize%' THEN 'sync'
-            WHEN kind IN ('runtime_api', 'driver_api') THEN 'other_runtime'
-            ELSE 'framework'
+                THEN 1
+            WHEN kind IN ('runtime_api', 'driver_api') AND name ILIKE '%synchronize%' THEN 4
+            WHEN kind IN ('runtime_api', 'driver_api') THEN 5
+            ELSE 3
         END AS category
     FROM stg_events
     WHERE dur_ns > 0 AND (
@@ -34,49 +34,66 @@ iv AS (
         OR (kind = 'nvtx_range' AND regexp_matches(name, '^[A-Za-z_][A-Za-z0-9_.]*::[A-Za-z_]'))
     )
 ),
+threads AS (
+    SELECT DISTINCT thread_key AS pk, trace_id, pid, tid FROM stg_events WHERE thread_key IN (SELECT pk FROM iv)
+),
+-- starts (+1, carrying -end in ord2 and the category) and ends (-1) of every range, one running sum ordered by
+-- (thread, time): each range nets 0, so the sum is the thread's nesting depth (see int_kernel_links).
 b AS (
-    SELECT trace_id, pid, tid, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id FROM iv
+    SELECT pk, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id, category FROM iv
     UNION ALL
-    SELECT trace_id, pid, tid, end_ns, 0, -ts_ns, -1, event_id FROM iv
+    SELECT pk, end_ns, 0, -ts_ns, -1, event_id, 0 FROM iv
 ),
 d AS (
     SELECT
-        *,
+        pk, t, ord, ord2, category,
         sum(delta) OVER w AS depth,
-        lead(t) OVER w AS next_t
+        lead(t) OVER w AS next_t,
+        lead(pk) OVER w AS next_pk
     FROM b
-    WINDOW w AS (PARTITION BY trace_id, pid, tid ORDER BY t, ord, ord2, event_id ROWS UNBOUNDED PRECEDING)
+    WINDOW w AS (ORDER BY pk, t, ord, ord2, event_id ROWS UNBOUNDED PRECEDING)
 ),
 starts AS (
-    SELECT d.trace_id, d.pid, d.tid, d.depth, d.t AS ts_ns, iv.end_ns, iv.category
-    FROM d JOIN iv USING (event_id) WHERE d.ord = 1
+    SELECT pk, depth, t AS ts_ns, -ord2 AS end_ns, category FROM d WHERE ord = 1
 ),
 seg AS (
-    SELECT trace_id, pid, tid, t, next_t - t AS seg_ns, depth FROM d WHERE next_t > t
+    SELECT pk, t, next_t - t AS seg_ns, depth FROM d WHERE next_pk = pk AND next_t > t
 ),
 labelled AS (
     SELECT
-        s.trace_id, s.pid, s.tid, s.seg_ns,
+        s.pk, s.seg_ns,
         CASE
-            WHEN s.depth = 0 THEN 'untraced'
+            WHEN s.depth = 0 THEN 6
             WHEN st.end_ns IS NOT NULL AND st.end_ns > s.t THEN st.category
-            ELSE 'unresolved'
+            ELSE 7
         END AS category
-    FROM seg s ASOF LEFT JOIN starts st
-      ON s.trace_id = st.trace_id AND s.pid = st.pid AND s.tid = st.tid AND s.depth = st.depth AND s.t >= st.ts_ns
+    FROM seg s ASOF LEFT JOIN starts st ON s.pk = st.pk AND s.depth = st.depth AND s.t >= st.ts_ns
+),
+per_thread AS (
+    SELECT
+        pk,
+        sum(seg_ns) AS wall_ns,
+        coalesce(sum(seg_ns) FILTER (WHERE category = 1), 0) AS launch_host_ns,
+        coalesce(sum(seg_ns) FILTER (WHERE category = 2), 0) AS library_ns,
+        coalesce(sum(seg_ns) FILTER (WHERE category = 3), 0) AS framework_ns,
+        coalesce(sum(seg_ns) FILTER (WHERE category = 4), 0) AS sync_ns,
+        coalesce(sum(seg_ns) FILTER (WHERE category = 5), 0) AS other_runtime_ns,
+        coalesce(sum(seg_ns) FILTER (WHERE category = 6), 0) AS host_untraced_ns,
+        coalesce(sum(seg_ns) FILTER (WHERE category = 7), 0) AS unresolved_ns
+    FROM labelled GROUP BY pk
 )
 SELECT
-    trace_id,
-    CASE WHEN GROUPING(pid, tid) = 0 THEN 'thread' ELSE 'trace' END AS scope_kind,
-    pid,
-    tid,
-    CAST(sum(seg_ns) AS BIGINT) AS wall_ns,
-    CAST(coalesce(sum(seg_ns) FILTER (WHERE category = 'launch'), 0) AS BIGINT) AS launch_host_ns,
-    CAST(coalesce(sum(seg_ns) FILTER (WHERE category = 'library'), 0) AS BIGINT) AS library_ns,
-    CAST(coalesce(sum(seg_ns) FILTER (WHERE category = 'framework'), 0) AS BIGINT) AS framework_ns,
-    CAST(coalesce(sum(seg_ns) FILTER (WHERE category = 'sync'), 0) AS BIGINT) AS sync_ns,
-    CAST(coalesce(sum(seg_ns) FILTER (WHERE category = 'other_runtime'), 0) AS BIGINT) AS other_runtime_ns,
-    CAST(coalesce(sum(seg_ns) FILTER (WHERE category = 'untraced'), 0) AS BIGINT) AS host_untraced_ns,
-    CAST(coalesce(sum(seg_ns) FILTER (WHERE category = 'unresolved'), 0) AS BIGINT) AS unresolved_ns
-FROM labelled
-GROUP BY GROUPING SETS ((trace_id, pid, tid), (trace_id))
+    t.trace_id,
+    CASE WHEN GROUPING(t.pid, t.tid) = 0 THEN 'thread' ELSE 'trace' END AS scope_kind,
+    t.pid,
+    t.tid,
+    CAST(sum(p.wall_ns) AS BIGINT) AS wall_ns,
+    CAST(sum(p.launch_host_ns) AS BIGINT) AS launch_host_ns,
+    CAST(sum(p.library_ns) AS BIGINT) AS library_ns,
+    CAST(sum(p.framework_ns) AS BIGINT) AS framework_ns,
+    CAST(sum(p.sync_ns) AS BIGINT) AS sync_ns,
+    CAST(sum(p.other_runtime_ns) AS BIGINT) AS other_runtime_ns,
+    CAST(sum(p.host_untraced_ns) AS BIGINT) AS host_untraced_ns,
+    CAST(sum(p.unresolved_ns) AS BIGINT) AS unresolved_ns
+FROM per_thread p JOIN threads t USING (pk)
+GROUP BY GROUPING SETS ((t.trace_id, t.pid, t.tid), (t.trace_id))

@@ -41,101 +41,115 @@
 -- column: orphan_reason: 'no_launch_call' or 'no_framework_op' for orphans, NULL for linked kernels
 WITH
 k AS (
-    SELECT * FROM stg_events WHERE kind = 'kernel'
+    SELECT event_id, trace_id, name, ts_ns, dur_ns, end_ns, pid, proc_key, device_id, stream_id, correlation_id,
+           external_id, graph_id
+    FROM stg_events WHERE kind = 'kernel'
 ),
 launch_candidates AS (
-    SELECT *
+    SELECT event_id, proc_key, thread_key, tid, correlation_id, kind, name, ts_ns, dur_ns
     FROM stg_events
     WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch') AND correlation_id IS NOT NULL
-      AND (trace_id, pid, correlation_id) IN (SELECT trace_id, pid, correlation_id FROM k)
+      AND (proc_key, correlation_id) IN (SELECT proc_key, correlation_id FROM k)
+),
+l_pick AS (
+    SELECT proc_key, correlation_id,
+           arg_min(event_id, (CASE kind WHEN 'graph_launch' THEN 0 WHEN 'runtime_api' THEN 1 ELSE 2 END, ts_ns,
+                              event_id)) AS event_id
+    FROM launch_candidates GROUP BY proc_key, correlation_id
 ),
 l AS (
-    SELECT *
-    FROM launch_candidates
-    QUALIFY row_number() OVER (
-        PARTITION BY trace_id, pid, correlation_id
-        ORDER BY CASE kind WHEN 'graph_launch' THEN 0 WHEN 'runtime_api' THEN 1 ELSE 2 END, ts_ns, event_id
-    ) = 1
+    SELECT c.* FROM launch_candidates c SEMI JOIN l_pick p ON c.event_id = p.event_id
 ),
 kl AS (
     SELECT
         k.*,
         l.event_id AS l_event_id, l.name AS launch_name, l.kind AS launch_kind, l.tid AS launch_tid,
-        l.ts_ns AS launch_ts_ns, l.dur_ns AS launch_dur_ns
-    FROM k LEFT JOIN l ON k.trace_id = l.trace_id AND k.pid = l.pid AND k.correlation_id = l.correlation_id
+        l.thread_key AS launch_thread_key, l.ts_ns AS launch_ts_ns, l.dur_ns AS launch_dur_ns
+    FROM k LEFT JOIN l ON k.proc_key = l.proc_key AND k.correlation_id = l.correlation_id
 ),
--- host intervals by family: 'op' dispatcher ops (framework ops and NVTX op ranges named ns::op), 'lib' library
--- calls, 'py' python functions.  Only intervals of positive duration can contain anything.
+-- host intervals by family: 1 dispatcher ops (framework ops and NVTX op ranges named ns::op), 2 library calls,
+-- 3 python functions.  Only intervals of positive duration can contain anything.  pk = (thread, family).
 iv AS (
-    SELECT
-        event_id, trace_id, pid, tid, ts_ns, end_ns, 'op' AS family, kind,
-        CASE WHEN kind = 'nvtx_range' THEN trim(split_part(name, ',', 1)) ELSE name END AS iv_name
+    SELECT event_id, hash(thread_key, 1) AS pk, ts_ns, end_ns
     FROM stg_events
     WHERE kind IN ('framework_op', 'nvtx_range') AND dur_ns > 0
       AND regexp_matches(name, '^[A-Za-z_][A-Za-z0-9_.]*::[A-Za-z_]')
     UNION ALL
-    SELECT event_id, trace_id, pid, tid, ts_ns, end_ns, 'lib', kind, name
+    SELECT event_id, hash(thread_key, 2), ts_ns, end_ns
     FROM stg_events
     WHERE dur_ns > 0 AND (kind = 'library_api'
         OR (kind IN ('runtime_api', 'driver_api') AND (name ILIKE 'cublas%' OR name ILIKE 'cudnn%')))
     UNION ALL
-    SELECT event_id, trace_id, pid, tid, ts_ns, end_ns, 'py', kind, name
+    SELECT event_id, hash(thread_key, 3), ts_ns, end_ns
     FROM stg_events
     WHERE kind = 'python_function' AND dur_ns > 0
 ),
 launch_points AS (
-    SELECT DISTINCT l_event_id AS query_id, trace_id, pid, launch_tid AS tid, launch_ts_ns AS t FROM kl
+    SELECT DISTINCT l_event_id AS query_id, launch_thread_key AS thread_key, launch_ts_ns AS t FROM kl
     WHERE l_event_id IS NOT NULL
 ),
+iv_pk AS (SELECT DISTINCT pk FROM iv),
 queries AS (
-    SELECT query_id, trace_id, pid, tid, t, 'op' AS family FROM launch_points
-    UNION ALL
-    SELECT query_id, trace_id, pid, tid, t, 'lib' FROM launch_points
-    UNION ALL
-    SELECT event_id, trace_id, pid, tid, ts_ns, 'py' FROM iv WHERE family = 'op'
+    SELECT * FROM (
+        SELECT query_id, hash(thread_key, 1) AS pk, t, 1 AS family FROM launch_points
+        UNION ALL
+        SELECT query_id, hash(thread_key, 2), t, 2 FROM launch_points
+        UNION ALL
+        SELECT event_id, hash(thread_key, 3), ts_ns, 3 FROM stg_events
+        WHERE kind IN ('framework_op', 'nvtx_range') AND regexp_matches(name, '^[A-Za-z_][A-Za-z0-9_.]*::[A-Za-z_]')
+    ) SEMI JOIN iv_pk USING (pk)
 ),
 -- Depth trick for properly nested ranges: sweep starts (+1), ends (-1) and query points in time order; the
 -- innermost range open at a query of depth D is the latest range starting at or before it with depth D.
+-- Every range adds +1 and -1, so one running sum ordered by (pk, time) equals the per-pk running sum.
+-- Start rows carry -end in ord2, so the range's end needs no join.
 sweep AS (
-    SELECT trace_id, pid, tid, family, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id AS ref FROM iv
+    SELECT pk, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id AS ref, 0 AS family FROM iv
     UNION ALL
-    SELECT trace_id, pid, tid, family, end_ns, 0, -ts_ns, -1, event_id FROM iv
+    SELECT pk, end_ns, 0, -ts_ns, -1, event_id, 0 FROM iv
     UNION ALL
-    SELECT trace_id, pid, tid, family, t, 2, 0, 0, query_id FROM queries
+    SELECT pk, t, 2, 0, 0, query_id, family FROM queries
 ),
 depths AS (
-    SELECT
-        *,
-        sum(delta) OVER (
-            PARTITION BY trace_id, pid, tid, family ORDER BY t, ord, ord2 ROWS UNBOUNDED PRECEDING
-        ) AS depth
+    SELECT pk, t, ord, ord2, ref, family,
+           sum(delta) OVER (ORDER BY pk, t, ord, ord2, ref ROWS UNBOUNDED PRECEDING) AS depth
     FROM sweep
 ),
 iv_depth AS (
-    SELECT d.trace_id, d.pid, d.tid, d.family, d.depth, iv.event_id, iv.ts_ns, iv.end_ns, iv.iv_name, iv.kind
-    FROM depths d JOIN iv ON d.ref = iv.event_id AND d.family = iv.family
-    WHERE d.ord = 1
+    SELECT pk, depth, t AS ts_ns, -ord2 AS end_ns, ref AS event_id FROM depths WHERE ord = 1
 ),
 q_depth AS (
-    SELECT trace_id, pid, tid, family, t, depth, ref AS query_id FROM depths WHERE ord = 2 AND depth > 0
+    SELECT pk, depth, t, ref AS query_id, family FROM depths WHERE ord = 2 AND depth > 0
 ),
-enclosing AS (
-    SELECT q.family, q.query_id, i.event_id, i.ts_ns, i.end_ns, i.iv_name, i.kind
-    FROM q_depth q ASOF JOIN iv_depth i
-      ON q.trace_id = i.trace_id AND q.pid = i.pid AND q.tid = i.tid AND q.family = i.family
-     AND q.depth = i.depth AND q.t >= i.ts_ns
+enclosing_ids AS (
+    SELECT q.family, q.query_id, i.event_id
+    FROM q_depth q ASOF JOIN iv_depth i ON q.pk = i.pk AND q.depth = i.depth AND q.t >= i.ts_ns
     WHERE q.t < i.end_ns
 ),
+enclosing AS (
+    SELECT
+        x.family, x.query_id, e.event_id, e.ts_ns, e.end_ns, e.kind,
+        CASE WHEN e.kind = 'nvtx_range' THEN trim(split_part(e.name, ',', 1)) ELSE e.name END AS iv_name
+    FROM enclosing_ids x JOIN stg_events e ON e.event_id = x.event_id
+),
 fops AS (
-    SELECT event_id, trace_id, pid, tid, name, ts_ns, end_ns, external_id
+    SELECT event_id, thread_key, name, ts_ns, end_ns, external_id
     FROM stg_events WHERE kind = 'framework_op' AND external_id IS NOT NULL
 ),
-op_by_ext AS (
+op_by_ext_all AS (
     SELECT kl.event_id AS k_event_id, o.event_id, o.name, o.ts_ns, o.end_ns
-    FROM kl JOIN fops o
-      ON kl.trace_id = o.trace_id AND kl.external_id = o.external_id AND kl.pid = o.pid AND kl.launch_tid = o.tid
+    FROM kl JOIN fops o ON kl.launch_thread_key = o.thread_key AND kl.external_id = o.external_id
     WHERE o.ts_ns <= kl.launch_ts_ns AND kl.launch_ts_ns < o.end_ns
-    QUALIFY row_number() OVER (PARTITION BY kl.event_id ORDER BY o.ts_ns DESC, o.event_id DESC) = 1
+),
+op_by_ext AS (
+    SELECT * FROM op_by_ext_all
+    WHERE k_event_id NOT IN (SELECT k_event_id FROM op_by_ext_all GROUP BY 1 HAVING count(*) > 1)
+    UNION ALL
+    SELECT * FROM (
+        SELECT * FROM op_by_ext_all
+        WHERE k_event_id IN (SELECT k_event_id FROM op_by_ext_all GROUP BY 1 HAVING count(*) > 1)
+        QUALIFY row_number() OVER (PARTITION BY k_event_id ORDER BY ts_ns DESC, event_id DESC) = 1
+    )
 ),
 kop AS (
     SELECT
@@ -150,8 +164,8 @@ kop AS (
         lib.ts_ns AS lib_ts_ns
     FROM kl
     LEFT JOIN op_by_ext x ON x.k_event_id = kl.event_id
-    LEFT JOIN enclosing c ON c.family = 'op' AND c.query_id = kl.l_event_id
-    LEFT JOIN enclosing lib ON lib.family = 'lib' AND lib.query_id = kl.l_event_id
+    LEFT JOIN enclosing c ON c.family = 1 AND c.query_id = kl.l_event_id
+    LEFT JOIN enclosing lib ON lib.family = 2 AND lib.query_id = kl.l_event_id
 ),
 op_ext AS (
     SELECT DISTINCT op_event_id, trace_id, external_id_op, op_ts_ns
@@ -167,6 +181,17 @@ py_by_ext AS (
      AND p.event_id <> o.op_event_id AND p.ts_ns <= o.op_ts_ns
     QUALIFY row_number() OVER (PARTITION BY o.op_event_id ORDER BY p.ts_ns DESC, p.event_id DESC) = 1
 ),
+launch_rank AS (
+    SELECT event_id, count(*) OVER w AS n_same_launch, row_number() OVER (w ORDER BY ts_ns, event_id) AS rn_same_launch
+    FROM kl WHERE l_event_id IS NOT NULL
+    WINDOW w AS (PARTITION BY l_event_id)
+),
+seq AS (
+    SELECT event_id,
+           row_number() OVER (PARTITION BY trace_id ORDER BY ts_ns, device_id, stream_id, correlation_id, event_id)
+               AS kernel_seq
+    FROM k
+),
 final AS (
     SELECT
         kop.*,
@@ -174,17 +199,18 @@ final AS (
         coalesce(px.ts_ns, pc.ts_ns) AS py_ts_ns,
         CASE WHEN px.name IS NOT NULL THEN 'external_id' WHEN pc.event_id IS NOT NULL THEN 'containment' END
             AS py_link_method,
-        count(*) OVER (PARTITION BY kop.l_event_id) AS n_same_launch,
-        row_number() OVER (PARTITION BY kop.l_event_id ORDER BY kop.ts_ns, kop.event_id) AS rn_same_launch
+        lr.n_same_launch,
+        lr.rn_same_launch,
+        sq.kernel_seq
     FROM kop
     LEFT JOIN py_by_ext px ON px.op_event_id = kop.op_event_id
-    LEFT JOIN enclosing pc ON pc.family = 'py' AND pc.query_id = kop.op_event_id
+    LEFT JOIN enclosing pc ON pc.family = 3 AND pc.query_id = kop.op_event_id
+    LEFT JOIN launch_rank lr ON lr.event_id = kop.event_id
+    JOIN seq sq ON sq.event_id = kop.event_id
 )
 SELECT
     trace_id,
-    row_number() OVER (
-        PARTITION BY trace_id ORDER BY ts_ns, device_id, stream_id, correlation_id, event_id
-    ) AS kernel_seq,
+    kernel_seq,
     pid,
     device_id,
     stream_id,

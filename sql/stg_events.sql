@@ -13,6 +13,8 @@
 -- column: end_ns: ts_ns + dur_ns, ts_ns for instants (ns)
 -- column: pid: process id as text; for device events the launching host process
 -- column: tid: thread id as text; for device events the stream id
+-- column: proc_key: hash of (trace_id, pid), a compact key for per-process joins
+-- column: thread_key: hash of (trace_id, pid, tid), a compact key for per-thread sweeps
 -- column: device_id: GPU index of device events
 -- column: stream_id: GPU stream of device events
 -- column: correlation_id: launch correlation id (unique with pid)
@@ -29,6 +31,8 @@ SELECT
     ts_ns + coalesce(dur_ns, 0) AS end_ns,
     pid,
     tid,
+    hash(trace_id, pid) AS proc_key,
+    hash(trace_id, pid, tid) AS thread_key,
     device_id,
     stream_id,
     correlation_id,

@@ -387,3 +387,194 @@ def table_docs(sql_dir: Path | None = None) -> list[dict[str, Any]]:
         {"table": f.name, "grain": f.grain, "reads": f.reads, "description": f.description, "columns": f.columns}
         for f in sql_files(sql_dir)
     ]
+
+
+# -- summary (data) and the CLI edges ------------------------------------------------------------------------------
+def _one(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    cur = con.execute(sql, params)
+    row = cur.fetchone()
+    return dict(zip([d[0] for d in cur.description], row, strict=True)) if row is not None else None
+
+
+def _all(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def summary(warehouse_path: str | os.PathLike[str], trace_id_prefix: str, top_k: int = 5) -> dict[str, Any]:
+    """The headline figures of one analysed trace (matched by trace id prefix or file name) as plain data."""
+    con = duckdb.connect(str(warehouse_path), read_only=True)
+    try:
+        matches = con.execute(
+            "SELECT trace_id FROM trace_meta WHERE starts_with(trace_id, $p) OR file_name = $p ORDER BY trace_id",
+            {"p": trace_id_prefix},
+        ).fetchall()
+        if not matches:
+            raise LookupError(f"no analysed trace matches {trace_id_prefix!r}: run `taxbreak analyze` first")
+        if len(matches) > 1:
+            raise LookupError(f"{trace_id_prefix!r} matches {len(matches)} traces; give more of the trace id")
+        p = {"t": matches[0][0], "k": top_k}
+        out: dict[str, Any] = {
+            "trace": _one(con, "SELECT * FROM trace_meta WHERE trace_id = $t", {"t": p["t"]}),
+            "launch_floor": _one(con, "SELECT * FROM trace_launch_floor WHERE trace_id = $t", {"t": p["t"]}),
+            "taxbreak": _one(con, "SELECT * FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'trace'",
+                             {"t": p["t"]}),
+            "phases": _all(con, "SELECT * FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'phase' "
+                                "ORDER BY scope_key", {"t": p["t"]}),
+            "steps": _one(con, "SELECT count(*) FILTER (WHERE scope_key <> 'outside_steps') AS steps, "
+                               "sum(kernels) FILTER (WHERE scope_key = 'outside_steps') AS kernels_outside_steps "
+                               "FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'step'", {"t": p["t"]}),
+            "kernels_per_token": _one(con, "SELECT * FROM kernels_per_token WHERE trace_id = $t", {"t": p["t"]}),
+            "skip": _one(con, "SELECT * FROM skip_by_trace WHERE trace_id = $t", {"t": p["t"]}),
+            "host_partition": _one(con, "SELECT * FROM host_partition WHERE trace_id = $t AND scope_kind = 'trace'",
+                                   {"t": p["t"]}),
+            "device": _all(con, "SELECT * FROM device_busy WHERE trace_id = $t ORDER BY device_id", {"t": p["t"]}),
+            "top_kernels_by_time": _all(con, "SELECT * FROM skip_by_kernel WHERE trace_id = $t AND rank_by_time <= $k "
+                                             "ORDER BY rank_by_time", p),
+            "top_kernels_by_count": _all(con, "SELECT * FROM skip_by_kernel WHERE trace_id = $t AND "
+                                              "rank_by_count <= $k ORDER BY rank_by_count", p),
+            "top_fusion": _all(con, "SELECT * FROM fusion_candidates WHERE trace_id = $t AND rank <= $k ORDER BY rank",
+                               p),
+            "i_lib_rules": _all(con, "SELECT i_lib_rule, i_lib, count(*) AS kernels FROM kernel_taxbreak "
+                                     "WHERE trace_id = $t AND is_linked GROUP BY ALL ORDER BY kernels DESC",
+                                {"t": p["t"]}),
+        }
+    finally:
+        con.close()
+    out["assumptions"] = _assumptions(out)
+    return out
+
+
+def _assumptions(s: dict[str, Any]) -> list[str]:
+    notes = []
+    floor = s.get("launch_floor") or {}
+    if floor.get("t_sys_is_default"):
+        notes.append(f"T_sys = {floor['t_sys_ns'] / 1000:.2f} us is the documented default ({floor['t_sys_rule']}) for "
+                     f"GPU {floor.get('gpu_name') or 'unknown'}: no null-kernel trace of this GPU model and host")
+    tb = s.get("taxbreak") or {}
+    if tb.get("low_coverage"):
+        notes.append(f"only {tb['linked_fraction']:.1%} of kernels are linked (< 90%): HDBI is inflated by orphans; "
+                     "read hdbi_linked")
+    if tb.get("linked_kernels") and tb.get("py_missing_kernels"):
+        notes.append(f"{tb['py_missing_kernels']:,} linked kernels have no Python-level op: t_py = 0 for them")
+    if tb.get("linked_launches") and tb.get("t_dispatch_base_ns") is None:
+        notes.append("no framework-native dispatch sample > 100 ns: T_dispatch_base unknown, library kernels "
+                     "charged their full dispatch as framework translation")
+    rules = {r["i_lib_rule"] for r in s.get("i_lib_rules") or []}
+    if rules and "library_api_range" not in rules:
+        notes.append("I_lib decided from kernel names (no cuBLAS/cuDNN API ranges in the trace)")
+    kpt = s.get("kernels_per_token") or {}
+    if kpt.get("kpt_null_reason"):
+        notes.append("kernels per token unknown: " + kpt["kpt_null_reason"])
+    steps = s.get("steps") or {}
+    if not steps.get("steps"):
+        notes.append("no step annotations: trace-level figures cover the whole trace")
+    elif steps.get("kernels_outside_steps"):
+        notes.append(f"{steps['kernels_outside_steps']:,} kernels lie outside every step (warm-up leftovers?): "
+                     "trace-level figures include them, per-step figures do not")
+    return notes
+
+
+def _ms(ns: float | int | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:,.3f} ms"
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    t, tb, sk, kpt = s["trace"], s["taxbreak"] or {}, s["skip"] or {}, s["kernels_per_token"] or {}
+    floor = s["launch_floor"] or {}
+    lines = [f"trace {t['trace_id'][:16]}  {t['file_name']}  ({t['source_format']}, GPU {t['gpu_name'] or 'unknown'})"]
+    if tb:
+        hdbi = "n/a" if tb["hdbi"] is None else f"{tb['hdbi']:.3f}"
+        hl = "n/a" if tb["hdbi_linked"] is None else f"{tb['hdbi_linked']:.3f}"
+        lines += [
+            f"  HDBI {hdbi} (linked only {hl}; 0 = host-bound, 1 = device-bound)   kernels {tb['kernels']:,}, linked "
+            f"{tb['linked_kernels']:,} ({tb['linked_fraction']:.1%}), launches charged {tb['linked_launches']:,}",
+            f"  T_Orchestrate {_ms(tb['t_orchestrate_ns'])} = dFT {_ms(tb['delta_ft_ns'])}"
+            f" + dCT {_ms(tb['delta_ct_ns'])} + dKT {_ms(tb['delta_kt_ns'])}   "
+            f"T_DeviceActive {_ms(tb['t_device_active_ns'])}",
+            f"  T_sys {floor.get('t_sys_ns', 0) / 1000:.2f} us ({floor.get('t_sys_source')}, "
+            f"{floor.get('t_sys_rule')}); "
+            f"T_dispatch_base {tb['t_dispatch_base_ns'] if tb['t_dispatch_base_ns'] is not None else 'n/a'} ns; "
+            f"dKT excess (diagnostic) {_ms(tb['delta_kt_excess_ns'])}",
+        ]
+    else:
+        lines.append("  no kernels in this trace: no TaxBreak figures")
+    for ph in s["phases"]:
+        if ph["scope_key"] != "unknown":
+            hd = "n/a" if ph["hdbi"] is None else f"{ph['hdbi']:.3f}"
+            lines.append(f"  phase {ph['scope_key']:<8} kernels {ph['kernels']:,}  HDBI {hd}  "
+                         f"T_Orch {_ms(ph['t_orchestrate_ns'])}  T_DevAct {_ms(ph['t_device_active_ns'])}")
+    if kpt:
+        kv = "n/a" if kpt["kpt"] is None else f"{kpt['kpt']:,.1f}"
+        kd = "n/a" if kpt["kpt_decode"] is None else f"{kpt['kpt_decode']:,.1f}"
+        lines.append(f"  kernels per token {kv} (decode-only {kd}); unique kernels {kpt['unique_kernels']:,}, "
+                     f"diversity {kpt['kernel_diversity'] or 0:.3f}")
+    if sk:
+        lines.append(f"  TKLQT {_ms(sk['tklqt_ns'])} over {sk['launch_samples']:,} launches "
+                     f"({sk['negative_samples']:,} negative samples apart, sum {_ms(sk['negative_sum_ns'])}); "
+                     f"AKD {sk['akd_ns'] / 1000:,.2f} us")
+        lines.append(f"  IL {_ms(sk['il_ns'])}; GPU idle {_ms(sk['gpu_idle_merged_ns'])} (IL - merged busy), "
+                     f"{_ms(sk['gpu_idle_sum_ns'])} (IL - sum of kernel time)")
+    for d in s["device"]:
+        lines.append(f"  GPU {d['device_id']}: busy {_ms(d['busy_ns'])}, idle {_ms(d['idle_ns'])} (late launch "
+                     f"{_ms(d['idle_launch_late_ns'])}, sync {_ms(d['idle_sync_drain_ns'])}, memcpy "
+                     f"{_ms(d['idle_memcpy_ns'])}, other {_ms(d['idle_other_ns'])})")
+    if s["top_kernels_by_time"]:
+        lines.append("  top kernels by time:")
+        lines += [f"    {k['rank_by_time']}. {_ms(k['total_dur_ns'])} x{k['invocations']:,}  {k['kernel_name'][:90]}"
+                  for k in s["top_kernels_by_time"]]
+        lines.append("  top kernels by count:")
+        lines += [f"    {k['rank_by_count']}. x{k['invocations']:,}  {k['kernel_name'][:90]}"
+                  for k in s["top_kernels_by_count"]]
+    if s["top_fusion"]:
+        lines.append("  top fusion candidates (proximity score 1.0):")
+        lines += [f"    {f['rank']}. L={f['chain_len']} x{f['occurrences']:,} saves {f['launches_saved']:,} launches "
+                  f"~{_ms(f['host_time_saved_ns'])}: " + " > ".join(n[:40] for n in f["chain"])
+                  for f in s["top_fusion"]]
+    if s["assumptions"]:
+        lines.append("  assumed / caveats:")
+        lines += [f"    - {a}" for a in s["assumptions"]]
+    return "\n".join(lines)
+
+
+def cmd_analyze(args: Any) -> int:
+    from taxbreak.cli import _paths
+
+    paths = _paths(args)
+    trace_ids = None
+    if args.trace:
+        cat = Lake(paths.lake).catalogue().to_pylist()
+        trace_ids = sorted({r["trace_id"] for r in cat for p in args.trace
+                            if r["trace_id"].startswith(p) or r["file_name"] == p})
+        if not trace_ids:
+            print("no trace in the catalogue matches: " + " ".join(args.trace))
+            return 2
+    import time
+
+    t0 = time.perf_counter()
+    counts = materialize(paths.warehouse, paths.lake, trace_ids=trace_ids, tables=args.table or None)
+    if not counts:
+        print("nothing to analyse: no ingested trace in the lake (run `taxbreak ingest PATH`)")
+        return 0
+    scope = "all traces" if trace_ids is None else f"{len(trace_ids)} trace(s)"
+    print(f"analysed {scope} into {paths.warehouse} in {time.perf_counter() - t0:.1f} s")
+    for name, n in counts.items():
+        print(f"  {name:<28} {n:>12,} rows")
+    return 0
+
+
+def cmd_summary(args: Any) -> int:
+    from taxbreak.cli import _paths
+
+    paths = _paths(args)
+    try:
+        s = summary(paths.warehouse, args.trace, top_k=args.top)
+    except (LookupError, duckdb.Error) as exc:
+        print(f"summary: {exc}")
+        return 2
+    if args.json:
+        print(json.dumps(s, indent=2, default=str))
+    else:
+        print(format_summary(s))
+    return 0

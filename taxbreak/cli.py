@@ -163,6 +163,45 @@ def _add_capture(sub: argparse._SubParsersAction) -> None:
     add_capture_parser(sub)
 
 
+def _add_analyze(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "analyze",
+        help="(re)compute the analysis tables (sql/*.sql) in the DuckDB warehouse",
+        description="Compute the TaxBreak decomposition, host-time partition, kernels per token, SKIP metrics and "
+        "fusion candidates for all ingested traces, or only the selected ones (their rows are replaced).",
+    )
+    p.add_argument("--trace", action="append", help="trace id prefix or file name (repeatable; default: all)")
+    p.add_argument("--table", action="append", help="only this table and what it reads (repeatable)")
+    _add_common(p)
+
+    def run(args: argparse.Namespace) -> int:
+        from taxbreak.analysis import cmd_analyze
+
+        return cmd_analyze(args)
+
+    p.set_defaults(func=run)
+
+
+def _add_summary(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "summary",
+        help="print the headline figures of one analysed trace",
+        description="HDBI, T_Orchestrate split into dFT/dCT/dKT, T_DeviceActive, kernels per token, TKLQT, GPU idle, "
+        "top kernels, top fusion candidates, and which defaults were assumed.",
+    )
+    p.add_argument("trace", help="trace id prefix or file name")
+    p.add_argument("--top", type=int, default=5, help="how many top kernels / fusion candidates (default 5)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _add_common(p)
+
+    def run(args: argparse.Namespace) -> int:
+        from taxbreak.analysis import cmd_summary
+
+        return cmd_summary(args)
+
+    p.set_defaults(func=run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="taxbreak",
@@ -225,7 +264,8 @@ def _add_sql(sub: argparse._SubParsersAction) -> None:
     add_sql_parser(sub)
 
 
-ADDERS = [_add_ingest, _add_traces, _add_capture, _add_nsys_check, _add_retry, _add_report, _add_compare, _add_sql]
+ADDERS = [_add_ingest, _add_traces, _add_capture, _add_nsys_check, _add_retry, _add_report, _add_compare, _add_sql,
+          _add_analyze, _add_summary]
 
 
 def main(argv: list[str] | None = None) -> int:

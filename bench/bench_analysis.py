@@ -1,0 +1,102 @@
+"""Benchmark: compute every analysis table on a synthetic trace of N kernels, and compare with ingest time.
+
+    python bench/bench_analysis.py [--kernels 1000000] [--threads 2] [--keep DIR]
+
+Writes the synthetic lake partition (bench/gen_synthetic_lake.py), then times ``taxbreak.analysis.materialize``
+per table into a fresh DuckDB warehouse and prints the total, the peak RSS and the figure it is compared with:
+the Kineto ingest time of the equivalent trace.  When bench/gen_kineto.py exists (it writes a Kineto JSON of N
+kernels) that JSON is ingested and timed; otherwise the comparison uses the Kineto adapter's measured
+throughput (150 MB/s, the low end of 150-180 MB/s) over the JSON size of the same events (bytes per event
+measured on the public Kineto traces: about 330 B, so about 1.2 GB and 8 s for 3.6 M events).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import gen_synthetic_lake  # noqa: E402
+
+from taxbreak import analysis  # noqa: E402
+
+KINETO_MB_S = 150.0
+KINETO_BYTES_PER_EVENT = 330
+
+
+def _kineto_ingest_seconds(n_kernels: int, work: Path) -> tuple[float, str] | None:
+    gen = HERE / "gen_kineto.py"
+    if not gen.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("gen_kineto", gen)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    writer = getattr(mod, "write_trace", None) or getattr(mod, "generate", None)
+    if writer is None:
+        return None
+    from taxbreak.ingest import Lake, ingest_file
+
+    path = work / "synthetic.pt.trace.json"
+    try:
+        writer(path, n_kernels)
+    except TypeError:
+        return None
+    t0 = time.perf_counter()
+    res = ingest_file(path, Lake(work / "kineto_lake"))
+    secs = time.perf_counter() - t0
+    return secs, f"measured: ingest of {path.stat().st_size / 1e6:,.0f} MB Kineto JSON ({res.status})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernels", type=int, default=1_000_000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--keep", help="write lake and warehouse here and keep them")
+    args = ap.parse_args()
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="taxbreak-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        t0 = time.perf_counter()
+        trace_id, events = gen_synthetic_lake.write_lake(work / "lake", args.kernels)
+        print(f"synthetic trace: {args.kernels:,} kernels, {events:,} events (written in {time.perf_counter() - t0:.1f} s)")
+        con = analysis.connect(work / "warehouse.duckdb")
+        con.execute(f"SET threads = {int(args.threads)}")
+        t0 = time.perf_counter()
+        analysis.prepare(con, work / "lake")
+        state = analysis._run_state(con)
+        files = {f.name: f for f in analysis.sql_files()}
+        for f in analysis.sql_files():
+            t1 = time.perf_counter()
+            n = analysis._build(con, f.name, state, files)
+            print(f"  {f.name:<28} {n:>12,} rows {time.perf_counter() - t1:7.2f} s")
+        con.execute("CHECKPOINT")
+        total = time.perf_counter() - t0
+        con.close()
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"analysis (every table, {args.threads} threads): {total:.1f} s, peak RSS {rss_mb:,.0f} MB")
+        measured = _kineto_ingest_seconds(args.kernels, work)
+        if measured is not None:
+            ingest_s, how = measured
+        else:
+            mb = events * KINETO_BYTES_PER_EVENT / 1e6
+            ingest_s = mb / KINETO_MB_S
+            how = (f"estimated: {events:,} events x {KINETO_BYTES_PER_EVENT} B = {mb:,.0f} MB of Kineto JSON at "
+                   f"{KINETO_MB_S:.0f} MB/s (no bench/gen_kineto.py to measure it)")
+        print(f"ingest of the equivalent Kineto trace: {ingest_s:.1f} s ({how})")
+        verdict = "faster" if total < ingest_s else "SLOWER"
+        print(f"analysis is {verdict} than ingest: {total:.1f} s vs {ingest_s:.1f} s")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
