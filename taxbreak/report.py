@@ -232,12 +232,12 @@ def _table(rows: list[dict[str, Any]], cols: list[tuple[str, str, str]]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _split_segments(r: dict[str, Any]) -> list[tuple[str, float]]:
+def split_segments(r: dict[str, Any]) -> list[tuple[str, float]]:
     return [("ΔFT framework", r["delta_ft_ns"] or 0), ("ΔCT library", r["delta_ct_ns"] or 0),
             ("ΔKT launch floor", r["delta_kt_ns"] or 0), ("device active", r["t_device_active_ns"] or 0)]
 
 
-def _label(t: dict[str, Any]) -> str:
+def trace_label(t: dict[str, Any]) -> str:
     return t["file_name"] if len(t["file_name"]) <= 28 else t["file_name"][:25] + "..."
 
 
@@ -277,7 +277,7 @@ def _kpt_section(traces: list[dict[str, Any]]) -> str:
     rows = []
     for t in pts:
         tag = f" [{t['model_kind']}]" if t["model_kind"] else ""
-        rows.append((_label(t) + tag, [("kernels / token (paper)", float(t["kpt"]))]))
+        rows.append((trace_label(t) + tag, [("kernels / token (paper)", float(t["kpt"]))]))
     svg = plots.stacked_hbar(rows, unit="", title="Kernels per output token"
                              + (" — dense vs MoE" if {"dense", "moe"} <= kinds else ""))
     by_kind = ""
@@ -323,7 +323,7 @@ def _trace_section(t: dict[str, Any]) -> str:
          _cards(t), _hdbi_caveat(t)]
     steps = [s for s in t["steps"] if s["scope_key"] != "outside_steps"]
     if steps:
-        rows = [(f"{s['scope_key']}: {s['step_name']}", _split_segments(s)) for s in steps[:40]]
+        rows = [(f"{s['scope_key']}: {s['step_name']}", split_segments(s)) for s in steps[:40]]
         h.append(plots.stacked_hbar(rows, title="Orchestration split per step (ΔFT / ΔCT / ΔKT vs device active)",
                                     colors=SPLIT_COLORS))
     tl = t["timeline"]
@@ -360,10 +360,10 @@ def render_html(data: dict[str, Any], title: str = "TaxBreak report") -> str:
             "near 1 = device-bound.</p>"]
     if traces:
         body.append("<h2>Across traces</h2>")
-        body.append(plots.stacked_hbar([(_label(t), _split_segments(t)) for t in traces],
+        body.append(plots.stacked_hbar([(trace_label(t), split_segments(t)) for t in traces],
                                        title="Orchestration split: ΔFT / ΔCT / ΔKT vs device-active time",
                                        colors=SPLIT_COLORS))
-        hd = [(_label(t), float(t["hdbi"])) for t in traces if t["hdbi"] is not None]
+        hd = [(trace_label(t), float(t["hdbi"])) for t in traces if t["hdbi"] is not None]
         if hd:
             body.append(plots.hbar(hd, unit="fraction", title="HDBI per trace (coverage and T_sys caveats below)"))
         body.append(_table(traces, [

@@ -9,6 +9,7 @@ refresh, a materialisation from the UI) rebuilds them for every trace.  Every st
 file is in the ``duckdb_writer`` pool (limit 1 in ``dagster.yaml``) and takes an exclusive lock on it.
 """
 
+import base64
 import hashlib
 import os
 import shutil
@@ -22,6 +23,7 @@ from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
 POOL = "duckdb_writer"
 EXPORTS = dg.AssetKey("warehouse_exports")
+REPORT = dg.AssetKey("warehouse_report")
 SNAPSHOT_NAME = "snapshot.duckdb"
 PREVIEW_ROWS = 5
 
@@ -183,8 +185,43 @@ def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
     })
 
 
-ANALYSIS_ASSETS = [*_table_assets(), warehouse_exports]
-ANALYSIS_KEYS = [dg.AssetKey(n) for n in TABLE_NAMES] + [EXPORTS]
+def _svg_markdown(svg: str, alt: str) -> str:
+    """An SVG plot as a markdown image (a data URI), which the Dagster UI renders inline."""
+    return f"![{alt}](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})"
+
+
+@dg.asset(
+    key=REPORT, deps=[EXPORTS], group_name="analysis", kinds={"html"},
+    description="The HTML report across every trace (`reports/index.html` beside the DuckDB file), built from the "
+    "snapshot; its headline table and the orchestration-split plot are shown here as metadata.",
+)
+def warehouse_report(warehouse: WarehouseResource) -> dg.MaterializeResult:
+    import duckdb
+
+    from taxbreak import plots, report
+
+    snapshot = warehouse.exports_dir() / SNAPSHOT_NAME
+    out = warehouse.file().parent / "reports" / "index.html"
+    con = duckdb.connect(str(snapshot), read_only=True, config={"autoinstall_known_extensions": "false"})
+    try:
+        data = report.collect(con)
+        report.write_report(con, out)
+    finally:
+        con.close()
+    split = plots.stacked_hbar([(report.trace_label(t), report.split_segments(t)) for t in data["traces"]],
+                               title="Orchestration split: ΔFT / ΔCT / ΔKT vs device-active time",
+                               colors=report.SPLIT_COLORS)
+    return dg.MaterializeResult(metadata={
+        "report": dg.MetadataValue.path(str(out)),
+        "traces": len(data["traces"]),
+        "summary": dg.MetadataValue.md(report.markdown_summary(data)),
+        "orchestration_split": dg.MetadataValue.md(_svg_markdown(split, "orchestration split")),
+        "assumptions": dg.MetadataValue.md("\n".join(f"- {a}" for a in data["assumptions"]) or "none"),
+    })
+
+
+ANALYSIS_ASSETS = [*_table_assets(), warehouse_exports, warehouse_report]
+ANALYSIS_KEYS = [dg.AssetKey(n) for n in TABLE_NAMES] + [EXPORTS, REPORT]
 
 
 @dg.definitions

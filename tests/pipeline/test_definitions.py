@@ -29,7 +29,7 @@ def test_definitions_content() -> None:
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     tables = {f.name for f in sql_files() if f.materialize != "temp"}
-    assert keys == {"trace_ingest", "warehouse_exports"} | tables
+    assert keys == {"trace_ingest", "warehouse_exports", "warehouse_report"} | tables
     ingest = graph.get(dg.AssetKey("trace_ingest"))
     assert isinstance(ingest.partitions_def, dg.DynamicPartitionsDefinition)
     assert ingest.partitions_def.name == "traces"

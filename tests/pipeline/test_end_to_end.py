@@ -70,6 +70,12 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     assert (exports / "kernel_taxbreak.parquet").exists() and (exports / "snapshot.duckdb").exists()
     parquet = str(exports / "kernel_taxbreak.parquet")
     assert duckdb.execute("SELECT count(*) FROM read_parquet($p)", {"p": parquet}).fetchall() == [(5,)]
+    # the report: an HTML file, and in the Dagster UI its headline table and the split plot as metadata
+    last = [e for r in t1.runs for e in r.get_asset_materialization_events()
+            if e.asset_key.to_user_string() == "warehouse_report"][-1].materialization.metadata
+    assert Path(last["report"].value).exists() and last["traces"].value == 2
+    assert "| good.pt.trace.json |" in last["summary"].value and "| mock.sqlite |" in last["summary"].value
+    assert last["orchestration_split"].value.startswith("![orchestration split](data:image/svg+xml;base64,")
 
     # nothing new: no run; the same good file again under another name: still no run, no new partition
     assert tick(defs, instance, t1.cursor).runs == []
