@@ -1,0 +1,33 @@
+"""`taxbreak analyze` and `taxbreak summary` on the mixed scenario."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from taxbreak.cli import main
+
+from .scenarios import MIXED_ID, build_mixed
+
+
+def test_analyze_then_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build_mixed(tmp_path / "lake")
+    common = ["--lake", str(tmp_path / "lake"), "--warehouse", str(tmp_path / "wh.duckdb")]
+    assert main(["analyze", *common]) == 0
+    out = capsys.readouterr().out
+    assert "analysed all traces" in out and "int_kernel_links" in out
+    assert main(["summary", MIXED_ID[:12], *common]) == 0
+    out = capsys.readouterr().out
+    assert "HDBI 0.152 (linked only 0.146" in out
+    assert "T_Orchestrate 0.060 ms = dFT 0.032 ms + dCT 0.001 ms + dKT 0.027 ms" in out
+    assert "kernels per token 4.0 (decode-only 4.0)" in out
+    assert "1 negative samples apart" in out
+    assert "T_sys = 4.51 us is the documented default (default_h100)" in out
+    assert main(["summary", "mixed.json", "--json", *common]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["taxbreak"]["t_orchestrate_ns"] == 60260
+    assert data["launch_floor"]["t_sys_is_default"] is True
+    assert main(["summary", "nope", *common]) == 2
+    assert "no analysed trace matches" in capsys.readouterr().out
