@@ -64,7 +64,8 @@ def batches(trace_id: str, n: int) -> list[pa.RecordBatch]:
                                  "ts_ns": t, "dur_ns": np.full(n, 1200), "tid": PID, "correlation_id": i + 1,
                                  "external_id": i + 1}, n))
     jitter = (i * 7919) % 900
-    out.append(_table(trace_id, {**base, "kind": "kernel", "category": "kernel", "name": names, "ts_ns": t + 6000 + jitter,
+    out.append(_table(trace_id, {**base, "kind": "kernel", "category": "kernel", "name": names,
+                                 "ts_ns": t + 6000 + jitter,
                                  "dur_ns": np.full(n, 3000) + (i % 5) * 100, "tid": "7", "device_id": 0,
                                  "stream_id": 7, "correlation_id": i + 1, "external_id": i + 1}, n))
     # outer ops every two kernels
@@ -111,7 +112,8 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     trace_id, events = write_lake(args.lake, args.kernels)
-    print(f"wrote trace {trace_id[:16]}: {args.kernels:,} kernels, {events:,} events in {time.perf_counter() - t0:.1f} s")
+    took = time.perf_counter() - t0
+    print(f"wrote trace {trace_id[:16]}: {args.kernels:,} kernels, {events:,} events in {took:.1f} s")
 
 
 if __name__ == "__main__":

@@ -67,71 +67,6 @@ kl AS (
         l.thread_key AS launch_thread_key, l.ts_ns AS launch_ts_ns, l.dur_ns AS launch_dur_ns
     FROM k LEFT JOIN l ON k.proc_key = l.proc_key AND k.correlation_id = l.correlation_id
 ),
--- host intervals by family: 1 dispatcher ops (framework ops and NVTX op ranges named ns::op), 2 library calls,
--- 3 python functions.  Only intervals of positive duration can contain anything.  pk = (thread, family).
-iv AS (
-    SELECT event_id, hash(thread_key, 1) AS pk, ts_ns, end_ns
-    FROM stg_events
-    WHERE kind IN ('framework_op', 'nvtx_range') AND dur_ns > 0
-      AND regexp_matches(name, '^[A-Za-z_][A-Za-z0-9_.]*::[A-Za-z_]')
-    UNION ALL
-    SELECT event_id, hash(thread_key, 2), ts_ns, end_ns
-    FROM stg_events
-    WHERE dur_ns > 0 AND (kind = 'library_api'
-        OR (kind IN ('runtime_api', 'driver_api') AND (name ILIKE 'cublas%' OR name ILIKE 'cudnn%')))
-    UNION ALL
-    SELECT event_id, hash(thread_key, 3), ts_ns, end_ns
-    FROM stg_events
-    WHERE kind = 'python_function' AND dur_ns > 0
-),
-launch_points AS (
-    SELECT DISTINCT l_event_id AS query_id, launch_thread_key AS thread_key, launch_ts_ns AS t FROM kl
-    WHERE l_event_id IS NOT NULL
-),
-iv_pk AS (SELECT DISTINCT pk FROM iv),
-queries AS (
-    SELECT * FROM (
-        SELECT query_id, hash(thread_key, 1) AS pk, t, 1 AS family FROM launch_points
-        UNION ALL
-        SELECT query_id, hash(thread_key, 2), t, 2 FROM launch_points
-        UNION ALL
-        SELECT event_id, hash(thread_key, 3), ts_ns, 3 FROM stg_events
-        WHERE kind IN ('framework_op', 'nvtx_range') AND regexp_matches(name, '^[A-Za-z_][A-Za-z0-9_.]*::[A-Za-z_]')
-    ) SEMI JOIN iv_pk USING (pk)
-),
--- Depth trick for properly nested ranges: sweep starts (+1), ends (-1) and query points in time order; the
--- innermost range open at a query of depth D is the latest range starting at or before it with depth D.
--- Every range adds +1 and -1, so one running sum ordered by (pk, time) equals the per-pk running sum.
--- Start rows carry -end in ord2, so the range's end needs no join.
-sweep AS (
-    SELECT pk, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id AS ref, 0 AS family FROM iv
-    UNION ALL
-    SELECT pk, end_ns, 0, -ts_ns, -1, event_id, 0 FROM iv
-    UNION ALL
-    SELECT pk, t, 2, 0, 0, query_id, family FROM queries
-),
-depths AS (
-    SELECT pk, t, ord, ord2, ref, family,
-           sum(delta) OVER (ORDER BY pk, t, ord, ord2, ref ROWS UNBOUNDED PRECEDING) AS depth
-    FROM sweep
-),
-iv_depth AS (
-    SELECT pk, depth, t AS ts_ns, -ord2 AS end_ns, ref AS event_id FROM depths WHERE ord = 1
-),
-q_depth AS (
-    SELECT pk, depth, t, ref AS query_id, family FROM depths WHERE ord = 2 AND depth > 0
-),
-enclosing_ids AS (
-    SELECT q.family, q.query_id, i.event_id
-    FROM q_depth q ASOF JOIN iv_depth i ON q.pk = i.pk AND q.depth = i.depth AND q.t >= i.ts_ns
-    WHERE q.t < i.end_ns
-),
-enclosing AS (
-    SELECT
-        x.family, x.query_id, e.event_id, e.ts_ns, e.end_ns, e.kind,
-        CASE WHEN e.kind = 'nvtx_range' THEN trim(split_part(e.name, ',', 1)) ELSE e.name END AS iv_name
-    FROM enclosing_ids x JOIN stg_events e ON e.event_id = x.event_id
-),
 fops AS (
     SELECT event_id, thread_key, name, ts_ns, end_ns, external_id
     FROM stg_events WHERE kind = 'framework_op' AND external_id IS NOT NULL
@@ -151,6 +86,57 @@ op_by_ext AS (
         QUALIFY row_number() OVER (PARTITION BY k_event_id ORDER BY ts_ns DESC, event_id DESC) = 1
     )
 ),
+-- Containment without cross joins (the depth trick): for properly nested ranges, sweep starts (+1), ends (-1)
+-- and query points of one thread in time order; the innermost range open at a query of depth D is the latest
+-- range of depth D that started at or before it.  Every range adds +1 and -1, so one running sum ordered by
+-- (pk, time) equals the per-pk sum.  Start rows carry -end in ord2, so a range's end needs no join.  Only threads
+-- that have both ranges and queries take part.  Sweep 1: family 1 dispatcher ops (framework ops and NVTX ranges
+-- named ns::op; queried only for launches without an External-id op) and family 2 library calls.
+iv1 AS (
+    SELECT event_id, hash(thread_key, 1) AS pk, ts_ns, end_ns
+    FROM stg_events
+    WHERE kind IN ('framework_op', 'nvtx_range') AND dur_ns > 0
+      AND regexp_matches(name, '^[A-Za-z_][A-Za-z0-9_.]*::[A-Za-z_]')
+    UNION ALL
+    SELECT event_id, hash(thread_key, 2), ts_ns, end_ns
+    FROM stg_events
+    WHERE dur_ns > 0 AND (kind = 'library_api'
+        OR (kind IN ('runtime_api', 'driver_api') AND (name ILIKE 'cublas%' OR name ILIKE 'cudnn%')))
+),
+q1_all AS (
+    SELECT DISTINCT kl.l_event_id AS query_id, hash(kl.launch_thread_key, 1) AS pk, kl.launch_ts_ns AS t, 1 AS family
+    FROM kl ANTI JOIN op_by_ext x ON x.k_event_id = kl.event_id
+    WHERE kl.l_event_id IS NOT NULL
+    UNION ALL
+    SELECT DISTINCT l_event_id, hash(launch_thread_key, 2), launch_ts_ns, 2 FROM kl WHERE l_event_id IS NOT NULL
+),
+q1 AS (SELECT * FROM q1_all SEMI JOIN (SELECT DISTINCT pk FROM iv1) USING (pk)),
+iv1q AS (SELECT * FROM iv1 SEMI JOIN (SELECT DISTINCT pk FROM q1) USING (pk)),
+sweep1 AS (
+    SELECT pk, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id AS ref, 0 AS family FROM iv1q
+    UNION ALL
+    SELECT pk, end_ns, 0, -ts_ns, -1, event_id, 0 FROM iv1q
+    UNION ALL
+    SELECT pk, t, 2, 0, 0, query_id, family FROM q1
+),
+depths1 AS (
+    SELECT pk, t, ord, ord2, ref, family,
+           sum(delta) OVER (ORDER BY pk, t, ord, ord2, ref ROWS UNBOUNDED PRECEDING) AS depth
+    FROM sweep1
+),
+enclosing1 AS (
+    SELECT q.family, q.query_id, i.event_id
+    FROM (SELECT pk, depth, t, ref AS query_id, family FROM depths1 WHERE ord = 2 AND depth > 0) q
+    ASOF JOIN (SELECT pk, depth, t AS ts_ns, -ord2 AS end_ns, ref AS event_id FROM depths1 WHERE ord = 1) i
+      ON q.pk = i.pk AND q.depth = i.depth AND q.t >= i.ts_ns
+    WHERE q.t < i.end_ns
+),
+enclosing AS (
+    SELECT
+        x.family, x.query_id, e.event_id, e.ts_ns, e.end_ns, e.kind,
+        CASE WHEN e.kind = 'nvtx_range' THEN trim(split_part(e.name, ',', 1)) ELSE e.name END AS iv_name
+    FROM enclosing1 x JOIN stg_events e ON e.event_id = x.event_id
+),
 kop AS (
     SELECT
         kl.*,
@@ -166,6 +152,35 @@ kop AS (
     LEFT JOIN op_by_ext x ON x.k_event_id = kl.event_id
     LEFT JOIN enclosing c ON c.family = 1 AND c.query_id = kl.l_event_id
     LEFT JOIN enclosing lib ON lib.family = 2 AND lib.query_id = kl.l_event_id
+),
+-- Sweep 2: the innermost python_function open at each framework op's start, on the op's (= launch's) thread.
+iv3 AS (
+    SELECT event_id, thread_key AS pk, ts_ns, end_ns FROM stg_events WHERE kind = 'python_function' AND dur_ns > 0
+),
+q3_all AS (
+    SELECT DISTINCT op_event_id AS query_id, launch_thread_key AS pk, op_ts_ns AS t FROM kop
+    WHERE op_event_id IS NOT NULL
+),
+q3 AS (SELECT * FROM q3_all SEMI JOIN (SELECT DISTINCT pk FROM iv3) USING (pk)),
+iv3q AS (SELECT * FROM iv3 SEMI JOIN (SELECT DISTINCT pk FROM q3) USING (pk)),
+sweep3 AS (
+    SELECT pk, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id AS ref FROM iv3q
+    UNION ALL
+    SELECT pk, end_ns, 0, -ts_ns, -1, event_id FROM iv3q
+    UNION ALL
+    SELECT pk, t, 2, 0, 0, query_id FROM q3
+),
+depths3 AS (
+    SELECT pk, t, ord, ord2, ref, sum(delta) OVER (ORDER BY pk, t, ord, ord2, ref ROWS UNBOUNDED PRECEDING) AS depth
+    FROM sweep3
+),
+py_enclosing AS (
+    SELECT q.query_id, e.name AS iv_name, e.ts_ns, e.event_id
+    FROM (SELECT pk, depth, t, ref AS query_id FROM depths3 WHERE ord = 2 AND depth > 0) q
+    ASOF JOIN (SELECT pk, depth, t AS ts_ns, -ord2 AS end_ns, ref AS event_id FROM depths3 WHERE ord = 1) i
+      ON q.pk = i.pk AND q.depth = i.depth AND q.t >= i.ts_ns
+    JOIN stg_events e ON e.event_id = i.event_id
+    WHERE q.t < i.end_ns
 ),
 op_ext AS (
     SELECT DISTINCT op_event_id, trace_id, external_id_op, op_ts_ns
@@ -204,7 +219,7 @@ final AS (
         sq.kernel_seq
     FROM kop
     LEFT JOIN py_by_ext px ON px.op_event_id = kop.op_event_id
-    LEFT JOIN enclosing pc ON pc.family = 3 AND pc.query_id = kop.op_event_id
+    LEFT JOIN py_enclosing pc ON pc.query_id = kop.op_event_id
     LEFT JOIN launch_rank lr ON lr.event_id = kop.event_id
     JOIN seq sq ON sq.event_id = kop.event_id
 )
