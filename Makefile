@@ -12,9 +12,9 @@ help:
 	@echo "make test   - set up .venv and run the test suite"
 	@echo "make bench  - run the ingest/analysis benchmarks (prints MB/s, rows/s, peak RSS)"
 
-$(STAMP): requirements.lock requirements-dev.lock pyproject.toml
+$(STAMP): requirements.lock requirements-dev.lock constraints.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.lock -c constraints.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
