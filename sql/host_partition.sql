@@ -57,9 +57,14 @@ starts AS (
     SELECT pk, depth, t AS ts_ns, -ord2 AS end_ns, category FROM d WHERE ord = 1
 ),
 seg AS (
-    SELECT pk, t, next_t - t AS seg_ns, depth FROM d WHERE next_pk = pk AND next_t > t
+    SELECT pk, t, next_t - t AS seg_ns, depth, ord, category, -ord2 AS end_ns FROM d WHERE next_pk = pk AND next_t > t
 ),
+-- a segment that begins at a range's start belongs to that range (it is the innermost); one that begins at an end
+-- belongs to the range still open at its depth, found by ASOF
 labelled AS (
+    SELECT pk, seg_ns, CASE WHEN depth = 0 THEN 6 WHEN end_ns > t THEN category ELSE 7 END AS category
+    FROM seg WHERE ord = 1
+    UNION ALL
     SELECT
         s.pk, s.seg_ns,
         CASE
@@ -67,7 +72,8 @@ labelled AS (
             WHEN st.end_ns IS NOT NULL AND st.end_ns > s.t THEN st.category
             ELSE 7
         END AS category
-    FROM seg s ASOF LEFT JOIN starts st ON s.pk = st.pk AND s.depth = st.depth AND s.t >= st.ts_ns
+    FROM (SELECT * FROM seg WHERE ord = 0) s
+    ASOF LEFT JOIN starts st ON s.pk = st.pk AND s.depth = st.depth AND s.t >= st.ts_ns
 ),
 per_thread AS (
     SELECT
