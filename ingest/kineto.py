@@ -27,12 +27,14 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import IO, Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from taxbreak.ingest.base import AdapterOutput, IngestError, TraceInfo
 from taxbreak.schemas import EVENT_SCHEMA
@@ -114,79 +116,46 @@ _KIND_SQL = """
         ELSE 'other'
     END"""
 
-# Pass 1 (cheap: few columns): counts, the trace origin and the host processes of the launch calls.
-_SCAN_SQL = f"""
-SELECT
-    count(*) AS n_rows,
-    count(*) FILTER (WHERE ts IS NULL AND ph IS DISTINCT FROM 'M') AS missing_ts,
-    CAST(min(ts) FILTER (WHERE ph IS DISTINCT FROM 'M') * 1000 AS BIGINT) AS origin_timed_ns,
-    CAST(min(ts) * 1000 AS BIGINT) AS origin_any_ns,
-    -- the processes of the launch calls (kinds runtime_api, driver_api, graph_launch in _KIND_SQL)
-    list(DISTINCT pid ORDER BY pid) FILTER (
-        WHERE cat IN ('cuda_runtime', 'Runtime', 'cuda_driver') AND ph NOT IN ('M', 's', 'f', 't', 'i', 'I')
-        AND pid IS NOT NULL
-    ) AS host_pids
-FROM {_SOURCE}
-"""
-
-# Only for traces with launch calls from several processes: correlation id -> launching process.
-_HOST_MAP_SQL = f"""
-CREATE OR REPLACE TEMP TABLE host_map AS
-WITH k AS (SELECT pid, args, {_KIND_SQL} AS kind FROM {_SOURCE})
-SELECT TRY_CAST(json_extract_string(args, '$.correlation') AS BIGINT) AS correlation_id, min(pid) AS host_pid
-FROM k
-WHERE kind IN {LAUNCH_KINDS} AND json_extract_string(args, '$.correlation') IS NOT NULL
-GROUP BY 1
-HAVING count(DISTINCT pid) = 1
-"""
-
 # Device-side events: the host process launched them (architecture.md).
 _DEVICE_SQL = (
     "(kind IN ('kernel', 'memcpy', 'memset', 'gpu_annotation') "
     "OR (kind IN ('sync', 'profiler_range') AND device_id IS NOT NULL))"
 )
 
-# Pass 2: the source rows -> EVENT_SCHEMA rows, streamed (relative ns, host pid on device events).
-_OUTPUT_SQL = rf"""
+# The one JSON pass: the source rows -> staged rows (exact decimal µs, source pid; the origin and the launching
+# processes are known only at the end of the pass, so they are applied when the stage is read back).
+_STAGE_SQL = rf"""
 WITH src AS (
     SELECT ph, cat, name, pid, tid, ts, dur, id, args,
+           CAST(args AS VARCHAR) AS args_text,
            json_transform(args, '{_ARGS_STRUCTURE}') AS a,
            {_KIND_SQL} AS kind
     FROM {_SOURCE}
-    WHERE ts IS NOT NULL OR ph = 'M'
 ), t AS (
     SELECT *,
-        CASE WHEN cat IN ('cuda_runtime', 'Runtime', 'cuda_driver') THEN regexp_replace(name, '_v[0-9]+$', '')
-             ELSE name END AS plain_name,
+        CASE WHEN cat IN ('cuda_runtime', 'Runtime', 'cuda_driver') AND contains(name, '_v')
+             THEN regexp_replace(name, '_v[0-9]+$', '') ELSE name END AS plain_name,
         a.device AS device_id,
-        a.stream AS stream_id,
-        a.correlation AS correlation_id
+        a.stream AS stream_id
     FROM src
 ), d AS (
-    SELECT t.*, {_DEVICE_SQL} AS is_device,
-           CASE WHEN {_DEVICE_SQL} THEN coalesce(h.host_pid, $host_pid) END AS new_pid
-    FROM t LEFT JOIN host_map h ON t.correlation_id = h.correlation_id AND $multi
-), w AS (
-    SELECT *, (new_pid IS NOT NULL AND new_pid IS DISTINCT FROM pid) AS rewrite FROM d
+    SELECT *, {_DEVICE_SQL} AS is_device FROM t
 )
 SELECT
-    $trace_id AS trace_id,
-    'kineto' AS source_format,
     kind,
     cat AS category,
     ph AS phase,
     plain_name AS name,
     CASE WHEN plain_name IS DISTINCT FROM name THEN name END AS raw_name,
-    CAST(NULL AS VARCHAR) AS short_name,
-    CAST(ts * 1000 AS BIGINT) - $origin_ns AS ts_ns,
-    CAST(dur * 1000 AS BIGINT) AS dur_ns,
-    CASE WHEN rewrite THEN new_pid ELSE pid END AS pid,
+    ts AS ts_us,
+    dur AS dur_us,
+    pid,
     CASE WHEN is_device AND stream_id IS NOT NULL THEN CAST(stream_id AS VARCHAR) ELSE tid END AS tid,
     device_id,
     stream_id,
-    correlation_id,
+    a.correlation AS correlation_id,
     CASE WHEN a."External id" IS NOT NULL THEN a."External id"
-         WHEN args IS NOT NULL THEN TRY_CAST(json_extract_string(args, '$."external id"') AS BIGINT)
+         WHEN contains(args_text, '"external id"') THEN TRY_CAST(json_extract_string(args, '$."external id"') AS BIGINT)
     END AS external_id,
     TRY_CAST(id AS BIGINT) AS flow_id,
     a.grid[1] AS grid_x, a.grid[2] AS grid_y, a.grid[3] AS grid_z,
@@ -198,17 +167,9 @@ SELECT
         WHEN kind = 'memcpy' THEN coalesce(a.kind, nullif(regexp_extract(name, '^Memcpy (\S+)', 1), ''))
         WHEN kind = 'memset' THEN coalesce(a.kind, nullif(regexp_extract(name, '\(([^)]*)\)', 1), ''))
     END AS copy_kind,
-    CAST(NULL AS BIGINT) AS graph_id,
-    CAST(NULL AS BIGINT) AS graph_node_id,
-    CAST(NULL AS VARCHAR) AS domain,
-    CAST(NULL AS VARCHAR) AS end_tid,
-    CASE
-        WHEN NOT rewrite THEN CAST(args AS VARCHAR)
-        WHEN args IS NULL THEN CAST(json_object('_source_pid', pid) AS VARCHAR)
-        WHEN json_type(args) = 'OBJECT' THEN CAST(json_merge_patch(args, json_object('_source_pid', pid)) AS VARCHAR)
-        ELSE CAST(args AS VARCHAR)
-    END AS args_json
-FROM w
+    args_text AS args_json,
+    is_device
+FROM d
 """
 
 
@@ -536,31 +497,162 @@ def _connect(workdir: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _scan(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str) -> tuple[int, int, int, list[str]]:
-    """(rows, rows without ts, origin in absolute ns, host pids of the launch calls) of the events file."""
-    src = {"path": str(events_path), "format": fmt, "columns": READ_COLUMNS}
-    n_rows, missing_ts, origin_timed, origin_any, host_pids = con.execute(_SCAN_SQL, src).fetchone()
-    origin = origin_timed if origin_timed is not None else (origin_any if origin_any is not None else 0)
-    return n_rows, missing_ts, origin, list(host_pids or [])
+@dataclass
+class _Staged:
+    """The staged rows of one JSON pass and the trace-level facts gathered while writing them."""
+
+    path: Path
+    n_rows: int
+    missing_ts: int
+    origin_ns: int
+    host_pids: list[str]
 
 
-def _stream_output(
-    con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str, trace_id: str, origin_ns: int,
-    host_pids: list[str],
-) -> Iterator[pa.RecordBatch]:
+def _decimal_ns(col: pa.Array) -> pa.Array:
+    """Exact decimal µs with 3 decimals -> int64 ns: the decimal's unscaled integer is the ns count."""
+    return pc.cast(col.view(pa.decimal128(col.type.precision, 0)), pa.int64())
+
+
+def _stage(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str, stage_path: Path) -> _Staged:
+    """The one JSON pass: staged rows -> an uncompressed Arrow IPC stream in the workdir; origin, counts, pids."""
     src = {"path": str(events_path), "format": fmt, "columns": READ_COLUMNS}
-    multi = len(host_pids) > 1
-    if multi:
-        con.execute(_HOST_MAP_SQL, src)
+    reader = con.sql(_STAGE_SQL, params=src).to_arrow_reader(ROWS_PER_BATCH)
+    in_schema = reader.schema
+    i_ts, i_dur = in_schema.get_field_index("ts_us"), in_schema.get_field_index("dur_us")
+    schema = in_schema.set(i_ts, pa.field("ts_ns", pa.int64())).set(i_dur, pa.field("dur_ns", pa.int64()))
+    launch_kinds = pa.array(LAUNCH_KINDS)
+    n_rows = missing_ts = 0
+    lo_timed: int | None = None
+    lo_any: int | None = None
+    host_pids: set[str] = set()
+    with pa.OSFile(str(stage_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        for batch in reader:
+            columns = batch.columns
+            ts = columns[i_ts] = _decimal_ns(columns[i_ts])
+            columns[i_dur] = _decimal_ns(columns[i_dur])
+            writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+            n_rows += batch.num_rows
+            kind = batch.column("kind")
+            is_meta = pc.equal(kind, "metadata")
+            lo = pc.min(ts).as_py()
+            if lo is not None:
+                lo_any = lo if lo_any is None else min(lo_any, lo)
+            if pc.any(is_meta).as_py():
+                lo = pc.min(pc.filter(ts, pc.invert(is_meta))).as_py()
+            if lo is not None:
+                lo_timed = lo if lo_timed is None else min(lo_timed, lo)
+            if ts.null_count:
+                missing_ts += pc.sum(pc.and_(pc.is_null(ts), pc.invert(is_meta))).as_py() or 0
+            launch = pc.is_in(kind, value_set=launch_kinds)
+            if pc.any(launch).as_py():
+                host_pids.update(p for p in pc.unique(pc.filter(batch.column("pid"), launch)).to_pylist() if p)
+    origin = lo_timed if lo_timed is not None else (lo_any if lo_any is not None else 0)
+    return _Staged(stage_path, n_rows, missing_ts, origin, sorted(host_pids))
+
+
+_JSON_SPECIAL_RE = r'["\\\x00-\x1f]'
+
+
+def _merge_source_pid(args_text: str | None, pid: str | None) -> str | None:
+    """``json_merge_patch(args, {"_source_pid": pid})`` for one row (args NULL: a new object; not an object: kept)."""
+    if args_text is None:
+        return json.dumps({"_source_pid": pid}, ensure_ascii=False, separators=(",", ":"))
+    value = json.loads(args_text)
+    if not isinstance(value, dict):
+        return args_text
+    value.pop("_source_pid", None)
+    if pid is not None:
+        value["_source_pid"] = pid
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _with_source_pid(args: pa.Array, pid: pa.Array) -> pa.Array:
+    """args text with the source pid added (``_source_pid``), row by row.
+
+    Appended as text when args is a plain object without that key and the pid needs no JSON escaping (args
+    comes from DuckDB's compact serialisation), else merged as JSON.
+    """
+    plain = pc.and_(
+        pc.and_(pc.starts_with(args, "{"), pc.ends_with(args, "}")),
+        pc.and_(pc.invert(pc.match_substring(args, '"_source_pid"')),
+                pc.invert(pc.match_substring_regex(pid, _JSON_SPECIAL_RE))),
+    )
+    plain = pc.fill_null(plain, False)
+    body = pc.utf8_slice_codeunits(args, 0, -1)
+    sep = pc.if_else(pc.equal(args, "{}"), "", ",")
+    out = pc.binary_join_element_wise(body, sep, '"_source_pid":"', pid, '"}', "")
+    if pc.all(plain).as_py():
+        return out
+    slow = pc.invert(plain)
+    fixed = [_merge_source_pid(a, p) for a, p in zip(
+        pc.filter(args, slow).to_pylist(), pc.filter(pid, slow).to_pylist(), strict=True)]
+    return pc.replace_with_mask(pc.if_else(plain, out, args), slow, pa.array(fixed, pa.string()))
+
+
+def _open_stage(path: Path) -> pa.RecordBatchStreamReader:
+    # read, not memory-mapped: one batch at a time stays resident
+    return pa.ipc.open_stream(pa.OSFile(str(path), "rb"))
+
+
+def _host_map(con: duckdb.DuckDBPyConnection, stage_path: Path) -> tuple[pa.Array, pa.Array]:
+    """(correlation ids, launching processes), for traces with launch calls from several processes."""
+    stage = _open_stage(stage_path)  # noqa: F841 - scanned by name below
+    table = con.sql(
+        f"SELECT correlation_id, min(pid) AS host_pid FROM stage WHERE kind IN {LAUNCH_KINDS} "
+        "AND correlation_id IS NOT NULL GROUP BY 1 HAVING count(DISTINCT pid) = 1"
+    ).to_arrow_table()
+    return table.column(0).combine_chunks(), table.column(1).combine_chunks()
+
+
+def _finish_batch(
+    batch: pa.RecordBatch, trace_id: str, origin_ns: int, host_pid: str | None,
+    host_map: tuple[pa.Array, pa.Array] | None,
+) -> pa.RecordBatch:
+    """A staged batch -> EVENT_SCHEMA: ns from the origin, the launching process on device rows."""
+    ts = batch.column("ts_ns")
+    if ts.null_count:  # events without a timestamp are skipped (counted); metadata may lack one
+        batch = batch.filter(pc.or_(pc.is_valid(ts), pc.equal(batch.column("kind"), "metadata")))
+    n = batch.num_rows
+    pid, args = batch.column("pid"), batch.column("args_json")
+    is_device = pc.fill_null(batch.column("is_device"), False)
+    if host_map is not None:
+        idx = pc.index_in(batch.column("correlation_id"), value_set=host_map[0])
+        new_pid = pc.if_else(is_device, pc.take(host_map[1], idx), None)
+    elif host_pid is not None:
+        new_pid = pc.if_else(is_device, pa.scalar(host_pid), None)
     else:
-        con.execute("CREATE OR REPLACE TEMP TABLE host_map (correlation_id BIGINT, host_pid VARCHAR)")
-    params = {
-        **src, "trace_id": trace_id, "origin_ns": origin_ns, "multi": multi,
-        "host_pid": host_pids[0] if len(host_pids) == 1 else None,
-    }
-    reader = con.sql(_OUTPUT_SQL, params=params).to_arrow_reader(ROWS_PER_BATCH)
-    for batch in reader:
-        yield batch.cast(EVENT_SCHEMA)
+        new_pid = None
+    if new_pid is not None:
+        # a device row takes its launching process (IS DISTINCT FROM: a NULL source pid is rewritten too)
+        rewrite = pc.and_(pc.is_valid(new_pid), pc.fill_null(pc.not_equal(new_pid, pid), True))
+        if pc.any(rewrite).as_py():
+            rewritten = _with_source_pid(pc.filter(args, rewrite), pc.filter(pid, rewrite))
+            args = pc.replace_with_mask(args, rewrite, rewritten)
+            pid = pc.if_else(rewrite, new_pid, pid)
+    col = batch.column
+    arrays = [
+        pa.repeat(pa.scalar(trace_id), n), pa.repeat(pa.scalar(SOURCE_FORMAT), n), col("kind"), col("category"),
+        col("phase"), col("name"), col("raw_name"), pa.nulls(n, pa.string()), pc.subtract(ts if n == len(ts) else
+        col("ts_ns"), origin_ns), col("dur_ns"), pid, col("tid"), col("device_id"), col("stream_id"),
+        col("correlation_id"), col("external_id"), col("flow_id"), col("grid_x"), col("grid_y"), col("grid_z"),
+        col("block_x"), col("block_y"), col("block_z"), col("registers_per_thread"), col("shared_memory_bytes"),
+        col("bytes"), col("copy_kind"), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.string()),
+        pa.nulls(n, pa.string()), args,
+    ]
+    return pa.RecordBatch.from_arrays(
+        [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, EVENT_SCHEMA, strict=True)],
+        schema=EVENT_SCHEMA,
+    )
+
+
+def _read_stage(
+    con: duckdb.DuckDBPyConnection, staged: _Staged, trace_id: str
+) -> Iterator[pa.RecordBatch]:
+    host_map = _host_map(con, staged.path) if len(staged.host_pids) > 1 else None
+    host_pid = staged.host_pids[0] if len(staged.host_pids) == 1 else None
+    with _open_stage(staged.path) as reader:
+        for batch in reader:
+            yield _finish_batch(batch, trace_id, staged.origin_ns, host_pid, host_map)
 
 
 def read_kineto(
@@ -572,34 +664,35 @@ def read_kineto(
     copied = _copy_events_array(path, workdir, progress)
     if copied is None:
         (workdir / "events.json").unlink(missing_ok=True)
+    stage_path = workdir / "stage.arrows"
 
     def batches() -> Iterator[pa.RecordBatch]:
         con = _connect(workdir)
         try:
-            scanned = None
+            staged = None
             if copied is not None:
                 events_path, meta = copied
-                fmt, skipped = "array", {}
+                skipped: dict[str, int] = {}
                 try:
-                    scanned = _scan(con, events_path, fmt)
-                except duckdb.Error:
-                    events_path.unlink(missing_ok=True)  # an unexpected element or layout: stream-parse instead
-            if scanned is None:
+                    staged = _stage(con, events_path, "array", stage_path)
+                except (duckdb.Error, pa.ArrowException):
+                    pass  # an unexpected element or layout: stream-parse instead
+                events_path.unlink(missing_ok=True)
+            if staged is None:
                 events_path, meta, skipped, _ = _fallback_to_ndjson(path, workdir)
-                fmt = "newline_delimited"
                 try:
-                    scanned = _scan(con, events_path, fmt)
-                except duckdb.Error as exc:
+                    staged = _stage(con, events_path, "newline_delimited", stage_path)
+                except (duckdb.Error, pa.ArrowException) as exc:
                     raise IngestError(f"{path}: cannot read the trace events ({exc})") from None
-            n_rows, missing_ts, origin_ns, host_pids = scanned
+                events_path.unlink(missing_ok=True)
             _fill_info(info, meta)
-            if missing_ts:
-                skipped["missing_ts"] = skipped.get("missing_ts", 0) + missing_ts
+            if staged.missing_ts:
+                skipped["missing_ts"] = skipped.get("missing_ts", 0) + staged.missing_ts
             info.skipped_counts = skipped
             # rows of the events file + elements never written to it (counted in ``skipped`` by the fallback)
-            info.source_event_count = n_rows + sum(v for k, v in skipped.items() if k != "missing_ts")
-            info.start_epoch_ns = _start_epoch_ns(meta, origin_ns)
-            yield from _stream_output(con, events_path, fmt, trace_id, origin_ns, host_pids)
+            info.source_event_count = staged.n_rows + sum(v for k, v in skipped.items() if k != "missing_ts")
+            info.start_epoch_ns = _start_epoch_ns(meta, staged.origin_ns)
+            yield from _read_stage(con, staged, trace_id)
         finally:
             con.close()
 
