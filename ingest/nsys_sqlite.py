@@ -2,7 +2,14 @@
 
 The file is untrusted and opened read-only through ADBC-SQLite with ``mode=ro&immutable=1`` (no locks, no
 journal, nothing written beside it, extension loading off).  Each event table is streamed in record batches
-and transformed by DuckDB over the Arrow stream, so memory stays bounded whatever the file size.
+and transformed by DuckDB one batch at a time, so memory stays bounded whatever the file size.
+
+Throughput (bench/bench_nsys_ingest.py): SQLite builds ``args_json`` itself with ``json_object`` over the
+INTEGER/TEXT columns we do not map (about the cost of reading those columns into Arrow; DuckDB's
+``to_json(struct_pack(...))`` over them was the largest single cost before), and that string bypasses DuckDB.
+REAL/BLOB/untyped columns, which json_object would print inexactly, are read raw and spliced in by DuckDB.
+Tables of ``SPLIT_ROWS`` rows or more are read in rowid ranges by ``READERS`` threads, each on its own read-only
+connection, while this thread runs DuckDB and the caller writes Parquet; a bounded queue caps what is in flight.
 
 Conventions (docs/architecture.md): ``ts_ns = start - origin`` with ``origin`` the earliest start among the
 stored events, the catalogue's ``start_epoch_ns = TARGET_INFO_SESSION_START_TIME.utcEpochNs + origin``;
