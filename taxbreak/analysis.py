@@ -163,6 +163,7 @@ def connect(warehouse_path: str | os.PathLike[str] | None) -> duckdb.DuckDBPyCon
     con = duckdb.connect(str(warehouse_path) if warehouse_path is not None else ":memory:")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
+    con.execute("SET preserve_insertion_order = false")  # no table here relies on row order; faster writes
     return con
 
 
@@ -296,6 +297,13 @@ def materialize_table(
     return _build(con, name, state, {f.name: f for f in sql_files()})
 
 
+def _comment(con: duckdb.DuckDBPyConnection, target: str, sf: SqlFile, columns: list[str]) -> None:
+    con.execute(f"COMMENT ON TABLE {target} IS {_lit(sf.grain + '. ' + sf.description)}")
+    for col in columns:
+        if col in sf.columns:
+            con.execute(f"COMMENT ON COLUMN {target}.{_q(col)} IS {_lit(sf.columns[col])}")
+
+
 def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], files: dict[str, SqlFile]) -> int:
     sf = files[name]
     catalog = _catalog(con)
@@ -318,12 +326,19 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
     if not state["trace_ids"] and sf.materialize == "temp":
         return 0  # nothing to read: no ingested trace selected
     bound = {p: state[p] for p in sf.params}
+    target = f"{_q(catalog)}.main.{_q(name)}"
+    if state["all_traces"] and sf.materialize != "temp" and catalog != "memory":
+        # A full run: the table is this run's rows, written once, straight into the warehouse.
+        con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(name)}")
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(name)}")
+        con.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", bound)
+        _comment(con, target, sf, [c for c, _t in _columns(con, catalog, name)])
+        return con.execute(f"SELECT count(*) FROM {target}").fetchone()[0]
     con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(name)}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} AS {sf.text}", bound)
     n = con.execute(f"SELECT count(*) FROM temp.main.{_q(name)}").fetchone()[0]
     if sf.materialize == "temp":
         return n
-    target = f"{_q(catalog)}.main.{_q(name)}"
     temp_cols = con.execute(
         "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = 'temp' AND table_name = $t "
         "ORDER BY column_index", {"t": name},
@@ -334,10 +349,7 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
     else:
         con.execute(f"DELETE FROM {target} WHERE trace_id IN (SELECT trace_id FROM selected_traces)")
         con.execute(f"INSERT INTO {target} SELECT * FROM temp.main.{_q(name)}")
-    con.execute(f"COMMENT ON TABLE {target} IS {_lit(sf.grain + '. ' + sf.description)}")
-    for col, _typ in temp_cols:
-        if col in sf.columns:
-            con.execute(f"COMMENT ON COLUMN {target}.{_q(col)} IS {_lit(sf.columns[col])}")
+    _comment(con, target, sf, [c for c, _t in temp_cols])
     if sf.scope == "all_traces":
         con.execute(f"DROP TABLE temp.main.{_q(name)}")
     return n
