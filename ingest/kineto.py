@@ -566,6 +566,12 @@ def _merge_source_pid(args_text: str | None, pid: str | None) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def _may_contain(arr: pa.Array, needle: bytes) -> bool:
+    """False when no value of the string array ``arr`` contains ``needle`` (one search of its data buffer)."""
+    data = arr.buffers()[2]
+    return data is not None and re.search(re.escape(needle), memoryview(data)) is not None
+
+
 def _with_source_pid(args: pa.Array, pid: pa.Array) -> pa.Array:
     """args text with the source pid added (``_source_pid``), row by row.
 
@@ -574,12 +580,13 @@ def _with_source_pid(args: pa.Array, pid: pa.Array) -> pa.Array:
     """
     plain = pc.and_(
         pc.and_(pc.starts_with(args, "{"), pc.ends_with(args, "}")),
-        pc.and_(pc.invert(pc.match_substring(args, '"_source_pid"')),
-                pc.invert(pc.match_substring_regex(pid, _JSON_SPECIAL_RE))),
+        pc.invert(pc.match_substring_regex(pid, _JSON_SPECIAL_RE)),
     )
+    if _may_contain(args, b'"_source_pid"'):
+        plain = pc.and_(plain, pc.invert(pc.match_substring(args, '"_source_pid"')))
     plain = pc.fill_null(plain, False)
     body = pc.utf8_slice_codeunits(args, 0, -1)
-    sep = pc.if_else(pc.equal(args, "{}"), "", ",")
+    sep = pc.if_else(pc.equal(pc.binary_length(args), 2), "", ",")  # "{}": nothing to separate
     out = pc.binary_join_element_wise(body, sep, '"_source_pid":"', pid, '"}', "")
     if pc.all(plain).as_py():
         return out
