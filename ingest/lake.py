@@ -31,6 +31,8 @@ from taxbreak.schemas import CATALOGUE_SCHEMA, EVENT_SCHEMA, SCHEMA_VERSION, che
 EVENTS_DIR = "events"
 CATALOGUE_DIR = "catalogue"
 STAGING_DIR = "_staging"
+# args_json is near-unique JSON text: a dictionary and min/max statistics cost write time and bytes, help no read.
+_EVENT_DICT_COLUMNS = [f.name for f in EVENT_SCHEMA if f.name != "args_json"]
 
 
 class Lake:
@@ -99,7 +101,10 @@ class Lake:
             n_rows = 0
             t_min: int | None = None
             t_max: int | None = None
-            with pq.ParquetWriter(part, EVENT_SCHEMA, compression="zstd") as writer:
+            with pq.ParquetWriter(
+                part, EVENT_SCHEMA, compression="zstd", use_dictionary=_EVENT_DICT_COLUMNS,
+                write_statistics=_EVENT_DICT_COLUMNS,
+            ) as writer:
                 for batch in batches:
                     if batch.num_rows == 0:
                         continue
