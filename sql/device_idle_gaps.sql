@@ -22,7 +22,7 @@ o AS (
         max(end_ns) OVER w AS prev_max_end,
         lag(pk) OVER (ORDER BY pk, ts_ns, end_ns, event_id) AS prev_pk
     FROM dev
-    WINDOW w AS (ORDER BY pk, ts_ns, end_ns, event_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    WINDOW w AS (PARTITION BY pk ORDER BY ts_ns, end_ns, event_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 g AS (
     SELECT pk, ts_ns, end_ns, event_id,

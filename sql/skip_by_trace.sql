@@ -41,22 +41,28 @@ k AS (
 ops AS (
     SELECT trace_id, min(ts_ns) AS first_op_ns FROM stg_events WHERE kind = 'framework_op' GROUP BY trace_id
 ),
+-- merged busy time of all kernels of a trace (one ordered pass; a new interval starts where a kernel begins after
+-- every earlier kernel of its trace ended)
 o AS (
-    SELECT trace_id, kernel_ts_ns, kernel_end_ns, max(kernel_end_ns) OVER (
-        PARTITION BY trace_id ORDER BY kernel_ts_ns, kernel_end_ns, kernel_seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS prev_max_end
+    SELECT hash(trace_id) AS pk, trace_id, kernel_seq, kernel_ts_ns, kernel_end_ns,
+        max(kernel_end_ns) OVER w AS prev_max_end,
+        lag(hash(trace_id)) OVER (ORDER BY hash(trace_id), kernel_ts_ns, kernel_end_ns, kernel_seq) AS prev_pk
     FROM int_kernel_links
+    WINDOW w AS (PARTITION BY hash(trace_id) ORDER BY kernel_ts_ns, kernel_end_ns, kernel_seq
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 g AS (
-    SELECT *, sum(CASE WHEN prev_max_end IS NULL OR kernel_ts_ns > prev_max_end THEN 1 ELSE 0 END) OVER (
-        PARTITION BY trace_id ORDER BY kernel_ts_ns, kernel_end_ns ROWS UNBOUNDED PRECEDING
-    ) AS grp
+    SELECT pk, kernel_ts_ns, kernel_end_ns, kernel_seq,
+        sum(CASE WHEN prev_pk IS DISTINCT FROM pk OR kernel_ts_ns > prev_max_end THEN 1 ELSE 0 END) OVER (
+            ORDER BY pk, kernel_ts_ns, kernel_end_ns, kernel_seq ROWS UNBOUNDED PRECEDING
+        ) AS grp
     FROM o
 ),
 merged AS (
-    SELECT trace_id, sum(e - s) AS busy_ns
-    FROM (SELECT trace_id, grp, min(kernel_ts_ns) AS s, max(kernel_end_ns) AS e FROM g GROUP BY trace_id, grp)
-    GROUP BY trace_id
+    SELECT t.trace_id, sum(m.e - m.s) AS busy_ns
+    FROM (SELECT pk, grp, min(kernel_ts_ns) AS s, max(kernel_end_ns) AS e FROM g GROUP BY pk, grp) m
+    JOIN (SELECT DISTINCT trace_id, hash(trace_id) AS pk FROM int_kernel_links) t USING (pk)
+    GROUP BY t.trace_id
 )
 SELECT
     k.trace_id,

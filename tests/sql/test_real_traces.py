@@ -36,12 +36,16 @@ KERNELS = {
 }
 
 
+real_lake: list[Lake] = []
+
+
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
     if not PUBLIC.is_dir():
         pytest.skip(f"public traces not present at {PUBLIC}")
     root = tmp_path_factory.mktemp("real")
     lake = Lake(root / "lake")
+    real_lake.append(lake)
     ids: dict[str, str] = {}
     failed = []
     for rel in KERNELS:
@@ -153,3 +157,36 @@ def test_skip_and_fusion_sanity(real) -> None:
     assert con.execute("SELECT count(*) FROM fusion_candidates WHERE proximity_score <> 1.0").fetchone()[0] == 0
     assert con.execute("SELECT count(*) FROM fusion_candidates").fetchone()[0] > 0
     assert con.execute("SELECT count(*) FROM fusion_candidates WHERE len(chain) <> chain_len").fetchone()[0] == 0
+
+
+def _merged_busy_python(intervals: list[tuple[int, int]]) -> int:
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0)
+
+
+def test_device_busy_matches_an_independent_merge(real) -> None:
+    con, ids = real
+    lake = real_lake[0]
+    checked = 0
+    for tid in ids.values():
+        ev = lake.read_events(tid).select(["kind", "device_id", "ts_ns", "dur_ns"]).to_pylist()
+        per_dev: dict[int, list[tuple[int, int]]] = {}
+        for e in ev:
+            if e["kind"] in ("kernel", "memcpy", "memset") and e["device_id"] is not None:
+                per_dev.setdefault(e["device_id"], []).append((e["ts_ns"], e["ts_ns"] + (e["dur_ns"] or 0)))
+        got = dict(con.execute("SELECT device_id, busy_ns FROM device_busy WHERE trace_id = $t", {"t": tid}).fetchall())
+        assert got == {d: _merged_busy_python(iv) for d, iv in per_dev.items()}, tid
+        all_kernels = [(e["ts_ns"], e["ts_ns"] + e["dur_ns"]) for e in ev if e["kind"] == "kernel"]
+        if all_kernels:
+            merged = con.execute("SELECT kernel_busy_merged_ns FROM skip_by_trace WHERE trace_id = $t",
+                                 {"t": tid}).fetchone()[0]
+            assert merged == _merged_busy_python(all_kernels), tid
+            checked += 1
+    assert checked > 5
