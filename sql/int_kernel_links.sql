@@ -133,7 +133,7 @@ enclosing1 AS (
 ),
 enclosing AS (
     SELECT
-        x.family, x.query_id, e.event_id, e.ts_ns, e.end_ns, e.kind,
+        x.family, x.query_id, e.event_id, e.ts_ns, e.end_ns, e.kind, e.external_id,
         CASE WHEN e.kind = 'nvtx_range' THEN trim(split_part(e.name, ',', 1)) ELSE e.name END AS iv_name
     FROM enclosing1 x JOIN stg_events e ON e.event_id = x.event_id
 ),
@@ -146,6 +146,7 @@ kop AS (
         coalesce(x.end_ns, c.end_ns) AS op_end_ns,
         CASE WHEN x.event_id IS NOT NULL THEN 'external_id' WHEN c.event_id IS NOT NULL THEN 'containment' END
             AS op_link_method,
+        CASE WHEN x.event_id IS NOT NULL THEN kl.external_id ELSE c.external_id END AS op_external_id,
         lib.iv_name AS lib_name,
         lib.ts_ns AS lib_ts_ns
     FROM kl
@@ -183,18 +184,21 @@ py_enclosing AS (
     WHERE q.t < i.end_ns
 ),
 op_ext AS (
-    SELECT DISTINCT op_event_id, trace_id, external_id_op, op_ts_ns
-    FROM (SELECT k2.op_event_id, k2.trace_id, e.external_id AS external_id_op, k2.op_ts_ns
-          FROM kop k2 JOIN stg_events e ON e.event_id = k2.op_event_id
-          WHERE e.external_id IS NOT NULL)
+    SELECT DISTINCT op_event_id, proc_key, op_external_id, op_ts_ns FROM kop WHERE op_external_id IS NOT NULL
+),
+py_cand AS (
+    SELECT event_id, proc_key, external_id, name, ts_ns FROM stg_events
+    WHERE external_id IS NOT NULL
+      AND (kind = 'python_function' OR (kind = 'framework_op' AND NOT starts_with(name, 'aten::')))
+),
+py_by_ext_all AS (
+    SELECT o.op_event_id, p.name, p.ts_ns, p.event_id
+    FROM op_ext o JOIN py_cand p ON p.proc_key = o.proc_key AND p.external_id = o.op_external_id
+    WHERE p.event_id <> o.op_event_id AND p.ts_ns <= o.op_ts_ns
 ),
 py_by_ext AS (
-    SELECT o.op_event_id, p.name, p.ts_ns
-    FROM op_ext o JOIN stg_events p
-      ON p.trace_id = o.trace_id AND p.external_id = o.external_id_op
-     AND (p.kind = 'python_function' OR (p.kind = 'framework_op' AND NOT starts_with(p.name, 'aten::')))
-     AND p.event_id <> o.op_event_id AND p.ts_ns <= o.op_ts_ns
-    QUALIFY row_number() OVER (PARTITION BY o.op_event_id ORDER BY p.ts_ns DESC, p.event_id DESC) = 1
+    SELECT op_event_id, arg_max(name, (ts_ns, event_id)) AS name, max(ts_ns) AS ts_ns
+    FROM py_by_ext_all GROUP BY op_event_id
 ),
 launch_rank AS (
     SELECT event_id, count(*) OVER w AS n_same_launch, row_number() OVER (w ORDER BY ts_ns, event_id) AS rn_same_launch
