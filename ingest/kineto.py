@@ -2,12 +2,15 @@
 
 Route (see ``../shared/STACK.md``): the ``traceEvents`` array's bytes are streamed (gzip-decompressed when
 needed) into a temporary file in ``workdir``; the bytes around it (head + ``[]`` + tail) are parsed as JSON,
-which both validates the cut and yields the top-level metadata.  DuckDB then reads the array with a fixed
-column list (``ts``/``dur`` as ``DECIMAL(21,3)``: exact integer ns, never through a binary float; sub-ns
-digits are rounded half away from zero), twice and streaming, with ``threads=1``: a cheap scan (row count,
-the trace origin, the processes of the launch calls), then the transform to the common schema, streamed out
-as Arrow record batches.  All per-event work is SQL; memory stays flat with the trace size.  When the
-byte-range check or DuckDB's read fails (an unexpected layout, an element that is not an object), the file is
+which both validates the cut and yields the top-level metadata.  DuckDB then reads the array once, streaming,
+with ``threads=1`` and a fixed column list (``ts``/``dur`` as ``DECIMAL(21,3)``: exact integer ns -- the
+decimal's unscaled value -- never through a binary float; sub-ns digits are rounded half away from zero), and
+the per-event SQL turns it into staged rows in absolute ns, written as Arrow record batches to an uncompressed
+IPC stream in ``workdir``; the trace origin, the row count and the processes of the launch calls are gathered
+from the batches on the way.  The stage is then read back batch by batch (ns made relative to the origin,
+device rows given their launching process) into the common schema.  Memory stays flat with the trace size;
+the workdir holds the array's bytes and then the stage (about the size of the JSON).  When the byte-range
+check or DuckDB's read fails (an unexpected layout, an element that is not an object), the file is
 re-read with ``ijson``, streaming, into newline-delimited JSON and the same SQL runs on that.
 
 Conventions (``docs/architecture.md``): ``ts_ns`` counts from the earliest timestamp of the trace's timed

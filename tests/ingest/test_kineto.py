@@ -329,3 +329,29 @@ def test_progress_reports_bytes_of_the_source_file(write_kineto, raw_number, lak
     assert calls[-1] == (size, size)
     assert all(total == size for _, total in calls)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_source_pid_kept_for_every_shape_of_device_args(write_kineto, raw_number, lake):
+    """The launching process replaces the source pid; ``_source_pid`` is added to args whatever their shape."""
+    R = raw_number
+    events = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": HOST, "tid": HOST, "ts": R("1"),
+         "dur": R("1"), "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "quoted_pid", "pid": 'GPU "0"', "tid": 7, "ts": R("2"), "dur": R("1"),
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "has_key", "pid": 0, "tid": 7, "ts": R("3"), "dur": R("1"),
+         "args": {"_source_pid": "old", "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "empty_args", "pid": 0, "tid": 7, "ts": R("4"), "dur": R("1"),
+         "args": {}},
+        {"ph": "X", "cat": "kernel", "name": "text_args", "pid": 0, "tid": 7, "ts": R("5"), "dur": R("1"),
+         "args": {"note": "é \"q\" \\ }", "stream": 8}},
+    ]
+    _, ev, _ = _ingest(write_kineto("shapes.json", events, meta={"schemaVersion": 1}), lake)
+    rows = {name: ev[("kernel", name, "X")] for name in ("quoted_pid", "has_key", "empty_args", "text_args")}
+    assert {r["pid"] for r in rows.values()} == {str(HOST)}
+    assert json.loads(rows["quoted_pid"]["args_json"]) == {
+        "device": 0, "stream": 7, "correlation": 1, "_source_pid": 'GPU "0"'}
+    assert json.loads(rows["has_key"]["args_json"]) == {"_source_pid": "0", "device": 0, "stream": 7}
+    assert json.loads(rows["empty_args"]["args_json"]) == {"_source_pid": "0"}
+    assert json.loads(rows["text_args"]["args_json"]) == {"note": 'é "q" \\ }', "stream": 8, "_source_pid": "0"}
+    assert (rows["text_args"]["tid"], rows["empty_args"]["tid"]) == ("8", "7")
