@@ -19,7 +19,7 @@ $(STAMP): requirements.lock requirements-dev.lock constraints.lock pyproject.tom
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m taxbreak.demo
+	$(BIN)/python -m taxbreak.demo $(ARGS)
 
 test: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium) || echo "chromium not installed: the report browser tests will skip"

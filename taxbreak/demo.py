@@ -15,6 +15,7 @@ Paths come from ``taxbreak.config.Paths.from_env()`` (``$TAXBREAK_HOME``, defaul
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -28,18 +29,26 @@ DEMO_SYNTHETIC_LAYERS = 4
 DEMO_TOKENS = 8
 
 
-def capture_into_inbox(paths: Paths) -> list[Path]:
-    """Write the demo's traces (and sidecars) into ``paths.inbox``; returns the trace files."""
+def capture_into_inbox(paths: Paths, recapture: bool = True) -> list[Path]:
+    """Write the demo's traces (and sidecars) into ``paths.inbox``; returns the trace files.
+
+    With ``recapture=False`` an existing real capture is kept (a capture differs every run, so each new one is
+    a new trace); the synthetic traces are deterministic and rewritten identically."""
     from taxbreak.capture.profile import capture_generation
     from taxbreak.capture.synthetic import SyntheticConfig, generate_synthetic
 
     paths.inbox.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    real = capture_generation(
-        paths.inbox / DEMO_CAPTURE, model="dense", batch_size=1, prompt_len=16, output_tokens=DEMO_TOKENS,
-        model_config=DEMO_MODEL,
-    )
-    print(f"captured {real} ({time.monotonic() - t0:.1f} s, real torch.profiler trace, {DEMO_TOKENS} tokens)")
+    existing = paths.inbox / DEMO_CAPTURE
+    if not recapture and existing.exists() and Path(str(existing) + ".meta.json").exists():
+        print(f"kept the earlier capture {existing} (make demo ARGS=--recapture for a new one)")
+        real = existing
+    else:
+        real = capture_generation(
+            paths.inbox / DEMO_CAPTURE, model="dense", batch_size=1, prompt_len=16, output_tokens=DEMO_TOKENS,
+            model_config=DEMO_MODEL,
+        )
+        print(f"captured {real} ({time.monotonic() - t0:.1f} s, real torch.profiler trace, {DEMO_TOKENS} tokens)")
     written = [real]
     for kind in ("dense", "moe"):
         cfg = SyntheticConfig(model_kind=kind, n_layers=DEMO_SYNTHETIC_LAYERS, batch_size=1, prompt_len=64,
@@ -94,44 +103,41 @@ def print_results(paths: Paths, results: list[Any] | None = None) -> int:
         tag = "already in the lake" if res.status == "unchanged" else "ingested"
         synthetic = " [SYNTHETIC]" if Path(res.path).name.startswith("synthetic_") else ""
         print(f"[{tag}]{synthetic} " + format_trace_summary(row))
-    _print_analysis(paths)
+    print()
+    _print_analysis(paths, [r.trace_id for r in results if r.status != "failed"])
     return failed
 
 
-def _print_analysis(paths: Paths) -> None:
-    try:
-        from taxbreak import analysis
-    except ImportError as exc:
-        print(f"(analysis not available yet: {exc})")
-        return
-    materialize = getattr(analysis, "materialize", None)
-    summary = getattr(analysis, "summary", None)
-    if materialize is None:
-        print("(analysis not available yet: taxbreak.analysis has no materialize())")
-        return
-    counts = materialize(paths.warehouse, paths.lake)
-    print("warehouse tables: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
-    if summary is None:
-        print("(analysis summary not available yet: taxbreak.analysis has no summary())")
-        return
-    out = summary(paths.warehouse)
-    if isinstance(out, str):
-        print(out)
-    else:
-        for row in out or []:
-            print(row)
+def _print_analysis(paths: Paths, trace_ids: list[str]) -> None:
+    """The headline of every trace from the warehouse tables (built by the pipeline, or here when missing)."""
+    from taxbreak import analysis
+
+    if not paths.warehouse.exists():
+        analysis.materialize(paths.warehouse, paths.lake)
+    for trace_id in trace_ids:
+        try:
+            print(analysis.format_summary(analysis.summary(paths.warehouse, trace_id)))
+        except LookupError as exc:
+            print(f"(no analysis for trace {trace_id[:16]}: {exc})")
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m taxbreak.demo", description="make demo: capture or generate "
+                                     "example traces into the inbox, run the pipeline through Dagster, summarise.")
+    parser.add_argument("--recapture", action="store_true", help="profile a new CPU trace even if one is there")
+    args = parser.parse_args(argv)
     paths = Paths.from_env()
-    capture_into_inbox(paths)
+    capture_into_inbox(paths, recapture=args.recapture)
     from taxbreak.pipeline.local import run_inbox_pipeline  # Dagster lives in pipeline/ only
 
-    # The bucket sensor and the runs it asks for, in this process (no daemon): ingest + tables + exports.
+    # The bucket sensor and the runs it asks for, in this process (no daemon): ingest + tables + exports + report.
     results = run_inbox_pipeline(paths)
     failed = print_results(paths, results)
-    print(f"warehouse: {paths.warehouse}  (while runs write, query {paths.warehouse.parent / 'exports'}/"
-          "<table>.parquet or ATTACH snapshot.duckdb READ_ONLY; UI: DAGSTER_HOME=... dg dev, docs/orchestration.md)")
+    exports = paths.warehouse.parent / "exports"
+    report = paths.warehouse.parent / "reports" / "index.html"
+    print(f"\nwarehouse: {paths.warehouse}   report: {report if report.exists() else '(not written)'}")
+    print(f"query it: .venv/bin/taxbreak sql \"SELECT * FROM taxbreak_by_scope LIMIT 5\"  (during runs: {exports}/"
+          "<table>.parquet or snapshot.duckdb); UI: see docs/orchestration.md (dg dev)")
     if failed:
         print(f"{failed} of {len(results)} trace(s) failed to ingest", file=sys.stderr)
     return 1 if failed else 0

@@ -32,3 +32,10 @@ def test_demo_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert demo.print_results(paths, results) == 0
     out = capsys.readouterr().out
     assert out.count("[ingested]") == 3 and out.count("[SYNTHETIC]") == 2
+    # the analysis headline of each trace follows (HDBI line present for the synthetic GPU traces)
+    assert out.count("HDBI") >= 2 and "synthetic_moe_L4_bs1_sl64_m8.json.gz" in out
+    # a second capture keeps the earlier real trace unless asked: the same content, no new trace
+    before = (tmp_path / "inbox" / "demo_dense_cpu.json.gz").read_bytes()
+    again = demo.capture_into_inbox(paths, recapture=False)
+    assert again == files and (tmp_path / "inbox" / "demo_dense_cpu.json.gz").read_bytes() == before
+    assert [r.status for r in demo.ingest_inbox(paths)] == ["unchanged"] * 3
