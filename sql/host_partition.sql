@@ -1,18 +1,19 @@
 -- table: host_partition
--- grain: one row per host thread (scope_kind 'thread') and one per trace (scope_kind 'trace', the sum over its threads)
--- reads: stg_events
--- description: The exact host-time partition (METHOD.md section 3, ours): a thread's wall time, from its first traced host event's start to its last one's end, split by nesting into disjoint self times of the innermost open event; the parts add up to wall_ns exactly. User annotations (ProfilerStep#N, record_function wrappers) are not parts: time under them and under no other event is host_untraced_ns.
+-- grain: one row per host thread (scope_kind 'thread'), one per trace (scope_kind 'trace', the sum over its threads) and one per step (scope_kind 'step', on the step annotation's thread)
+-- reads: stg_events, int_steps
+-- description: The exact host-time partition (METHOD.md section 3, ours): a thread's wall time, from its first traced host event's start to its last one's end, split by nesting into disjoint self times of the innermost open event; the parts add up to wall_ns exactly. User annotations (ProfilerStep#N, record_function wrappers) are not parts: time under them and under no other event is host_untraced_ns. Per step (int_steps) the same parts of the annotation's thread, clipped to the step window [step_ts_ns, step_end_ns): wall_ns is the step's duration, and window time outside the thread's traced span is host_untraced_ns too.
 -- column: trace_id: trace key
--- column: scope_kind: 'thread' or 'trace'
--- column: pid: host process ('thread' rows)
--- column: tid: host thread ('thread' rows)
--- column: wall_ns: first event start to last event end per thread; summed over threads for 'trace' (ns)
+-- column: scope_kind: 'thread', 'trace' or 'step'
+-- column: pid: host process ('thread' and 'step' rows)
+-- column: tid: host thread ('thread' and 'step' rows)
+-- column: step_id: int_steps.step_id ('step' rows)
+-- column: wall_ns: first event start to last event end per thread; summed over threads for 'trace'; the step's duration for 'step' (ns)
 -- column: launch_host_ns: self time inside launch calls (runtime and driver kernel launches, graph launches) (ns)
 -- column: library_ns: self time inside cuBLAS/cuDNN API ranges, nested launches excluded (ns)
 -- column: framework_ns: self time inside framework ops, NVTX op ranges and Python functions (ns)
 -- column: sync_ns: self time inside synchronisation calls (*Synchronize*) (ns)
 -- column: other_runtime_ns: self time inside other CUDA/HIP API calls (memcpy, malloc, event record, ...) (ns)
--- column: host_untraced_ns: time inside the thread's span covered by no traced event (ns)
+-- column: host_untraced_ns: time inside the scope covered by no traced event (ns)
 -- column: unresolved_ns: time where the events are not properly nested and the innermost event is ambiguous (ns)
 WITH
 iv AS (
@@ -62,11 +63,11 @@ seg AS (
 -- a segment that begins at a range's start belongs to that range (it is the innermost); one that begins at an end
 -- belongs to the range still open at its depth, found by ASOF
 labelled AS (
-    SELECT pk, seg_ns, CASE WHEN depth = 0 THEN 6 WHEN end_ns > t THEN category ELSE 7 END AS category
+    SELECT pk, t, seg_ns, CASE WHEN depth = 0 THEN 6 WHEN end_ns > t THEN category ELSE 7 END AS category
     FROM seg WHERE ord = 1
     UNION ALL
     SELECT
-        s.pk, s.seg_ns,
+        s.pk, s.t, s.seg_ns,
         CASE
             WHEN s.depth = 0 THEN 6
             WHEN st.end_ns IS NOT NULL AND st.end_ns > s.t THEN st.category
@@ -87,12 +88,40 @@ per_thread AS (
         coalesce(sum(seg_ns) FILTER (WHERE category = 6), 0) AS host_untraced_ns,
         coalesce(sum(seg_ns) FILTER (WHERE category = 7), 0) AS unresolved_ns
     FROM labelled GROUP BY pk
+),
+-- a step's window on its annotation's thread: the thread's segments clipped to it; what the clipped parts leave of
+-- the window (before the thread's first event, after its last, between events) is untraced
+steps AS (
+    SELECT s.trace_id, s.step_id, s.pid, s.tid, s.step_ts_ns, s.step_end_ns, s.step_dur_ns,
+           hash(s.trace_id, s.pid, s.tid) AS pk
+    FROM int_steps s
+),
+clipped AS (
+    SELECT st.trace_id, st.step_id, l.category, sum(least(l.t + l.seg_ns, st.step_end_ns) - greatest(l.t, st.step_ts_ns))
+        AS part_ns
+    FROM steps st JOIN labelled l ON l.pk = st.pk AND l.t < st.step_end_ns AND l.t + l.seg_ns > st.step_ts_ns
+    WHERE l.category <> 6
+    GROUP BY ALL
+),
+per_step AS (
+    SELECT
+        st.trace_id, st.pid, st.tid, st.step_id, st.step_dur_ns AS wall_ns,
+        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 1), 0) AS launch_host_ns,
+        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 2), 0) AS library_ns,
+        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 3), 0) AS framework_ns,
+        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 4), 0) AS sync_ns,
+        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 5), 0) AS other_runtime_ns,
+        st.step_dur_ns - coalesce(sum(c.part_ns), 0) AS host_untraced_ns,
+        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 7), 0) AS unresolved_ns
+    FROM steps st LEFT JOIN clipped c USING (trace_id, step_id)
+    GROUP BY st.trace_id, st.pid, st.tid, st.step_id, st.step_dur_ns
 )
 SELECT
     t.trace_id,
     CASE WHEN GROUPING(t.pid, t.tid) = 0 THEN 'thread' ELSE 'trace' END AS scope_kind,
     t.pid,
     t.tid,
+    CAST(NULL AS BIGINT) AS step_id,
     CAST(sum(p.wall_ns) AS BIGINT) AS wall_ns,
     CAST(sum(p.launch_host_ns) AS BIGINT) AS launch_host_ns,
     CAST(sum(p.library_ns) AS BIGINT) AS library_ns,
@@ -103,3 +132,10 @@ SELECT
     CAST(sum(p.unresolved_ns) AS BIGINT) AS unresolved_ns
 FROM per_thread p JOIN threads t USING (pk)
 GROUP BY GROUPING SETS ((t.trace_id, t.pid, t.tid), (t.trace_id))
+UNION ALL
+SELECT
+    trace_id, 'step', pid, tid, step_id,
+    CAST(wall_ns AS BIGINT), CAST(launch_host_ns AS BIGINT), CAST(library_ns AS BIGINT), CAST(framework_ns AS BIGINT),
+    CAST(sync_ns AS BIGINT), CAST(other_runtime_ns AS BIGINT), CAST(host_untraced_ns AS BIGINT),
+    CAST(unresolved_ns AS BIGINT)
+FROM per_step

@@ -151,11 +151,27 @@ def test_host_partition_mixed(wh: duckdb.DuckDBPyConnection) -> None:
     got = rows(wh, """SELECT scope_kind, pid, tid, wall_ns, launch_host_ns, library_ns, framework_ns, sync_ns,
                       other_runtime_ns, host_untraced_ns, unresolved_ns FROM host_partition WHERE trace_id = $t
                       ORDER BY scope_kind, pid""", t=MIXED_ID)
-    assert got == [
+    assert [r for r in got if r[0] != "step"] == [
         ("thread", "100", "1", 24900, 2300, 2000, 18600, 500, 0, 1500, 0),
         ("thread", "200", "5", 800, 300, 0, 500, 0, 0, 0, 0),
         ("trace", None, None, 25700, 2600, 2000, 19100, 500, 0, 1500, 0),
     ]
+
+
+def test_host_partition_per_step_mixed(wh: duckdb.DuckDBPyConnection) -> None:
+    # thread 100/1's traced span is [1100, 26000).  prefill [1000, 20000): launches 500 + 300 + 300 + 200,
+    # cublasSgemm 2500 less its nested launch 500, sync [19000, 19500), untraced [1000, 1100) + [19500, 20000),
+    # framework the rest (19000 - 1300 - 2000 - 500 - 600).  decode_step#1 [20000, 40000): graph launch 1000,
+    # vllm::decode_graph 5000 less it, untraced [20000, 21000) + [26000, 40000) past the thread's last event.
+    got = rows(wh, """SELECT step_id, pid, tid, wall_ns, launch_host_ns, library_ns, framework_ns, sync_ns,
+                      other_runtime_ns, host_untraced_ns, unresolved_ns FROM host_partition
+                      WHERE trace_id = $t AND scope_kind = 'step' ORDER BY step_id""", t=MIXED_ID)
+    assert got == [
+        (1, "100", "1", 19000, 1300, 2000, 14600, 500, 0, 600, 0),
+        (2, "100", "1", 20000, 1000, 0, 4000, 0, 0, 15000, 0),
+    ]
+    assert rows(wh, "SELECT count(*) FROM host_partition WHERE scope_kind = 'step' AND trace_id <> $t",
+                t=MIXED_ID) == [(0,)]  # no step annotations in the other scenario traces
 
 
 def test_device_busy_and_gaps_mixed(wh: duckdb.DuckDBPyConnection) -> None:
