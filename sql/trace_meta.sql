@@ -11,12 +11,15 @@
 -- column: meta_note: why no metadata was used, when none was
 -- column: model: model name from the metadata
 -- column: model_kind: 'dense' or 'moe'
--- column: batch_size: batch size (requests)
+-- column: batch_size: batch size (requests): the metadata's batch_size, else its sweep block's
 -- column: prompt_len: prompt length (tokens)
 -- column: output_tokens: output tokens generated per request, m (tokens)
 -- column: trace_kind: 'generation', 'null_kernel' or 'sweep_point' (metadata), 'null_kernel' also from the file name
 -- column: is_null_kernel: the trace is a null-kernel floor measurement (metadata kind, or file name containing null_kernel / nullkernel)
 -- column: is_synthetic: the metadata marks the trace as synthetic
+-- column: sweep_name: name of the sweep the trace is a point of (metadata sweep.name); NULL when none
+-- column: seq_len: sequence (prompt) length of the sweep point: sweep.seq_len, else prompt_len (tokens)
+-- column: sweep_phase: phase the sweep point profiles, 'prefill' or 'decode' (sweep.phase); NULL when not given
 -- column: meta_json: the whole metadata object (JSON)
 SELECT
     c.trace_id,
@@ -29,7 +32,8 @@ SELECT
     m.meta_note,
     json_extract_string(m.meta_json, '$.model') AS model,
     json_extract_string(m.meta_json, '$.model_kind') AS model_kind,
-    TRY_CAST(json_extract(m.meta_json, '$.batch_size') AS BIGINT) AS batch_size,
+    coalesce(TRY_CAST(json_extract(m.meta_json, '$.batch_size') AS BIGINT),
+             TRY_CAST(json_extract(m.meta_json, '$.sweep.batch_size') AS BIGINT)) AS batch_size,
     TRY_CAST(json_extract(m.meta_json, '$.prompt_len') AS BIGINT) AS prompt_len,
     TRY_CAST(json_extract(m.meta_json, '$.output_tokens') AS BIGINT) AS output_tokens,
     coalesce(
@@ -39,6 +43,10 @@ SELECT
     coalesce(json_extract_string(m.meta_json, '$.kind') = 'null_kernel', false)
         OR regexp_matches(c.file_name, '(?i)null_?kernel') AS is_null_kernel,
     coalesce(TRY_CAST(json_extract(m.meta_json, '$.synthetic') AS BOOLEAN), false) AS is_synthetic,
+    nullif(json_extract_string(m.meta_json, '$.sweep.name'), '') AS sweep_name,
+    coalesce(TRY_CAST(json_extract(m.meta_json, '$.sweep.seq_len') AS BIGINT),
+             TRY_CAST(json_extract(m.meta_json, '$.prompt_len') AS BIGINT)) AS seq_len,
+    json_extract_string(m.meta_json, '$.sweep.phase') AS sweep_phase,
     m.meta_json
 FROM stg_catalogue c
 LEFT JOIN stg_meta_raw m USING (trace_id)

@@ -7,6 +7,7 @@ Each SQL file holds one SELECT statement; its header comment documents the table
     -- reads: a, b, c             (tables of this run it reads; used to order the files)
     -- materialize: temp          (optional: a run-local table, not kept in the warehouse)
     -- scope: all_traces          (optional: later statements read every trace's rows, not only the run's)
+    -- scope: cross_trace         (optional: the statement itself reads every trace's rows; see below)
     -- description: ...
     -- column: <name>: <description> (<unit>)
 
@@ -14,6 +15,13 @@ A run (``materialize``) analyses a set of traces: ``prepare`` loads their events
 metadata into temporary tables, then every statement is computed for those traces into a temporary table of
 the same name (so later statements read only this run's rows) and published into the warehouse by deleting the
 traces' old rows and inserting the new ones.  Re-running one trace therefore rebuilds only that trace.
+
+Two scopes read beyond the run's traces.  ``all_traces`` (a per-trace table such as the null-kernel floor
+measurements) is computed and published per trace like any other, but the statements that read it see every
+trace's rows in the warehouse.  ``cross_trace`` (an aggregate over traces such as a batch-size sweep, whose rows
+belong to no single trace) is computed from the warehouse's published tables of every trace, after this run's rows
+were published, and replaces the whole table: a run for one trace thus recomputes the sweeps it belongs to (and
+every other, which costs little: its inputs are trace-level rows).  Such a statement may read only kept tables.
 """
 
 from __future__ import annotations
@@ -304,8 +312,36 @@ def _comment(con: duckdb.DuckDBPyConnection, target: str, sf: SqlFile, columns: 
             con.execute(f"COMMENT ON COLUMN {target}.{_q(col)} IS {_lit(sf.columns[col])}")
 
 
+def _build_cross_trace(
+    con: duckdb.DuckDBPyConnection, sf: SqlFile, state: dict[str, Any], files: dict[str, SqlFile],
+) -> int:
+    """A ``-- scope: cross_trace`` table: the statement over the warehouse's tables of every trace, replacing it."""
+    catalog = _catalog(con)
+    for dep in sf.reads:
+        if dep not in files:
+            continue
+        if files[dep].materialize == "temp":
+            raise ValueError(f"{sf.path}: a cross_trace statement cannot read the run-local table {dep}")
+        if not _exists(con, catalog, dep):
+            _build(con, dep, state, files)
+    target = f"{_q(catalog)}.main.{_q(sf.name)}"
+    con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(sf.name)}")
+    con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(sf.name)}")
+    # A second connection to the same database does not see this connection's temporary tables and views (the
+    # run's rows only), so the statement's names resolve to the warehouse tables, which hold every trace's rows.
+    cur = con.cursor()
+    try:
+        cur.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", {p: state[p] for p in sf.params})
+        _comment(cur, target, sf, [c for c, _t in _columns(cur, catalog, sf.name)])
+        return cur.execute(f"SELECT count(*) FROM {target}").fetchone()[0]
+    finally:
+        cur.close()
+
+
 def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], files: dict[str, SqlFile]) -> int:
     sf = files[name]
+    if sf.scope == "cross_trace":
+        return _build_cross_trace(con, sf, state, files)
     catalog = _catalog(con)
     for dep in sf.reads:
         if dep not in files or _exists(con, "temp", dep):
@@ -313,7 +349,7 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
         dsf = files[dep]
         if dsf.materialize == "temp":
             _build(con, dep, state, files)
-        elif dsf.scope == "all_traces":
+        elif dsf.scope in ("all_traces", "cross_trace"):
             if not _exists(con, catalog, dep):
                 _build(con, dep, state, files)
         elif _exists(con, catalog, dep):

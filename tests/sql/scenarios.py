@@ -153,3 +153,44 @@ def fusion_rows(t: str = FUSION_ID) -> list[dict]:
         rows.append(ev(t, "runtime_api", "cudaLaunchKernel", ts, 100, "1", "1", correlation_id=i + 1))
         rows.append(kernel(t, name, ts + 200, 100, "1", i + 1))
     return rows
+
+
+# A batch-size sweep of three traces (GPU H100: T_sys 4510 ns by default), one op, one launch, one kernel each:
+#   aten::mm ext 10 framework_op [1000, 2000)
+#       cudaLaunchKernel corr 1 [1490, 1690)  -> my_kernel [1490 + q, 1490 + q + K)
+# t_dispatch 490, no Python op, I_lib 0: T_Orchestrate = 490 + 4510 = 5000, T_DeviceActive = K, TKLQT = q.
+#   batch 1: K 1000, q 2000 -> HDBI 1000 / 6000
+#   batch 2: K 3000, q 2200 -> HDBI 3000 / 8000 = 0.375
+#   batch 4: K 7000, q 6000 -> HDBI 7000 / 12000 = 0.5833
+# Baseline TKLQT = median(2000, 2200) = 2100, threshold 1.25 x 2100 = 2625: batch 4 (6000 > 2625) is the TKLQT
+# transition, and the first batch with HDBI >= 0.5 too.  HDBI crosses 0.5 between 2 and 4 at fraction
+# (0.5 - 0.375) / (7/12 - 0.375) = 0.6 of the way in log2: batch 2 ** 1.6.
+SWEEP_IDS = {1: "e1" * 32, 2: "e2" * 32, 4: "e4" * 32}
+SWEEP_POINTS = {1: (1000, 2000), 2: (3000, 2200), 4: (7000, 6000)}  # batch: (kernel duration K, TKLQT q)
+LONE_ID = "f" * 64  # the same model at another sequence length and one batch size only: no sweep
+
+
+def sweep_point_rows(t: str, kernel_ns: int, tklqt_ns: int) -> list[dict]:
+    P, T = "100", "1"
+    return [
+        ev(t, "framework_op", "aten::mm", 1000, 1000, P, T, external_id=10),
+        ev(t, "runtime_api", "cudaLaunchKernel", 1490, 200, P, T, correlation_id=1, external_id=10),
+        kernel(t, "my_kernel", 1490 + tklqt_ns, kernel_ns, P, 1, 10),
+    ]
+
+
+def sweep_meta(batch: int) -> dict:
+    return {"taxbreak_meta_version": 1, "model": "toy", "model_kind": "dense", "output_tokens": 1,
+            "kind": "sweep_point", "sweep": {"name": "toy_sweep", "batch_size": batch, "seq_len": 4, "phase": "decode"}}
+
+
+def build_sweep(root: Path) -> Lake:
+    lake = Lake(root)
+    for batch, t in SWEEP_IDS.items():
+        k_ns, q_ns = SWEEP_POINTS[batch]
+        write_trace(lake, t, sweep_point_rows(t, k_ns, q_ns), gpu="NVIDIA H100 80GB HBM3",
+                    file_name=f"toy_bs{batch}.json", metadata={"taxbreak": sweep_meta(batch)})
+    write_trace(lake, LONE_ID, sweep_point_rows(LONE_ID, 1000, 2000), gpu="NVIDIA H100 80GB HBM3",
+                file_name="toy_lone.json", metadata={"taxbreak": {
+                    "taxbreak_meta_version": 1, "model": "toy", "batch_size": 8, "prompt_len": 16, "output_tokens": 1}})
+    return lake
