@@ -126,25 +126,26 @@ def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | 
             "window_ns": t1 - t0, "idle_ns": idle_ns, "truncated": len(ks) == limit}
 
 
-def sweep_series(traces: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Per model, the traces at two or more batch sizes, in batch-size order (a batch-size sweep)."""
-    by_model: dict[str, list[dict[str, Any]]] = {}
-    for t in traces:
-        if t["model"] and t["batch_size"] and t["hdbi"] is not None and not t["is_null_kernel"]:
-            by_model.setdefault(t["model"], []).append(t)
-    return {m: sorted(v, key=lambda t: t["batch_size"]) for m, v in by_model.items()
-            if len({t["batch_size"] for t in v}) >= 2}
-
-
-def transition_batch(points: list[dict[str, Any]], threshold: float = 0.5) -> float | None:
-    """The batch size where HDBI first crosses ``threshold`` (log-linear interpolation between the two points)."""
-    import math
-
-    for a, b in zip(points, points[1:], strict=False):
-        if (a["hdbi"] - threshold) * (b["hdbi"] - threshold) <= 0 and a["hdbi"] != b["hdbi"]:
-            f = (threshold - a["hdbi"]) / (b["hdbi"] - a["hdbi"])
-            return 2 ** (math.log2(a["batch_size"]) + f * (math.log2(b["batch_size"]) - math.log2(a["batch_size"])))
-    return None
+def sweep_data(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Per sweep (the warehouse's sweep_points / sweep_transition: one definition, in sql/), its points in batch-size
+    order and where HDBI crosses 0.5 (``transition_bs``); only sweeps with a selected trace, points with an HDBI."""
+    if not (_has(con, "sweep_points") and _has(con, "sweep_transition")):
+        return {}
+    points = _rows(con, """
+        SELECT * FROM sweep_points
+        WHERE hdbi IS NOT NULL AND sweep_key IN (SELECT sweep_key FROM sweep_points
+                                                 WHERE $all OR trace_id IN (SELECT unnest($ids::VARCHAR[])))
+        ORDER BY sweep_key, batch_size, file_name
+    """, {"all": trace_ids is None, "ids": trace_ids or []})
+    trans = {r["sweep_key"]: r for r in _rows(con, "SELECT * FROM sweep_transition")}
+    out: dict[str, dict[str, Any]] = {}
+    for p in points:
+        out.setdefault(p["sweep_key"], {"points": []})["points"].append(p)
+    for key, sw in out.items():
+        tr = trans.get(key) or {}
+        sw["transition"] = tr
+        sw["transition_bs"] = tr.get("hdbi_crossing_batch_size")
+    return out
 
 
 def assumptions(traces: list[dict[str, Any]]) -> list[str]:
@@ -192,10 +193,7 @@ def collect(
         t["timeline"] = timeline_data(con, tid, chosen["scope_key"] if chosen else None)
     if len(traces) > 3:
         print(file=sys.stderr)
-    sweeps = sweep_series(traces)
-    return {"traces": traces, "sweeps": {m: {"points": p, "transition_bs": transition_batch(p)}
-                                         for m, p in sweeps.items()},
-            "assumptions": assumptions(traces)}
+    return {"traces": traces, "sweeps": sweep_data(con, trace_ids), "assumptions": assumptions(traces)}
 
 
 # --- rendering ---------------------------------------------------------------------------------------------
@@ -294,6 +292,17 @@ def _kpt_section(traces: list[dict[str, Any]]) -> str:
     return svg + by_kind
 
 
+def _tklqt_rule_note(tr: dict[str, Any]) -> str:
+    if tr.get("baseline_tklqt_ns") is None:
+        return ""
+    b = tr["tklqt_transition_batch_size"]
+    return escape(f" TKLQT rule (METHOD.md §6, ours: TKLQT > 1.25 × {fmt_value(tr['baseline_tklqt_ns'], 'ns')}, "
+                  "the median of the two smallest batches): " + (f"transition at batch size {b}" if b is not None
+                  else "no transition") + ("; agrees with HDBI ≥ 0.5." if tr["transitions_agree"]
+                                           else "; HDBI ≥ 0.5 first at batch size "
+                                           f"{tr['hdbi_transition_batch_size'] or 'none'}."))
+
+
 def _sweep_section(sweeps: dict[str, Any]) -> str:
     if not sweeps:
         return "<p class='note'>No batch-size sweep in the selection (a model traced at two or more batch sizes).</p>"
@@ -309,7 +318,8 @@ def _sweep_section(sweeps: dict[str, Any]) -> str:
                                     "TKLQT", title=f"{model}: TKLQT vs batch size", vlines=v, y_unit="ns"))
         out.append(f"<p class='note'>{escape(model)}: " + (
             f"host-bound → device-bound transition (HDBI crosses 0.5) near batch size {tb:.3g}."
-            if tb else "HDBI does not cross 0.5 in this sweep.") + "</p>")
+            if tb else "HDBI does not cross 0.5 in this sweep.") + _tklqt_rule_note(sw.get("transition") or {})
+            + "</p>")
     return "".join(out)
 
 

@@ -57,12 +57,12 @@ def test_collect_traces_and_sweep(wh: dict, data: dict) -> None:
     dense1 = traces[wh["ids"]["dense_bs1"]]
     assert dense1["kernels"] == wh["kernels"]["dense_bs1"] and dense1["kpt"] == wh["kernels"]["dense_bs1"] / 4
     assert dense1["t_sys_ns"] == 4510 and dense1["t_sys_is_default"]
-    sweep = data["sweeps"]["synthetic-dense-L2"]
+    sweep = data["sweeps"]["synthetic-dense-L2 sl128"]  # no sweep name: model + sequence length
     assert [p["batch_size"] for p in sweep["points"]] == [1, 4, 16]
     hd = [p["hdbi"] for p in sweep["points"]]
     assert hd[0] < hd[1] < 0.5 < hd[2]  # bigger batches: more device work per launch
     assert 4 < sweep["transition_bs"] < 16
-    assert "synthetic-moe-L2" not in data["sweeps"]  # one batch size is no sweep
+    assert not any(k.startswith("synthetic-moe-L2") for k in data["sweeps"])  # one batch size is no sweep
 
 
 def test_timeline_is_the_first_decode_step(wh: dict, data: dict) -> None:
