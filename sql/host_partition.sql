@@ -90,18 +90,31 @@ per_thread AS (
     FROM labelled GROUP BY pk
 ),
 -- a step's window on its annotation's thread: the thread's segments clipped to it; what the clipped parts leave of
--- the window (before the thread's first event, after its last, between events) is untraced
+-- the window (before the thread's first event, after its last, between events) is untraced.  A segment overlapping
+-- the window either starts inside it (found by ASOF per step nesting level: steps of one level do not overlap) or
+-- is the one running at the step's start (found by ASOF from the step), so no segment x step cross product.
 steps AS (
-    SELECT s.trace_id, s.step_id, s.pid, s.tid, s.step_ts_ns, s.step_end_ns, s.step_dur_ns,
+    SELECT s.trace_id, s.step_id, s.pid, s.tid, s.step_level, s.step_ts_ns, s.step_end_ns, s.step_dur_ns,
            hash(s.trace_id, s.pid, s.tid) AS pk
     FROM int_steps s
 ),
+traced AS (
+    SELECT pk, t, seg_ns, category FROM labelled WHERE category <> 6 AND pk IN (SELECT pk FROM steps)
+),
+starting AS (
+    SELECT st.trace_id, st.step_id, l.category, least(l.t + l.seg_ns, st.step_end_ns) - l.t AS part_ns
+    FROM (SELECT l.*, lv.step_level FROM traced l JOIN (SELECT DISTINCT pk, step_level FROM steps) lv USING (pk)) l
+    ASOF JOIN steps st ON l.pk = st.pk AND l.step_level = st.step_level AND l.t >= st.step_ts_ns
+    WHERE l.t < st.step_end_ns
+),
+straddling AS (
+    SELECT st.trace_id, st.step_id, l.category, least(l.t + l.seg_ns, st.step_end_ns) - st.step_ts_ns AS part_ns
+    FROM steps st ASOF JOIN traced l ON st.pk = l.pk AND st.step_ts_ns > l.t
+    WHERE l.t + l.seg_ns > st.step_ts_ns
+),
 clipped AS (
-    SELECT st.trace_id, st.step_id, l.category, sum(least(l.t + l.seg_ns, st.step_end_ns) - greatest(l.t, st.step_ts_ns))
-        AS part_ns
-    FROM steps st JOIN labelled l ON l.pk = st.pk AND l.t < st.step_end_ns AND l.t + l.seg_ns > st.step_ts_ns
-    WHERE l.category <> 6
-    GROUP BY ALL
+    SELECT trace_id, step_id, category, sum(part_ns) AS part_ns
+    FROM (SELECT * FROM starting UNION ALL SELECT * FROM straddling) GROUP BY ALL
 ),
 per_step AS (
     SELECT

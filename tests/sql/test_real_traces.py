@@ -135,6 +135,28 @@ def test_host_partition_sums_to_wall_time(real) -> None:
     assert con.execute("SELECT count(*) FROM host_partition WHERE scope_kind = 'thread'").fetchone()[0] > 10
 
 
+def test_host_partition_per_step(real) -> None:
+    """One row per step whose parts sum to the step's duration; a step's traced parts never exceed its thread's."""
+    con, _ = real
+    steps = con.execute("SELECT count(*) FROM int_steps").fetchone()[0]
+    assert steps > 0
+    assert con.execute("""
+        SELECT count(*) FROM int_steps s JOIN host_partition h ON h.trace_id = s.trace_id AND h.scope_kind = 'step'
+         AND h.step_id = s.step_id AND h.pid = s.pid AND h.tid = s.tid AND h.wall_ns = s.step_dur_ns
+    """).fetchone()[0] == steps
+    assert con.execute("SELECT count(*) FROM host_partition WHERE scope_kind = 'step'").fetchone()[0] == steps
+    over = con.execute("""
+        SELECT s.trace_id, s.step_id FROM host_partition s
+        LEFT JOIN host_partition t ON t.trace_id = s.trace_id AND t.scope_kind = 'thread' AND t.pid = s.pid
+         AND t.tid = s.tid
+        WHERE s.scope_kind = 'step' AND (s.launch_host_ns > coalesce(t.launch_host_ns, 0)
+              OR s.library_ns > coalesce(t.library_ns, 0) OR s.framework_ns > coalesce(t.framework_ns, 0)
+              OR s.sync_ns > coalesce(t.sync_ns, 0) OR s.other_runtime_ns > coalesce(t.other_runtime_ns, 0)
+              OR s.unresolved_ns > coalesce(t.unresolved_ns, 0))
+    """).fetchall()
+    assert over == []
+
+
 def test_device_busy_plus_idle_is_span(real) -> None:
     con, _ = real
     bad = con.execute("""
