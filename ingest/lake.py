@@ -8,6 +8,13 @@ Layout under the lake root::
 
 A partition is written under ``_staging`` and renamed into place only when complete, so a reader
 never sees half a trace, and a failed ingest leaves nothing behind but its catalogue row.
+
+The root may also be ``s3://bucket/prefix`` on any S3-compatible store (endpoint and credentials:
+``taxbreak.config.S3Settings``).  Object storage has no directory rename, so there each partition is its one
+object ``part-0.parquet``: written to a local temporary file, then uploaded by a single PUT or a completed
+multipart upload, which S3 makes visible all at once (a reader sees the old object or the new one, never part
+of one).  Catalogue rows are single objects likewise, and nothing is staged in the store, so a failed ingest
+leaves only its catalogue object.  DuckDB reads such a lake through ``Lake.register_filesystem``.
 """
 
 from __future__ import annotations
@@ -15,35 +22,107 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from taxbreak.config import S3Settings, is_s3_url, normalise_s3_url
 from taxbreak.ingest.base import TraceInfo
 from taxbreak.schemas import CATALOGUE_SCHEMA, EVENT_SCHEMA, SCHEMA_VERSION, check_schema_version
+
+if TYPE_CHECKING:
+    import duckdb
 
 EVENTS_DIR = "events"
 CATALOGUE_DIR = "catalogue"
 STAGING_DIR = "_staging"
 # args_json is near-unique JSON text: a dictionary and min/max statistics cost write time and bytes, help no read.
 _EVENT_DICT_COLUMNS = [f.name for f in EVENT_SCHEMA if f.name != "args_json"]
+UPLOAD_CHUNK_BYTES = 8 << 20
+
+
+class ObjectPath:
+    """A path in an object store, shaped like the ``Path`` a local lake uses: ``/`` joins, ``str`` is the
+    ``s3://`` URL (what DuckDB reads), ``exists()`` asks the store (a prefix exists when an object is under it)."""
+
+    __slots__ = ("fs", "key")
+
+    def __init__(self, fs: pafs.FileSystem, key: str) -> None:
+        self.fs = fs
+        self.key = key  # bucket/prefix/..., no scheme
+
+    def __truediv__(self, name: str) -> ObjectPath:
+        return ObjectPath(self.fs, f"{self.key}/{name}")
+
+    def __str__(self) -> str:
+        return f"s3://{self.key}"
+
+    def __repr__(self) -> str:
+        return f"ObjectPath({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectPath) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> ObjectPath:
+        return ObjectPath(self.fs, self.key.rsplit("/", 1)[0])
+
+    def exists(self) -> bool:
+        return self.fs.get_file_info(self.key).type != pafs.FileType.NotFound
 
 
 class Lake:
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
+    """The lake at ``root``: a local folder, or ``s3://bucket/prefix`` with ``s3`` settings (default: from the
+    environment, ``S3Settings.from_env``).  ``Lake(other_lake)`` is the same lake with the same settings."""
+
+    root: Path | ObjectPath
+
+    def __init__(self, root: str | os.PathLike[str] | Lake, s3: S3Settings | None = None) -> None:
+        if isinstance(root, Lake):
+            self.root, self.url, self.s3, self.fs = root.root, root.url, root.s3, root.fs
+            return
+        if is_s3_url(root):
+            self.url = normalise_s3_url(root)
+            self.s3: S3Settings | None = s3 or S3Settings.from_env()
+            self.fs: pafs.FileSystem = self.s3.arrow_filesystem()
+            self.root = ObjectPath(self.fs, self.url[len("s3://"):])
+        else:
+            self.root = Path(root)
+            self.url = str(self.root)
+            self.s3 = None
+            self.fs = pafs.LocalFileSystem()
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"Lake({self.url!r})"
+
+    @property
+    def is_object_store(self) -> bool:
+        return isinstance(self.root, ObjectPath)
 
     # -- paths -------------------------------------------------------------------------------
-    def events_dir(self, trace_id: str) -> Path:
+    def events_dir(self, trace_id: str) -> Path | ObjectPath:
         return self.root / EVENTS_DIR / f"trace_id={trace_id}"
 
-    def catalogue_path(self, trace_id: str) -> Path:
+    def catalogue_path(self, trace_id: str) -> Path | ObjectPath:
         return self.root / CATALOGUE_DIR / f"{trace_id}.parquet"
 
     def events_glob(self) -> str:
@@ -52,41 +131,64 @@ class Lake:
     def catalogue_glob(self) -> str:
         return str(self.root / CATALOGUE_DIR / "*.parquet")
 
+    def _key(self, path: Path | ObjectPath) -> str:
+        """``path`` as this lake's filesystem names it."""
+        return path.key if isinstance(path, ObjectPath) else str(path)
+
     def _staging(self) -> Path:
+        if self.is_object_store:  # staged on local disk, uploaded whole when complete
+            return Path(tempfile.mkdtemp(prefix="taxbreak-lake-"))
         path = self.root / STAGING_DIR / uuid.uuid4().hex
         path.mkdir(parents=True)
         return path
 
+    def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Let DuckDB connection ``con`` read this lake's ``s3://`` paths (an fsspec filesystem with this lake's
+        endpoint and credentials, replacing one registered earlier); nothing to do for a local lake."""
+        if self.s3 is None:
+            return
+        if con.filesystem_is_registered("s3"):
+            con.unregister_filesystem("s3")
+        con.register_filesystem(self.s3.fsspec_filesystem())
+
     # -- reading -----------------------------------------------------------------------------
+    def _is_file(self, path: Path | ObjectPath) -> bool:
+        return self.fs.get_file_info(self._key(path)).type == pafs.FileType.File
+
+    def _read(self, path: Path | ObjectPath) -> pa.Table:
+        table = pq.read_table(self._key(path), filesystem=self.fs)
+        check_schema_version(table.schema.metadata, str(path))
+        return table
+
     def has_events(self, trace_id: str) -> bool:
-        return (self.events_dir(trace_id) / "part-0.parquet").exists()
+        return self._is_file(self.events_dir(trace_id) / "part-0.parquet")
 
     def catalogue_row(self, trace_id: str) -> dict | None:
         path = self.catalogue_path(trace_id)
-        if not path.exists():
+        if not self._is_file(path):
             return None
-        table = pq.read_table(path)
-        check_schema_version(table.schema.metadata, str(path))
-        rows = table.to_pylist()
+        rows = self._read(path).to_pylist()
         return rows[0] if rows else None
+
+    def catalogue_paths(self) -> list[Path | ObjectPath]:
+        """Every catalogue file, by name (temporary files of a writer excluded)."""
+        selector = pafs.FileSelector(self._key(self.root / CATALOGUE_DIR), allow_not_found=True)
+        names = sorted(
+            info.base_name for info in self.fs.get_file_info(selector)
+            if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
+            and not info.base_name.startswith(".")
+        )
+        return [self.root / CATALOGUE_DIR / name for name in names]
 
     def catalogue(self) -> pa.Table:
         """All catalogue rows (refusing files of an unknown schema major version)."""
-        tables = []
-        cat_dir = self.root / CATALOGUE_DIR
-        for path in sorted(cat_dir.glob("*.parquet")) if cat_dir.exists() else []:
-            table = pq.read_table(path)
-            check_schema_version(table.schema.metadata, str(path))
-            tables.append(table.cast(CATALOGUE_SCHEMA))
+        tables = [self._read(path).cast(CATALOGUE_SCHEMA) for path in self.catalogue_paths()]
         if not tables:
             return CATALOGUE_SCHEMA.empty_table()
         return pa.concat_tables(tables)
 
     def read_events(self, trace_id: str) -> pa.Table:
-        path = self.events_dir(trace_id) / "part-0.parquet"
-        table = pq.read_table(path)
-        check_schema_version(table.schema.metadata, str(path))
-        return table
+        return self._read(self.events_dir(trace_id) / "part-0.parquet")
 
     # -- writing -----------------------------------------------------------------------------
     def write_events(
@@ -122,10 +224,13 @@ class Lake:
                     if hi is not None:
                         t_max = hi if t_max is None else max(t_max, hi)
             target = self.events_dir(trace_id)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():  # identical content re-ingested on request: replace the old copy whole
-                shutil.rmtree(target)
-            os.rename(staging, target)
+            if isinstance(target, ObjectPath):  # one object, replaced whole by the upload's completion
+                self._upload(part, target / "part-0.parquet")
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.exists():  # identical content re-ingested on request: replace the old copy whole
+                    shutil.rmtree(target)
+                os.rename(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         row = catalogue_row(
@@ -136,11 +241,24 @@ class Lake:
         self.write_catalogue_row(row)
         return row
 
+    def _upload(self, local: Path, target: ObjectPath) -> None:
+        """Copy ``local`` to the object ``target``; the object appears (or is replaced) only when complete."""
+        with open(local, "rb") as src, self.fs.open_output_stream(target.key) as out:
+            for chunk in iter(lambda: src.read(UPLOAD_CHUNK_BYTES), b""):
+                out.write(chunk)
+
     def write_catalogue_row(self, row: dict) -> None:
         path = self.catalogue_path(row["trace_id"])
+        table = pa.Table.from_pylist([row], schema=CATALOGUE_SCHEMA)
+        if isinstance(path, ObjectPath):
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink)
+            with self.fs.open_output_stream(path.key) as out:  # one object, written whole
+                out.write(sink.getvalue())
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        pq.write_table(pa.Table.from_pylist([row], schema=CATALOGUE_SCHEMA), tmp)
+        pq.write_table(table, tmp)
         os.replace(tmp, path)
 
     def record_failure(
@@ -159,7 +277,8 @@ class Lake:
         return row
 
     def clean_staging(self) -> None:
-        shutil.rmtree(self.root / STAGING_DIR, ignore_errors=True)
+        if not self.is_object_store:  # an object-store lake stages in local temporary folders, removed as it goes
+            shutil.rmtree(self.root / STAGING_DIR, ignore_errors=True)
 
 
 def catalogue_row(

@@ -12,10 +12,12 @@ LAUNCH_KINDS = ("runtime_api", "driver_api", "graph_launch")
 def link_counts(lake_root, trace_id: str) -> dict:
     """Kernels, launches and memcpys of one trace, and how many kernels link to a launch call
     (same pid and correlation id) and to a framework op (Kineto External id of a framework op)."""
-    path = Lake(lake_root).events_dir(trace_id) / "part-0.parquet"
+    lake = Lake(lake_root)
+    path = lake.events_dir(trace_id) / "part-0.parquet"
     con = duckdb.connect()
     try:
         con.execute("SET autoinstall_known_extensions=false")
+        lake.register_filesystem(con)
         row = con.execute(
             """
             WITH ev AS (SELECT * FROM read_parquet($path)),

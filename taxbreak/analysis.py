@@ -201,6 +201,7 @@ def prepare(
     ``step_patterns`` and ``t_sys_defaults``."""
     cfg = config or RunConfig()
     lake = Lake(lake_root)
+    lake.register_filesystem(con)  # an s3:// lake: DuckDB reads it through fsspec
     cat = lake.catalogue()
     rows = [r for r in cat.to_pylist() if r["status"] == "ingested" and lake.has_events(r["trace_id"])]
     if trace_ids is not None:

@@ -131,7 +131,7 @@ def _table_assets() -> list[dg.AssetsDefinition]:
             # Every file the selection needs, in dependency order, each with the run's traces: a table's
             # inputs then already exist in the connection when it is computed.
             for name in needed_files(selected):
-                computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.path())
+                computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.get())
                 if name not in selected:
                     continue
                 (row_count,) = con.table(name).count("*").fetchall()[0]

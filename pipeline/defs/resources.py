@@ -10,6 +10,9 @@ same definitions run on a laptop, in CI and on a fleet:
 | ``TAXBREAK_S3_ENDPOINT_URL`` | S3-compatible endpoint (MinIO, Ceph, moto); AWS_* give the credentials |
 | ``TAXBREAK_SETTLE_S`` | seconds a file must be unchanged before the sensor takes it (default 10) |
 | ``TAXBREAK_LAKE`` / ``TAXBREAK_WAREHOUSE`` / ``TAXBREAK_CACHE`` | lake root, DuckDB file, adapter cache |
+
+The lake root may be ``s3://bucket/prefix`` too, on the same endpoint and credentials as the bucket unless its
+own fields say otherwise; the warehouse and the cache are local files (DuckDB needs a POSIX filesystem).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from taxbreak.config import Paths
+from taxbreak.config import Paths, S3Settings, is_s3_url, normalise_s3_url
 from taxbreak.pipeline.bucket import Bucket, bucket_for_url, open_bucket
 from taxbreak.pipeline.retry import warehouse_lock
 
@@ -73,13 +76,24 @@ class BucketResource(dg.ConfigurableResource):
 
 
 class LakeResource(dg.ConfigurableResource):
-    """The Parquet lake (events partitions + catalogue) and the adapters' cache folder."""
+    """The Parquet lake (events partitions + catalogue; a local folder or ``s3://bucket/prefix``) and the
+    adapters' cache folder (local)."""
 
     root: str | None = None
     cache: str | None = None
+    endpoint_url: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    region: str | None = None
 
-    def path(self) -> Path:
-        return Path(self.root) if self.root else Paths.from_env().lake
+    def path(self) -> Path | str:
+        """The root: a ``Path``, or the ``s3://`` URL as a string."""
+        root = self.root or Paths.from_env().lake
+        return normalise_s3_url(root) if is_s3_url(root) else Path(root)
+
+    def s3(self) -> S3Settings:
+        return S3Settings.from_env(endpoint_url=self.endpoint_url, access_key_id=self.access_key_id,
+                                   secret_access_key=self.secret_access_key, region=self.region)
 
     def cache_path(self) -> Path:
         return Path(self.cache) if self.cache else Paths.from_env().cache
@@ -87,7 +101,8 @@ class LakeResource(dg.ConfigurableResource):
     def get(self) -> Lake:
         from taxbreak.ingest import Lake
 
-        return Lake(self.path())
+        root = self.path()
+        return Lake(root, s3=self.s3() if isinstance(root, str) else None)
 
 
 class WarehouseResource(dg.ConfigurableResource):

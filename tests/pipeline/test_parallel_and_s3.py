@@ -50,8 +50,10 @@ def test_batch_job_ingests_partitions_in_parallel(env: dict[str, Path], instance
         assert result.output_for_node("summarise") == {"ingested": 3}
 
 
+@pytest.mark.parametrize("lake_on", ["local", "s3"])
 def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance,
-                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lake_on: str) -> None:
+    """Reports uploaded to S3 -> sensor tick -> runs -> tables; the lake local or on S3 (same endpoint)."""
     if not MOCK.exists():
         pytest.skip(f"public traces not present at {MOCK}")
     boto3 = pytest.importorskip("boto3")
@@ -68,6 +70,11 @@ def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance
             monkeypatch.setenv(k, v)
         s3 = boto3.client("s3", endpoint_url=endpoint)
         s3.create_bucket(Bucket="reports")
+        lake_root: str | Path = env["lake"]
+        if lake_on == "s3":
+            s3.create_bucket(Bucket="lake")
+            lake_root = "s3://lake/taxbreak"
+            monkeypatch.setenv("TAXBREAK_LAKE", lake_root)
         good = write_kineto(tmp_path / "src" / "k.json", 2).read_bytes()
         s3.put_object(Bucket="reports", Key="inbox/gpu-01/k.json", Body=good)
         s3.put_object(Bucket="reports", Key="inbox/gpu-02/mock.sqlite", Body=MOCK.read_bytes())
@@ -77,13 +84,18 @@ def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance
         t1 = tick(defs, instance)
         assert sorted(t1.partition_keys) == sorted([_sha(good), _sha(MOCK.read_bytes())])
         assert all(r.success for r in t1.runs)
-        cat = {r["trace_id"]: r for r in Lake(env["lake"]).catalogue().to_pylist()}
+        cat = {r["trace_id"]: r for r in Lake(lake_root).catalogue().to_pylist()}
         assert cat[_sha(good)]["status"] == "ingested" and cat[_sha(good)]["event_count"] == 7
         assert cat[_sha(good)]["source_path"] == "s3://reports/inbox/gpu-01/k.json"
         assert cat[_sha(MOCK.read_bytes())]["source_path"] == "s3://reports/inbox/gpu-02/mock.sqlite"
         with duckdb.connect(str(env["warehouse"]), read_only=True) as con:
             kernels = dict(con.execute("SELECT trace_id, count(*) FROM kernel_taxbreak GROUP BY ALL").fetchall())
         assert kernels == {_sha(good): 2, _sha(MOCK.read_bytes()): 2}
+        if lake_on == "s3":  # the lake is two objects per trace in the store, nothing of it on local disk
+            keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="lake")["Contents"])
+            assert keys == sorted(f"taxbreak/{d}" for t in (_sha(good), _sha(MOCK.read_bytes()))
+                                  for d in (f"catalogue/{t}.parquet", f"events/trace_id={t}/part-0.parquet"))
+            assert not env["lake"].exists()
         assert tick(defs, instance, t1.cursor).runs == []
     finally:
         server.stop()
