@@ -56,8 +56,15 @@ def test_run_configs_validate(path: str, keys: set[str], monkeypatch: pytest.Mon
     validated = dg.validate_run_config(defs.resolve_job_def("trace_job"), run_config)["resources"]
     assert validated["bucket"]["config"]["url"] == "s3://taxbreak-reports/inbox"
     assert validated["bucket"]["config"]["endpoint_url"] == "http://minio.internal:9000"
-    assert validated["lake"]["config"]["root"] == "/data/taxbreak/lake"
-    assert validated["warehouse"]["config"]["path"] == "/data/taxbreak/taxbreak.duckdb"
+    assert validated["lake"]["config"]["root"] == "s3://taxbreak-lake/lake"  # the lake in S3 as well
+    assert validated["lake"]["config"]["endpoint_url"] == "http://minio.internal:9000"
+    assert validated["warehouse"]["config"]["path"] == "/data/taxbreak/taxbreak.duckdb"  # DuckDB: a POSIX file
+    # the resources these configs make: the lake on the store, on the bucket's endpoint
+    from taxbreak.pipeline.defs.resources import LakeResource
+
+    lake = LakeResource(**validated["lake"]["config"]).get()
+    assert (lake.is_object_store, lake.url) == (True, "s3://taxbreak-lake/lake")
+    assert lake.s3 is not None and lake.s3.endpoint_url == "http://minio.internal:9000"
     bad = {"resources": {"bucket": {"config": {"url": "s3://x", "no_such_field": 1}}}}
     with pytest.raises(dg.DagsterInvalidConfigError):
         dg.validate_run_config(defs.resolve_job_def("trace_job"), bad)
