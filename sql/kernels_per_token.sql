@@ -67,15 +67,19 @@ SELECT
     output_tokens,
     tokens_source,
     batch_size,
-    CASE WHEN has_steps THEN in_steps ELSE all_kernels END / nullif(output_tokens, 0) AS kpt,
+    -- a trace without GPU kernels (a host-only capture) has no kernels-per-token figure, not 0
+    CASE WHEN has_steps THEN in_steps ELSE all_kernels END / nullif(output_tokens, 0) / nullif(sign(all_kernels), 0)
+        AS kpt,
     decode_steps,
     decode_kernels,
-    decode_kernels / nullif(decode_steps, 0) AS kpt_decode,
+    decode_kernels / nullif(decode_steps, 0) / nullif(sign(all_kernels), 0) AS kpt_decode,
     prefill_kernels,
     CASE
+        WHEN all_kernels = 0 THEN 'no GPU kernels in the trace (host-only capture)'
         WHEN output_tokens IS NULL THEN 'no output token count: ' || coalesce(meta_note, 'metadata has no output_tokens or step tokens')
         WHEN output_tokens = 0 THEN 'output_tokens is 0'
     END AS kpt_null_reason,
-    CASE WHEN decode_steps = 0 THEN 'no decode step recognised (step patterns or metadata steps)' END
+    CASE WHEN all_kernels = 0 THEN 'no GPU kernels in the trace (host-only capture)'
+         WHEN decode_steps = 0 THEN 'no decode step recognised (step patterns or metadata steps)' END
         AS kpt_decode_null_reason
 FROM x

@@ -471,9 +471,10 @@ def summary(warehouse_path: str | os.PathLike[str], trace_id_prefix: str, top_k:
                              {"t": p["t"]}),
             "phases": _all(con, "SELECT * FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'phase' "
                                 "ORDER BY scope_key", {"t": p["t"]}),
-            "steps": _one(con, "SELECT count(*) FILTER (WHERE scope_key <> 'outside_steps') AS steps, "
-                               "sum(kernels) FILTER (WHERE scope_key = 'outside_steps') AS kernels_outside_steps "
-                               "FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'step'", {"t": p["t"]}),
+            # steps from the annotations themselves (a host-only trace has steps but no kernel rows)
+            "steps": _one(con, "SELECT (SELECT count(*) FROM int_steps WHERE trace_id = $t) AS steps, "
+                               "(SELECT sum(kernels) FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = "
+                               "'step' AND scope_key = 'outside_steps') AS kernels_outside_steps", {"t": p["t"]}),
             "kernels_per_token": _one(con, "SELECT * FROM kernels_per_token WHERE trace_id = $t", {"t": p["t"]}),
             "skip": _one(con, "SELECT * FROM skip_by_trace WHERE trace_id = $t", {"t": p["t"]}),
             "host_partition": _one(con, "SELECT * FROM host_partition WHERE trace_id = $t AND scope_kind = 'trace'",

@@ -237,3 +237,23 @@ def test_fusion_segments_cut_at_sync(tmp_path: Path) -> None:
     assert got[("C", "D")] == 1
     assert ("C", "A", "B", "C", "A") not in got
     con.close()
+
+
+def test_host_only_trace_has_no_kernels_per_token_but_its_steps(tmp_path: Path) -> None:
+    """A CPU-only capture (prefill + one decode step, no GPU kernels): KPT is NULL with the reason, not 0."""
+    t = "f" * 64
+    host_rows = [r for r in mixed_rows(t) if r["kind"] in ("user_annotation", "python_function", "framework_op")]
+    write_trace(Lake(tmp_path / "lake"), t, host_rows, gpu="", file_name="cpu_only.json",
+                metadata={"taxbreak": MIXED_META})
+    analysis.materialize(tmp_path / "wh.duckdb", tmp_path / "lake")
+    con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
+    kpt = rows(con, "SELECT kernels, output_tokens, kpt, kpt_decode, kpt_null_reason, kpt_decode_null_reason "
+                    "FROM kernels_per_token")
+    reason = "no GPU kernels in the trace (host-only capture)"
+    assert kpt == [(0, 2, None, None, reason, reason)]
+    # the steps are there (from the annotations), and the summary does not claim otherwise
+    assert rows(con, "SELECT step_name, phase FROM int_steps ORDER BY step_ts_ns") == [
+        ("prefill", "prefill"), ("decode_step#1", "decode")]
+    con.close()
+    notes = analysis.format_summary(analysis.summary(tmp_path / "wh.duckdb", t[:12]))
+    assert reason in notes and "no step annotations" not in notes
