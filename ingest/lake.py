@@ -11,10 +11,11 @@ never sees half a trace, and a failed ingest leaves nothing behind but its catal
 
 The root may also be ``s3://bucket/prefix`` on any S3-compatible store (endpoint and credentials:
 ``taxbreak.config.S3Settings``).  Object storage has no directory rename, so there each partition is its one
-object ``part-0.parquet``: written to a local temporary file, then uploaded by a single PUT or a completed
-multipart upload, which S3 makes visible all at once (a reader sees the old object or the new one, never part
-of one).  Catalogue rows are single objects likewise, and nothing is staged in the store, so a failed ingest
-leaves only its catalogue object.  DuckDB reads such a lake through ``Lake.register_filesystem``.
+object ``part-0.parquet``: written to a local temporary file, then uploaded (s3fs) by a single PUT or a
+multipart upload, which S3 makes visible only when completed (a reader sees the old object or the new one,
+never part of one; a failed part aborts the upload).  Catalogue rows are single objects likewise, and nothing
+is staged in the store, so a failed ingest leaves only its catalogue object.  Reads use
+``pyarrow.fs.S3FileSystem``; DuckDB reads such a lake through ``Lake.register_filesystem``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ CATALOGUE_DIR = "catalogue"
 STAGING_DIR = "_staging"
 # args_json is near-unique JSON text: a dictionary and min/max statistics cost write time and bytes, help no read.
 _EVENT_DICT_COLUMNS = [f.name for f in EVENT_SCHEMA if f.name != "args_json"]
-UPLOAD_CHUNK_BYTES = 8 << 20
 
 
 class ObjectPath:
@@ -241,11 +241,15 @@ class Lake:
         self.write_catalogue_row(row)
         return row
 
+    def _uploader(self):  # noqa: ANN202 - s3fs.S3FileSystem
+        """Uploads go through s3fs: one PUT, or a multipart upload it aborts when a part fails.  (pyarrow's S3
+        output stream completes the upload when closed, also on an exception, and exposes no abort.)"""
+        assert self.s3 is not None
+        return self.s3.fsspec_filesystem()
+
     def _upload(self, local: Path, target: ObjectPath) -> None:
         """Copy ``local`` to the object ``target``; the object appears (or is replaced) only when complete."""
-        with open(local, "rb") as src, self.fs.open_output_stream(target.key) as out:
-            for chunk in iter(lambda: src.read(UPLOAD_CHUNK_BYTES), b""):
-                out.write(chunk)
+        self._uploader().put_file(str(local), target.key)
 
     def write_catalogue_row(self, row: dict) -> None:
         path = self.catalogue_path(row["trace_id"])
@@ -253,8 +257,7 @@ class Lake:
         if isinstance(path, ObjectPath):
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink)
-            with self.fs.open_output_stream(path.key) as out:  # one object, written whole
-                out.write(sink.getvalue())
+            self._uploader().pipe_file(path.key, sink.getvalue().to_pybytes())  # one PUT
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")

@@ -34,6 +34,11 @@ def s3_server() -> Iterator[str]:
         boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
                      region_name="us-east-1").create_bucket(Bucket=BUCKET)
         yield endpoint
+        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                              aws_secret_access_key="testing", region_name="us-east-1")
+        for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):  # moto's store outlives the server
+            client.delete_object(Bucket=BUCKET, Key=obj["Key"])
+        client.delete_bucket(Bucket=BUCKET)
     finally:
         server.stop()
 

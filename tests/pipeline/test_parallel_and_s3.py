@@ -72,8 +72,8 @@ def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance
         s3.create_bucket(Bucket="reports")
         lake_root: str | Path = env["lake"]
         if lake_on == "s3":
-            s3.create_bucket(Bucket="lake")
-            lake_root = "s3://lake/taxbreak"
+            s3.create_bucket(Bucket="pipeline-lake")
+            lake_root = "s3://pipeline-lake/taxbreak"
             monkeypatch.setenv("TAXBREAK_LAKE", lake_root)
         good = write_kineto(tmp_path / "src" / "k.json", 2).read_bytes()
         s3.put_object(Bucket="reports", Key="inbox/gpu-01/k.json", Body=good)
@@ -92,7 +92,7 @@ def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance
             kernels = dict(con.execute("SELECT trace_id, count(*) FROM kernel_taxbreak GROUP BY ALL").fetchall())
         assert kernels == {_sha(good): 2, _sha(MOCK.read_bytes()): 2}
         if lake_on == "s3":  # the lake is two objects per trace in the store, nothing of it on local disk
-            keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="lake")["Contents"])
+            keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="pipeline-lake")["Contents"])
             assert keys == sorted(f"taxbreak/{d}" for t in (_sha(good), _sha(MOCK.read_bytes()))
                                   for d in (f"catalogue/{t}.parquet", f"events/trace_id={t}/part-0.parquet"))
             assert not env["lake"].exists()
