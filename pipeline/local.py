@@ -47,11 +47,13 @@ def execute_request(defs: dg.Definitions, instance: dg.DagsterInstance, request:
 def evaluate_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None = None):  # noqa: ANN201
     """One evaluation of the bucket sensor with the definitions' resources (a SensorExecutionData)."""
     sensor = defs.resolve_sensor_def("bucket_sensor")
-    context = dg.build_sensor_context(
+    # Closed here, not when collected: the context enters an instance (from the ref) that sets Dagster's
+    # current defs-state storage, and a late close restores a stale one into whatever runs at that moment.
+    with dg.build_sensor_context(
         instance=instance, instance_ref=instance.get_ref(), cursor=cursor, definitions=defs,
         resources=dict(defs.resources or {}),
-    )
-    return sensor.evaluate_tick(context)
+    ) as context:
+        return sensor.evaluate_tick(context)
 
 
 def tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None = None) -> TickResult:

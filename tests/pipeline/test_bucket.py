@@ -106,9 +106,11 @@ def test_sweep_schedule_requests_only_unseen_traces(env: dict[str, Path], instan
     new = write_kineto(env["inbox"] / "sub" / "new.json", 2)
     defs = load_defs()
     schedule = defs.resolve_schedule_def("bucket_sweep_schedule")
-    context = dg.build_schedule_context(instance=instance, resources=dict(defs.resources or {}),
-                                       repository_def=defs.get_repository_def())
-    data = schedule.evaluate_tick(context)
+    # closed here: a context left to the garbage collector exits its instance late and restores a stale
+    # Dagster defs-state storage into whichever test is running then (test_definitions failed that way)
+    with dg.build_schedule_context(instance=instance, resources=dict(defs.resources or {}),
+                                   repository_def=defs.get_repository_def()) as context:
+        data = schedule.evaluate_tick(context)
     new_id = hashlib.sha256(new.read_bytes()).hexdigest()
     assert [(r.partition_key, r.run_config["ops"]["trace_ingest"]["config"]["source"]) for r in data.run_requests] \
         == [(new_id, "sub/new.json")]
