@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from taxbreak.capture.nsys_ddl import NSYS_DDL
 from taxbreak.capture.profile import META_KEY, META_VERSION, sidecar_path, steps_for
+from taxbreak.ingest.nsys_schema import EXPORT_DDL_2026
 
 
 @dataclass(frozen=True)
@@ -599,10 +599,15 @@ def write_null_kernel(
 
 # --- Nsight Systems SQLite writer -------------------------------------------------------------------------------
 def nsys_ddl() -> dict[str, str]:
-    """CREATE TABLE statements of the tables written (verbatim copies from real exports: ``nsys_ddl.py``)."""
-    return dict(NSYS_DDL)
+    """CREATE TABLE statements of the tables written: the real export schema the adapter documents
+    (``taxbreak.ingest.nsys_schema.EXPORT_DDL_2026``, read from public exports)."""
+    return {t: EXPORT_DDL_2026[t] for t in SYNTHETIC_TABLES}
 
 
+SYNTHETIC_TABLES = (
+    "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "TARGET_INFO_GPU", "META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME", "PROCESSES", "ThreadNames", "NVTX_EVENTS",
+)
 GLOBAL_PID = (1 << 48) | (PID << 24)
 GLOBAL_TID = GLOBAL_PID | PID
 NVTX_PUSHPOP = 59
@@ -642,7 +647,9 @@ def write_nsys_sqlite(cfg: SyntheticConfig, path: str | os.PathLike[str]) -> Pat
                      "cudaStreamSynchronize": "cudaStreamSynchronize_v3020"}
 
         def flush() -> None:
-            con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * 39)})", kernels)
+            # 2026.2 schema: the 39 columns of 2026.1 plus tensorSizeMinusOneElements ('[]' as in real exports)
+            con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * 40)})",
+                            ((*k, '[]') for k in kernels))
             con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, ?)", runtime)
             con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES ({', '.join('?' * 21)})", memcpy)
             con.executemany(
