@@ -190,6 +190,11 @@ class Lake:
     def read_events(self, trace_id: str) -> pa.Table:
         return self._read(self.events_dir(trace_id) / "part-0.parquet")
 
+    def check_events_version(self, trace_id: str) -> str:
+        """The schema version of a trace's events file, read from its footer alone; refuses unknown majors."""
+        path = self.events_dir(trace_id) / "part-0.parquet"
+        return check_schema_version(pq.read_schema(self._key(path), filesystem=self.fs).metadata, str(path))
+
     # -- writing -----------------------------------------------------------------------------
     def write_events(
         self, trace_id: str, batches: Iterable[pa.RecordBatch], info: TraceInfo, *, file_name: str,

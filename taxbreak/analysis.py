@@ -208,6 +208,8 @@ def prepare(
         wanted = set(trace_ids)
         rows = [r for r in rows if r["trace_id"] in wanted]
     ids = [r["trace_id"] for r in rows]
+    for t in ids:  # a partition written by an unknown schema major is refused, not misread
+        lake.check_events_version(t)
     files = [str(lake.events_dir(t) / "part-0.parquet") for t in ids]
     if (lake.root / "events").exists():
         con.execute(

@@ -73,3 +73,16 @@ def test_catalogue_refuses_an_unknown_major_version(lake):
         lake.catalogue()
     with pytest.raises(SchemaVersionError, match="upgrade taxbreak or re-ingest"):
         lake.catalogue_row(TRACE_ID)
+
+
+def test_analysis_refuses_an_events_partition_of_an_unknown_major_version(lake, tmp_path):
+    from taxbreak import analysis
+
+    lake.write_events(TRACE_ID, iter([_batch(2)]), TraceInfo(source_format="kineto"), file_name="t.json",
+                      source_path="/x/t.json", file_bytes=1)
+    assert lake.check_events_version(TRACE_ID) == "1.0.0"
+    part = lake.events_dir(TRACE_ID) / "part-0.parquet"
+    future = EVENT_SCHEMA.with_metadata({"taxbreak.schema.name": "taxbreak.events", "taxbreak.schema.version": "2.1.0"})
+    pq.write_table(pa.Table.from_batches([_batch(2)]).cast(future), part)
+    with pytest.raises(SchemaVersionError, match=rf"{part}: written with taxbreak event schema 2\.1\.0"):
+        analysis.materialize(tmp_path / "wh.duckdb", lake.root)
