@@ -68,6 +68,30 @@ def step_rows(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, A
     """, {"t": trace_id})
 
 
+HOST_PARTS = [("framework_ns", "framework"), ("library_ns", "library"), ("launch_host_ns", "launch calls"),
+              ("sync_ns", "sync"), ("other_runtime_ns", "other runtime"), ("host_untraced_ns", "untraced"),
+              ("unresolved_ns", "unresolved")]
+HOST_COLORS = {"framework": "#4e79a7", "library": "#f28e2b", "launch calls": "#e15759", "sync": "#76b7b2",
+               "other runtime": "#edc948", "untraced": "#bab0ac", "unresolved": "#b07aa1"}
+
+
+def host_partition_rows(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
+    """The exact host-time partition (METHOD.md section 3) of the trace and of each step, parts in ns."""
+    if not _has(con, "host_partition"):
+        return []
+    cols = ", ".join(c for c, _ in HOST_PARTS)
+    return _rows(con, f"""
+        SELECT h.scope_kind, h.step_id, s.step_name, h.wall_ns, {cols}
+        FROM host_partition h LEFT JOIN int_steps s ON s.trace_id = h.trace_id AND s.step_id = h.step_id
+        WHERE h.trace_id = $t AND h.scope_kind IN ('trace', 'step')
+        ORDER BY h.scope_kind DESC, h.step_id
+    """, {"t": trace_id})
+
+
+def host_segments(r: dict[str, Any]) -> list[tuple[str, float]]:
+    return [(label, float(r[col] or 0)) for col, label in HOST_PARTS]
+
+
 def top_kernels(con: duckdb.DuckDBPyConnection, trace_id: str, k: int = 10) -> list[dict[str, Any]]:
     return _rows(con, """
         SELECT kernel_name, invocations, total_dur_ns, akd_ns, time_share, mean_launch_to_start_ns
@@ -186,6 +210,7 @@ def collect(
             print(f"\rreport: trace {i}/{len(traces)} {t['file_name'][-40:]:<40}", end="", file=sys.stderr, flush=True)
         tid = t["trace_id"]
         t["steps"] = step_rows(con, tid)
+        t["host_partition"] = host_partition_rows(con, tid)
         t["top_kernels"] = top_kernels(con, tid)
         t["fusion"] = fusion_rows(con, tid)
         chosen = choose_step(t["steps"], step_id)
@@ -336,6 +361,11 @@ def _trace_section(t: dict[str, Any]) -> str:
         rows = [(f"{s['scope_key']}: {s['step_name']}", split_segments(s)) for s in steps[:40]]
         h.append(plots.stacked_hbar(rows, title="Orchestration split per step (ΔFT / ΔCT / ΔKT vs device active)",
                                     colors=SPLIT_COLORS))
+    if t.get("host_partition"):
+        rows = [("whole trace (all threads)" if r["scope_kind"] == "trace" else f"{r['step_id']}: {r['step_name']}",
+                 host_segments(r)) for r in t["host_partition"][:41]]
+        h.append(plots.stacked_hbar(rows, title="Host time partition (self time; parts add up to wall time)",
+                                    colors=HOST_COLORS))
     tl = t["timeline"]
     st = t["timeline_step"]
     where = f"step {st['scope_key']} ({st['step_name']}, {st['phase']})" if st else "first kernels of the trace"

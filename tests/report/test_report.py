@@ -100,7 +100,7 @@ def test_every_plot_is_well_formed_svg(data: dict) -> None:
     html = render_html(data)
     svgs = re.findall(r"<svg .*?</svg>", html, flags=re.S)
     per_trace = sum(1 + bool(t["top_kernels"]) + any(x["scope_key"] != "outside_steps" for x in t["steps"])
-                    for t in data["traces"])
+                    + bool(t["host_partition"]) for t in data["traces"])
     assert len(svgs) == 3 + 2 * len(data["sweeps"]) + per_trace  # split, HDBI, kpt; HDBI+TKLQT per sweep
     for s in svgs:
         ET.fromstring(s)
@@ -162,3 +162,17 @@ def test_markdown_summary_for_dagster_metadata(wh: dict, data: dict) -> None:
     row = next(line for line in lines if line.startswith("| synthetic_moe"))
     t = _by_file(data)[wh["ids"]["moe"]]
     assert f"| {t['t_orchestrate_ns']} | {t['delta_ft_ns']} | {t['delta_ct_ns']} | {t['delta_kt_ns']} |" in row
+
+
+def test_host_partition_per_step_adds_up(wh: dict, data: dict) -> None:
+    """The host-time partition shown per trace: one trace row and one row per step, parts summing to wall time."""
+    from taxbreak.report import HOST_PARTS
+
+    t = _by_file(data)[wh["ids"]["dense_bs1"]]
+    rows = t["host_partition"]
+    assert rows[0]["scope_kind"] == "trace" and [r["scope_kind"] for r in rows[1:]] == ["step"] * (len(rows) - 1)
+    assert {r["step_name"] for r in rows[1:]} >= {"prefill", "decode_step#1"}
+    for r in rows:
+        assert sum(r[c] for c, _ in HOST_PARTS) == r["wall_ns"], r
+        assert r["framework_ns"] > 0 and r["launch_host_ns"] > 0  # the synthetic trace has ops and launches
+    assert "Host time partition (self time; parts add up to wall time)" in render_html(data)
