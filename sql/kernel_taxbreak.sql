@@ -9,7 +9,7 @@
 -- column: kernel_name: kernel name
 -- column: op_name: framework op name
 -- column: op_namespace: framework op namespace
--- column: step_id: innermost step containing the kernel's launch call (its start when it has none); NULL outside every step
+-- column: step_id: innermost step containing the kernel's launch call (its start when it has none); NULL outside every step and for leftovers of before the trace (a kernel with no launch whose correlation id is below every launch correlation id of its process)
 -- column: step_name: that step's name
 -- column: phase: that step's phase
 -- column: kernel_ts_ns: kernel start (ns)
@@ -45,9 +45,18 @@ name_rule AS (
     QUALIFY row_number() OVER (PARTITION BY n.kernel_name ORDER BY r.priority) = 1
 ),
 step_levels AS (SELECT DISTINCT trace_id, pid, step_level FROM int_steps),
+-- Correlation ids grow per process: a kernel without a launch whose id is below the first launch's was launched
+-- before the trace window (leftovers of a warm-up step, METHOD.md section 2) and belongs to no step.
+first_launch AS (
+    SELECT trace_id, pid, min(correlation_id) AS first_corr FROM k WHERE launch_ts_ns IS NOT NULL GROUP BY ALL
+),
 kq AS (
-    SELECT k.trace_id, k.kernel_seq, k.pid, coalesce(k.launch_ts_ns, k.kernel_ts_ns) AS host_ts_ns, s.step_level
+    SELECT k.trace_id, k.kernel_seq, k.pid, s.step_level,
+           CASE WHEN k.launch_ts_ns IS NOT NULL THEN k.launch_ts_ns
+                WHEN k.correlation_id < f.first_corr THEN NULL
+                ELSE k.kernel_ts_ns END AS host_ts_ns
     FROM k JOIN step_levels s ON k.trace_id = s.trace_id AND k.pid = s.pid
+    LEFT JOIN first_launch f ON f.trace_id = k.trace_id AND f.pid = k.pid
 ),
 kstep AS (
     SELECT q.trace_id, q.kernel_seq, st.step_id, st.step_name, st.phase
