@@ -1,6 +1,6 @@
 -- table: device_idle_gaps
 -- grain: one row per idle gap of a GPU: time between two merged busy intervals (kernels, memcpys, memsets on any stream)
--- reads: stg_events
+-- reads: int_busy_intervals, stg_events
 -- description: Device idle gaps with their cause (ours): 'sync_drain' when a host synchronisation call returned inside the gap, else 'memcpy' when the work that ends the gap is a memcpy/memset, else 'launch_late' when the kernel that ends the gap was launched (launch call start) after the gap began, else 'other' (launched in time but started late: stream dependencies, events, other processes).
 -- column: trace_id: trace key
 -- column: device_id: GPU index
@@ -12,43 +12,17 @@
 -- column: next_kind: kind of the event that ends the gap (kernel, memcpy, memset)
 -- column: next_name: name of the event that ends the gap
 WITH
-dev AS (
-    SELECT event_id, hash(trace_id, device_id) AS pk, ts_ns, end_ns
-    FROM stg_events WHERE kind IN ('kernel', 'memcpy', 'memset') AND device_id IS NOT NULL
-),
--- merged busy intervals: a new interval starts where an event begins after every earlier event of its GPU ended
-o AS (
-    SELECT *,
-        max(end_ns) OVER w AS prev_max_end,
-        lag(pk) OVER (ORDER BY pk, ts_ns, end_ns, event_id) AS prev_pk
-    FROM dev
-    WINDOW w AS (PARTITION BY pk ORDER BY ts_ns, end_ns, event_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-),
-g AS (
-    SELECT pk, ts_ns, end_ns, event_id,
-        sum(CASE WHEN prev_pk IS DISTINCT FROM pk OR ts_ns > prev_max_end THEN 1 ELSE 0 END) OVER (
-            ORDER BY pk, ts_ns, end_ns, event_id ROWS UNBOUNDED PRECEDING
-        ) AS grp
-    FROM o
-),
-busy AS (
-    SELECT pk, grp, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns,
-           arg_min(event_id, (ts_ns, event_id)) AS first_event_id
-    FROM g GROUP BY pk, grp
-),
-gaps AS (
-    SELECT
-        pk, first_event_id,
-        lag(busy_end_ns) OVER (ORDER BY grp) AS gap_start_ns,
-        lag(pk) OVER (ORDER BY grp) AS prev_pk,
-        busy_start_ns AS gap_end_ns
-    FROM busy
-),
+-- the GPU's merged busy intervals (int_busy_intervals, set 'device'); a gap lies between two consecutive ones
 gaps2 AS (
-    SELECT g.gap_start_ns, g.gap_end_ns, e.trace_id, e.device_id, e.kind AS next_kind, e.name AS next_name,
-           e.pid AS next_pid, e.correlation_id AS next_corr
-    FROM gaps g JOIN stg_events e ON e.event_id = g.first_event_id
-    WHERE g.prev_pk = g.pk
+    SELECT b.gap_start_ns, b.busy_start_ns AS gap_end_ns, b.trace_id, b.device_id, e.kind AS next_kind,
+           e.name AS next_name, e.pid AS next_pid, e.correlation_id AS next_corr
+    FROM (
+        SELECT trace_id, device_id, busy_start_ns, first_event_id,
+               lag(busy_end_ns) OVER (PARTITION BY trace_id, device_id ORDER BY busy_start_ns) AS gap_start_ns
+        FROM int_busy_intervals WHERE busy_set = 'device'
+    ) b
+    JOIN stg_events e ON e.event_id = b.first_event_id
+    WHERE b.gap_start_ns IS NOT NULL
 ),
 launches AS (
     SELECT trace_id, pid, correlation_id, min(ts_ns) AS launch_ts_ns

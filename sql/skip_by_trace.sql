@@ -1,6 +1,6 @@
 -- table: skip_by_trace
 -- grain: one row per analysed trace
--- reads: int_kernel_links, stg_events
+-- reads: int_kernel_links, int_busy_intervals, stg_events
 -- description: SKIP metrics (METHOD.md section 6). TKLQT = sum of (kernel start - launch call start) over launch calls (one sample per launch; graph launches: their first kernel); rule (ours): negative samples are left out of TKLQT and reported apart (count and sum), nothing is clamped (SODA clamps -10..0 us to 0 and drops <= -10 us). AKD = mean kernel duration. IL = end of the last kernel - start of the first framework op; GPU idle = IL - merged kernel busy time, and IL - sum of kernel durations (SODA's form).
 -- column: trace_id: trace key
 -- column: launch_samples: launch calls with a kernel (launches)
@@ -41,28 +41,10 @@ k AS (
 ops AS (
     SELECT trace_id, min(ts_ns) AS first_op_ns FROM stg_events WHERE kind = 'framework_op' GROUP BY trace_id
 ),
--- merged busy time of all kernels of a trace (one ordered pass; a new interval starts where a kernel begins after
--- every earlier kernel of its trace ended)
-o AS (
-    SELECT hash(trace_id) AS pk, trace_id, kernel_seq, kernel_ts_ns, kernel_end_ns,
-        max(kernel_end_ns) OVER w AS prev_max_end,
-        lag(hash(trace_id)) OVER (ORDER BY hash(trace_id), kernel_ts_ns, kernel_end_ns, kernel_seq) AS prev_pk
-    FROM int_kernel_links
-    WINDOW w AS (PARTITION BY hash(trace_id) ORDER BY kernel_ts_ns, kernel_end_ns, kernel_seq
-                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-),
-g AS (
-    SELECT pk, kernel_ts_ns, kernel_end_ns, kernel_seq,
-        sum(CASE WHEN prev_pk IS DISTINCT FROM pk OR kernel_ts_ns > prev_max_end THEN 1 ELSE 0 END) OVER (
-            ORDER BY pk, kernel_ts_ns, kernel_end_ns, kernel_seq ROWS UNBOUNDED PRECEDING
-        ) AS grp
-    FROM o
-),
+-- merged busy time of all kernels of a trace (int_busy_intervals, set 'kernels': every GPU and stream)
 merged AS (
-    SELECT t.trace_id, sum(m.e - m.s) AS busy_ns
-    FROM (SELECT pk, grp, min(kernel_ts_ns) AS s, max(kernel_end_ns) AS e FROM g GROUP BY pk, grp) m
-    JOIN (SELECT DISTINCT trace_id, hash(trace_id) AS pk FROM int_kernel_links) t USING (pk)
-    GROUP BY t.trace_id
+    SELECT trace_id, sum(busy_end_ns - busy_start_ns) AS busy_ns
+    FROM int_busy_intervals WHERE busy_set = 'kernels' GROUP BY trace_id
 )
 SELECT
     k.trace_id,
