@@ -3,7 +3,8 @@
     python bench/bench_analysis.py [--kernels 1000000] [--threads 2] [--keep DIR]
 
 Writes the synthetic lake partition (bench/gen_synthetic_lake.py), then times ``taxbreak.analysis.materialize``
-per table into a fresh DuckDB warehouse and prints the total, the peak RSS and the figure it is compared with:
+per table into a fresh DuckDB warehouse and prints the total, the peak RSS of the analysis (per table too, where
+Linux lets the peak be reset), the DuckDB memory_limit in force and the figure it is compared with:
 the Kineto ingest time of a trace with the same number of kernels written by bench/gen_kineto.py (measured on a
 256 MiB file of it and scaled by size, or on the whole file with --full-ingest).  Without bench/gen_kineto.py the
 comparison uses 150 MB/s (the low end of the Kineto adapter's 150-180 MB/s) over 330 B per event.
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import multiprocessing
 import resource
 import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -28,6 +31,28 @@ import gen_synthetic_lake  # noqa: E402
 from taxbreak import analysis  # noqa: E402
 
 KINETO_MB_S = 150.0
+
+
+def _status_mb(field: str) -> float | None:
+    """A /proc/self/status memory figure (VmHWM: peak RSS, VmRSS: current) in MB; None off Linux."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> bool:
+    """Reset the process's peak RSS (Linux: clear_refs 5), so that later peaks are the analysis's own."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
 KINETO_BYTES_PER_EVENT = 330
 
 
@@ -79,24 +104,46 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.perf_counter()
-        trace_id, events = gen_synthetic_lake.write_lake(work / "lake", args.kernels)
+        # in a child process, so that the writer's memory is not counted in the analysis's RSS
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            trace_id, events = pool.submit(gen_synthetic_lake.write_lake, work / "lake", args.kernels).result()
         took = time.perf_counter() - t0
         print(f"synthetic trace: {args.kernels:,} kernels, {events:,} events (written in {took:.1f} s)")
+        per_table = _reset_peak()  # the synthetic lake's writer is not the analysis
+        if per_table:
+            print(f"RSS before the analysis: {_status_mb('VmRSS') or 0:,.0f} MB")
         con = analysis.connect(work / "warehouse.duckdb")
         con.execute(f"SET threads = {int(args.threads)}")
+        limit = con.execute("SELECT current_setting('memory_limit'), current_setting('temp_directory')").fetchone()
+        print(f"DuckDB memory_limit {limit[0]} (env {analysis.MEMORY_ENV}), spilling to {limit[1]}")
         t0 = time.perf_counter()
         analysis.prepare(con, work / "lake")
         state = analysis._run_state(con)
         files = {f.name: f for f in analysis.sql_files()}
+        head = f"  {'table':<28} {'rows':>12} {'time':>9}"
+        print(head + (f" {'peak RSS':>11} {'RSS after':>11}" if per_table else ""))
+        run_peak_mb = 0.0
         for f in analysis.sql_files():
             t1 = time.perf_counter()
             n = analysis._build(con, f.name, state, files)
-            print(f"  {f.name:<28} {n:>12,} rows {time.perf_counter() - t1:7.2f} s")
+            line = f"  {f.name:<28} {n:>12,} {time.perf_counter() - t1:7.2f} s"
+            if per_table:
+                peak, now = _status_mb("VmHWM") or 0.0, _status_mb("VmRSS") or 0.0
+                run_peak_mb = max(run_peak_mb, peak)
+                line += f" {peak:8,.0f} MB {now:8,.0f} MB"
+                _reset_peak()
+            print(line)
         con.execute("CHECKPOINT")
         total = time.perf_counter() - t0
         con.close()
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"analysis (every table, {args.threads} threads): {total:.1f} s, peak RSS {rss_mb:,.0f} MB")
+        if per_table:
+            rss_mb = max(run_peak_mb, _status_mb("VmHWM") or 0.0)
+            what = "peak RSS of the analysis"
+        else:
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            what = "peak RSS of the process (synthetic lake writer included)"
+        print(f"analysis (every table, {args.threads} threads, memory_limit {limit[0]}): {total:.1f} s, "
+              f"{what} {rss_mb:,.0f} MB")
         measured = _kineto_ingest_seconds(args.kernels, work, args.full_ingest)
         if measured is not None:
             ingest_s, how = measured

@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,13 +167,33 @@ def sql_files(sql_dir: Path | None = None) -> list[SqlFile]:
     return order
 
 
+MEMORY_ENV = "TAXBREAK_DUCKDB_MEMORY"
+DEFAULT_MEMORY_LIMIT = "2GB"
+
+
+def memory_limit() -> str:
+    """DuckDB's memory_limit for the analyses: $TAXBREAK_DUCKDB_MEMORY (a DuckDB size such as '4GB'), else 2GB.
+
+    Operators that can spill (sorts, windows, hash joins and aggregates, the run's temporary tables) spill to the
+    connection's temp_directory beyond it."""
+    return os.environ.get(MEMORY_ENV, "").strip() or DEFAULT_MEMORY_LIMIT
+
+
 def connect(warehouse_path: str | os.PathLike[str] | None) -> duckdb.DuckDBPyConnection:
+    """A connection to the warehouse (None: in memory) with the analyses' settings: bounded memory (``memory_limit``)
+    and a spill folder DuckDB creates when it first spills and removes on close: ``<warehouse>.tmp`` beside the
+    warehouse file, or a fresh folder in the system temp dir for an in-memory warehouse."""
     if warehouse_path is not None:
         Path(warehouse_path).parent.mkdir(parents=True, exist_ok=True)
+        spill = Path(str(warehouse_path) + ".tmp")
+    else:
+        spill = Path(tempfile.gettempdir()) / f"taxbreak-duckdb-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp"
     con = duckdb.connect(str(warehouse_path) if warehouse_path is not None else ":memory:")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET preserve_insertion_order = false")  # no table here relies on row order; faster writes
+    con.execute("SET memory_limit = $m", {"m": memory_limit()})
+    con.execute("SET temp_directory = $t", {"t": str(spill)})
     return con
 
 
