@@ -1,7 +1,7 @@
 -- table: skip_by_trace
 -- grain: one row per analysed trace
 -- reads: int_kernel_links, int_busy_intervals, stg_events
--- description: SKIP metrics (METHOD.md section 6). TKLQT = sum of (kernel start - launch call start) over launch calls (one sample per launch; graph launches: their first kernel); rule (ours): negative samples are left out of TKLQT and reported apart (count and sum), nothing is clamped (SODA clamps -10..0 us to 0 and drops <= -10 us). AKD = mean kernel duration. IL = end of the last kernel - start of the first framework op; GPU idle = IL - merged kernel busy time, and IL - sum of kernel durations (SODA's form).
+-- description: SKIP metrics (METHOD.md section 6). TKLQT = sum of (kernel start - launch call start) over launch calls (one sample per launch; graph launches: their first kernel); rule (ours): negative samples are left out of TKLQT and reported apart (count and sum), nothing is clamped (SODA clamps -10..0 us to 0 and drops <= -10 us). AKD = mean kernel duration. IL = end of the last kernel - start of the first framework op; GPU idle = IL - merged kernel busy time inside the IL window, and IL - sum of kernel durations inside the window (SODA's form). Kernels that ran before the first framework op (warm-up leftovers) are clipped to the window (ours), so the merged form is never negative.
 -- column: trace_id: trace key
 -- column: launch_samples: launch calls with a kernel (launches)
 -- column: tklqt_ns: sum of the non-negative launch-to-start samples (ns)
@@ -16,8 +16,9 @@
 -- column: il_start_basis: 'framework_op', 'launch_call' or 'kernel'
 -- column: il_end_ns: end of the last kernel (ns)
 -- column: il_ns: inference latency il_end_ns - il_start_ns (ns)
--- column: gpu_idle_merged_ns: il_ns - kernel_busy_merged_ns (ns)
--- column: gpu_idle_sum_ns: il_ns - kernel_sum_ns, SODA's form (ns)
+-- column: busy_in_il_ns: merged kernel busy time clipped to [il_start_ns, il_end_ns] (ns)
+-- column: gpu_idle_merged_ns: il_ns - busy_in_il_ns, never negative (ns)
+-- column: gpu_idle_sum_ns: il_ns - sum of kernel durations clipped to the IL window, SODA's form; negative when kernels overlap (ns)
 WITH
 samples AS (
     SELECT trace_id, kernel_ts_ns - launch_ts_ns AS d_ns
@@ -45,6 +46,18 @@ ops AS (
 merged AS (
     SELECT trace_id, sum(busy_end_ns - busy_start_ns) AS busy_ns
     FROM int_busy_intervals WHERE busy_set = 'kernels' GROUP BY trace_id
+),
+w AS (
+    SELECT k.trace_id, coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) AS il_start_ns, k.il_end_ns
+    FROM k LEFT JOIN ops USING (trace_id)
+),
+in_window AS (
+    SELECT w.trace_id,
+           (SELECT coalesce(sum(greatest(0, least(b.busy_end_ns, w.il_end_ns) - greatest(b.busy_start_ns, w.il_start_ns))), 0)
+              FROM int_busy_intervals b WHERE b.trace_id = w.trace_id AND b.busy_set = 'kernels') AS busy_in_il_ns,
+           (SELECT coalesce(sum(greatest(0, least(l.kernel_end_ns, w.il_end_ns) - greatest(l.kernel_ts_ns, w.il_start_ns))), 0)
+              FROM int_kernel_links l WHERE l.trace_id = w.trace_id) AS kernel_sum_in_il_ns
+    FROM w
 )
 SELECT
     k.trace_id,
@@ -62,11 +75,13 @@ SELECT
          ELSE 'kernel' END AS il_start_basis,
     k.il_end_ns,
     k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) AS il_ns,
-    CAST(k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) - m.busy_ns AS BIGINT)
+    CAST(iw.busy_in_il_ns AS BIGINT) AS busy_in_il_ns,
+    CAST(k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) - iw.busy_in_il_ns AS BIGINT)
         AS gpu_idle_merged_ns,
-    CAST(k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) - k.kernel_sum_ns AS BIGINT)
-        AS gpu_idle_sum_ns
+    CAST(k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) - iw.kernel_sum_in_il_ns
+         AS BIGINT) AS gpu_idle_sum_ns
 FROM k
 LEFT JOIN t USING (trace_id)
 LEFT JOIN ops USING (trace_id)
 LEFT JOIN merged m USING (trace_id)
+LEFT JOIN in_window iw USING (trace_id)

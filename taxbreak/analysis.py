@@ -62,6 +62,9 @@ LIB_KERNEL_RULES: list[tuple[int, str, int, str]] = [
     (24, r"^(ampere|volta|turing|hopper|maxwell|sm\d+)_[a-z0-9_]*gemm", 1, "cublas_arch_gemm"),
     (25, r"(gemv2[nt]_kernel|gemvx|gemmsn|gemmk1_kernel|splitkreduce_kernel|gemm_kernel\d)", 1, "cublas_family"),
     (26, r"(implicit_convolve|winograd|fft2d_|conv2d_grouped_direct|bn_fw_|bn_bw_)", 1, "cudnn_family"),
+    # ROCm counterparts (ours): rocBLAS/hipBLASLt Tensile GEMMs and Composable Kernel, as cuBLAS and CUTLASS above
+    (27, r"^Cijk_", 1, "rocblas_tensile"),
+    (28, r"ck_tile|(^|[^a-z_])ck::", 1, "composable_kernel"),
 ]
 
 # Step and phase patterns (METHOD.md section 5) over user annotations / NVTX ranges; phase NULL = not decided.

@@ -171,7 +171,8 @@ def test_skip_and_fusion_sanity(real) -> None:
     bad = con.execute("""
         SELECT trace_id FROM skip_by_trace
         WHERE tklqt_ns < 0 OR negative_sum_ns > 0 OR kernel_busy_merged_ns > kernel_sum_ns
-           OR gpu_idle_merged_ns < gpu_idle_sum_ns
+           OR gpu_idle_merged_ns < gpu_idle_sum_ns OR gpu_idle_merged_ns < 0 OR busy_in_il_ns > il_ns
+           OR busy_in_il_ns > kernel_busy_merged_ns
     """).fetchall()
     assert bad == []
     # occurrences of a chain never exceed those of its first kernel, and the default threshold is 1.0
@@ -221,3 +222,14 @@ def test_warm_up_leftovers_lie_outside_the_step(real) -> None:
     got = con.execute("SELECT scope_key, kernels, linked_kernels FROM taxbreak_by_scope WHERE trace_id = $t "
                       "AND scope_kind = 'step' ORDER BY scope_key", {"t": tid}).fetchall()
     assert got == [("1", 1029, 1029), ("outside_steps", 436, 0)]
+
+
+def test_gpu_idle_counts_only_the_il_window(real) -> None:
+    """The H100 Qwen trace's 436 warm-up leftovers run before its first framework op: they are clipped out of the
+    IL window, so GPU idle is not negative (it read -10.4 ms before the clipping)."""
+    con, ids = real
+    tid = ids["tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"]
+    il, busy_all, busy_in, idle = con.execute(
+        "SELECT il_ns, kernel_busy_merged_ns, busy_in_il_ns, gpu_idle_merged_ns FROM skip_by_trace "
+        "WHERE trace_id = $t", {"t": tid}).fetchone()
+    assert busy_all > il > busy_in > 0 and idle == il - busy_in

@@ -1,0 +1,36 @@
+"""The I_lib kernel-name rules (METHOD.md section 2) as DuckDB applies them: first match by priority."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from taxbreak.analysis import LIB_KERNEL_RULES
+
+
+def first_rule(name: str) -> tuple[int, str] | None:
+    con = duckdb.connect()
+    try:
+        return con.execute(
+            "SELECT i_lib, rule FROM (SELECT unnest($rules, recursive := true)) r "
+            "WHERE regexp_matches($name, pattern, 'i') ORDER BY priority LIMIT 1",
+            {"rules": [dict(zip(("priority", "pattern", "i_lib", "rule"), r, strict=True)) for r in LIB_KERNEL_RULES],
+             "name": name},
+        ).fetchone()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN", (0, "soda_native_nvjet")),  # SODA: framework-native
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", (1, "cublas_xmma")),
+    ("ampere_sgemm_128x64_tn", (1, "cublas_arch_gemm")),
+    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2>", (1, "cutlass_name")),
+    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>", (1, "cudnn_name")),
+    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_MI16x16x1_SN_LDSB1_AFC", (1, "rocblas_tensile")),
+    ("_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2dFwdINS_27Rmsnorm2dFwdPipelineOnePass", (1, "composable_kernel")),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", None),
+    ("triton_poi_fused_add_cos_sin_0", None),
+])
+def test_first_matching_rule(name: str, expected: tuple[int, str] | None) -> None:
+    assert first_rule(name) == expected
