@@ -1,12 +1,13 @@
 """The analysis tables as assets: one asset per kept ``sql/`` table, the exports, and the invariant checks.
 
-The tables are the specs of one multi-asset step, so a run prepares its traces' inputs once and holds the
-DuckDB writer once (``taxbreak.analysis.materialize_table`` per selected table, in dependency order).  Each
-asset's code version is the hash of its SQL file.  Run-local (``-- materialize: temp``) files are not assets:
-their reads are folded into the dependents.  In a run started for one trace (the sensor's runs carry the
-trace's partition key) the tables are rebuilt for that trace only; a run without a partition (the schedule's
-refresh, a materialisation from the UI) rebuilds them for every trace.  Every step that touches the DuckDB
-file is in the ``duckdb_writer`` pool (limit 1 in ``dagster.yaml``) and takes an exclusive lock on it.
+The tables are the specs of one multi-asset step, so a run prepares its traces' inputs once and holds the DuckDB
+writer once (``taxbreak.analysis.materialize_table`` per selected table, in dependency order). Each asset's code
+version hashes its SQL file, the run-local files it reads and the run settings (rules). Run-local (``--
+materialize: temp``) files are not assets: their reads are folded into the dependents. In a run started for one
+trace (the sensor's runs carry the trace's partition key) the tables are rebuilt for that trace only; a run
+without a partition (the schedule's refresh, a materialisation from the UI) rebuilds them for every trace. Every
+step that touches the DuckDB file is in the ``duckdb_writer`` pool (limit 1 in ``dagster.yaml``) and takes an
+exclusive lock on it.
 """
 
 import base64
@@ -87,6 +88,24 @@ def markdown_preview(con, table: str, limit: int = PREVIEW_ROWS) -> str:  # noqa
     return "\n".join(lines)
 
 
+def code_version(name: str, files: dict) -> str:
+    """Hash of the table's SQL, of the run-local files it reads (transitively: their SQL is part of its
+    computation) and of the run settings the statements read (kernel-name rules, step patterns, T_sys defaults)."""
+    from taxbreak.analysis import RunConfig
+
+    parts: list[str] = []
+
+    def visit(n: str) -> None:
+        parts.append(files[n].text)
+        for r in files[n].reads:
+            if r in files and files[r].materialize == "temp":
+                visit(r)
+
+    visit(name)
+    parts.append(repr(RunConfig()))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
 def _specs(files: dict) -> list[dg.AssetSpec]:
     specs = []
     for name, sf in files.items():
@@ -94,7 +113,7 @@ def _specs(files: dict) -> list[dg.AssetSpec]:
             continue
         specs.append(dg.AssetSpec(
             key=name, deps=asset_deps(name, files), group_name="analysis", kinds={"duckdb", "sql"},
-            code_version=hashlib.sha256(sf.text.encode()).hexdigest()[:16], skippable=True,
+            code_version=code_version(name, files), skippable=True,
             description=f"`sql/{sf.path.name}` — {sf.grain}. {sf.description}".strip(),
             metadata={"grain": sf.grain, "sql_file": f"sql/{sf.path.name}"},
         ))

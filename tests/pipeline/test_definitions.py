@@ -33,7 +33,7 @@ def test_definitions_content() -> None:
     ingest = graph.get(dg.AssetKey("trace_ingest"))
     assert isinstance(ingest.partitions_def, dg.DynamicPartitionsDefinition)
     assert ingest.partitions_def.name == "traces"
-    for name in tables:  # each table's code version is its SQL file's hash; all share the writer pool
+    for name in tables:  # each table's code version hashes its SQL (and run-local inputs); all share the writer pool
         node = graph.get(dg.AssetKey(name))
         assert node.code_version and len(node.code_version) == 16
         assert node.pools == {"duckdb_writer"}
@@ -63,3 +63,23 @@ def test_cron_from_environment() -> None:
     env = {**os.environ, "TAXBREAK_SCHEDULE_CRON": "*/15 * * * *"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['*/15 * * * *']"
+
+
+def test_code_version_follows_run_local_inputs_and_rules() -> None:
+    """Editing a run-local file (int_busy_intervals) or a kernel-name rule changes the versions of the tables
+    computed from it, and only theirs."""
+    import dataclasses
+    from unittest import mock
+
+    from taxbreak import analysis
+    from taxbreak.pipeline.defs.analysis_assets import code_version
+
+    files = {f.name: f for f in analysis.sql_files()}
+    before = {n: code_version(n, files) for n in files if files[n].materialize != "temp"}
+    edited = dict(files, int_busy_intervals=dataclasses.replace(
+        files["int_busy_intervals"], text=files["int_busy_intervals"].text + "\n-- edited"))
+    after = {n: code_version(n, edited) for n in before}
+    changed = {n for n in before if before[n] != after[n]}
+    assert {"device_idle_gaps", "skip_by_trace"} <= changed and "kernels_per_token" not in changed
+    with mock.patch.object(analysis, "LIB_KERNEL_RULES", [*analysis.LIB_KERNEL_RULES, (99, "x", 1, "x")]):
+        assert code_version("kernel_taxbreak", files) != before["kernel_taxbreak"]
