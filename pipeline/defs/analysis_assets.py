@@ -2,12 +2,12 @@
 
 The tables are the specs of one multi-asset step, so a run prepares its traces' inputs once and holds the DuckDB
 writer once (``taxbreak.analysis.materialize_table`` per selected table, in dependency order). Each asset's code
-version hashes its SQL file, the run-local files it reads and the run settings (rules). Run-local (``--
-materialize: temp``) files are not assets: their reads are folded into the dependents. In a run started for one
-trace (the sensor's runs carry the trace's partition key) the tables are rebuilt for that trace only; a run
-without a partition (the schedule's refresh, a materialisation from the UI) rebuilds them for every trace. Every
-step that touches the DuckDB file is in the ``duckdb_writer`` pool (limit 1 in ``dagster.yaml``) and takes an
-exclusive lock on it.
+version hashes its SQL file, the run-local files it reads and the run settings (rules).
+Run-local (``-- materialize: temp``) files are not assets: their reads are folded into the dependents.
+In a run started for one trace (the sensor's runs carry the trace's partition key) the tables are rebuilt
+for that trace only; a run without a partition (the schedule's refresh, a materialisation from the UI)
+rebuilds them for every trace. Every step that touches the DuckDB file is in the ``duckdb_writer`` pool
+(limit 1 in ``dagster.yaml``) and takes an exclusive lock on it.
 """
 
 import base64
