@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -645,10 +646,14 @@ def cmd_summary(args: Any) -> int:
     from taxbreak.cli import _paths
 
     paths = _paths(args)
+    if not Path(paths.warehouse).exists():
+        print(f"summary: no warehouse at {paths.warehouse}: ingest traces (`taxbreak ingest PATH`) and run "
+              "`taxbreak analyze` first, or pass --warehouse PATH", file=sys.stderr)
+        return 2
     try:
         s = summary(paths.warehouse, args.trace, top_k=args.top)
     except (LookupError, duckdb.Error) as exc:
-        print(f"summary: {exc}")
+        print(f"summary: {paths.warehouse}: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(s, indent=2, default=str))

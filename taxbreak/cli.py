@@ -104,7 +104,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         tag = "already in the lake" if res.status == "unchanged" else "ingested"
         print(f"[{tag}] " + format_trace_summary(row))
     if failed:
-        print(f"{failed} of {len(files)} file(s) failed; the others were ingested", file=sys.stderr)
+        rest = "; the others went through" if failed < len(files) else ""
+        print(f"{failed} of {len(files)} file(s) failed{rest}", file=sys.stderr)
     return 1 if failed else 0
 
 

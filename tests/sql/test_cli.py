@@ -30,4 +30,7 @@ def test_analyze_then_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert data["taxbreak"]["t_orchestrate_ns"] == 60260
     assert data["launch_floor"]["t_sys_is_default"] is True
     assert main(["summary", "nope", *common]) == 2
-    assert "no analysed trace matches" in capsys.readouterr().out
+    assert "no analysed trace matches" in capsys.readouterr().err
+    missing = tmp_path / "absent.duckdb"
+    assert main(["summary", "nope", "--lake", str(tmp_path / "lake"), "--warehouse", str(missing)]) == 2
+    assert f"no warehouse at {missing}" in capsys.readouterr().err
