@@ -9,11 +9,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch  # pinned in requirements-dev.lock: a missing torch is a failure, not a skip
 
-torch = pytest.importorskip("torch", reason="torch (the capture extra) is not installed")
-
-from taxbreak.capture.profile import CaptureError, capture_generation, sidecar_path  # noqa: E402
-from taxbreak.capture.sweep import run_sweep  # noqa: E402
+from taxbreak.capture.profile import CaptureError, capture_generation, sidecar_path
+from taxbreak.capture.sweep import run_sweep
+from taxbreak.ingest import Lake, ingest_file
 
 TINY = {"n_layers": 2, "hidden": 32, "n_heads": 2, "ffn_hidden": 64, "vocab": 64, "n_experts": 4, "top_k": 2,
         "expert_ffn_hidden": 32}
@@ -90,10 +90,6 @@ def test_moe_has_more_aten_ops_per_decode_step_than_dense(captures: dict[str, Pa
 
 
 def test_capture_ingests_into_the_lake(captures: dict[str, Path], tmp_path: Path) -> None:
-    if importlib.util.find_spec("taxbreak.ingest.kineto") is None:
-        pytest.skip("the Kineto adapter (taxbreak.ingest.kineto) does not exist yet")
-    from taxbreak.ingest import Lake, ingest_file
-
     res = ingest_file(captures["dense"], Lake(tmp_path / "lake"))
     assert res.status == "ingested", res.error
     counts = json.loads(res.row["event_counts_json"])

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="torch (the capture extra) is not installed")
-
-from taxbreak import demo  # noqa: E402
-from taxbreak.config import Paths  # noqa: E402
+from taxbreak import demo
+from taxbreak.config import Paths
 
 
 def test_demo_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
