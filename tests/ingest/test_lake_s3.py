@@ -9,7 +9,9 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import duckdb
+import moto.server  # moto[server] is pinned in requirements-dev.lock: its absence fails, it does not skip
 import pyarrow as pa
 import pytest
 
@@ -24,9 +26,7 @@ ROOT = f"s3://{BUCKET}/team/lake"
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
     """An S3 endpoint URL (moto's threaded server on loopback), bucket ``lake`` created."""
-    boto3 = pytest.importorskip("boto3")
-    server_mod = pytest.importorskip("moto.server")
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = moto.server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
         host, port = server.get_host_and_port()
@@ -46,8 +46,6 @@ def s3_server() -> Iterator[str]:
 @pytest.fixture
 def s3(s3_server: str, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - a boto3 S3 client; the lake emptied
     """A client on the server, the environment pointing at it (as the bucket's variables do), an empty lake."""
-    import boto3
-
     for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                  "AWS_DEFAULT_REGION": "us-east-1", "TAXBREAK_S3_ENDPOINT_URL": s3_server}.items():
         monkeypatch.setenv(k, v)
