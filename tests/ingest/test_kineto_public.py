@@ -55,6 +55,9 @@ def test_every_public_kineto_file_ingests_and_accounts_for_every_event(ingested,
         assert res.row["source_format"] == "kineto"
         assert json.loads(res.row["gpu_names_json"]) == [d["name"] for d in doc["deviceProperties"]], rel
         assert lake.read_events(res.trace_id).num_rows == res.row["event_count"]
+        # kernels recounted from the raw JSON: every 'kernel' (or 2021 'Kernel') event is stored as a kernel
+        raw_kernels = sum(1 for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") in ("kernel", "Kernel"))
+        assert json.loads(res.row["event_counts_json"]).get("kernel", 0) == raw_kernels, rel
 
 
 def test_qwen_h100_counts(ingested):

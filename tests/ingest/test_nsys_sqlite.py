@@ -34,6 +34,16 @@ def _need_public() -> None:
 def test_public_export_counts(rel: str, tmp_path: Path) -> None:
     _need_public()
     kernels, runtime, nvtx, memcpy, memset, sync = EXPECTED[rel]
+    # the SOURCES.md figures, recounted from the raw export with plain sqlite3
+    con = sqlite3.connect(f"file:{PUBLIC / rel}?mode=ro&immutable=1", uri=True)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        raw = tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] if t in tables else 0 for t in (
+            "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY",
+            "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"))
+    finally:
+        con.close()
+    assert raw == EXPECTED[rel]
     res = ingest_file(PUBLIC / rel, Lake(tmp_path))
     assert res.status == "ingested", res.error
     counts = json.loads(res.row["event_counts_json"])
