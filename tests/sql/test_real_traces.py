@@ -179,6 +179,8 @@ def test_skip_and_fusion_sanity(real) -> None:
     assert con.execute("SELECT count(*) FROM fusion_candidates WHERE proximity_score <> 1.0").fetchone()[0] == 0
     assert con.execute("SELECT count(*) FROM fusion_candidates").fetchone()[0] > 0
     assert con.execute("SELECT count(*) FROM fusion_candidates WHERE len(chain) <> chain_len").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM fusion_candidates WHERE occurrences > first_kernel_count "
+                       "OR occurrences < 1").fetchone()[0] == 0
 
 
 def _merged_busy_python(intervals: list[tuple[int, int]]) -> int:
