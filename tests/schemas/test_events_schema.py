@@ -13,8 +13,12 @@ def test_every_field_has_unit_and_description(schema: pa.Schema) -> None:
         md = fld.metadata or {}
         assert b"unit" in md and b"description" in md, fld.name
         assert md[b"description"].strip(), fld.name
+        # times are int64 ns and say so in their name, both ways round; byte counts name their unit too
+        assert fld.name.endswith("_ns") == (md[b"unit"] == b"ns"), fld.name
         if fld.name.endswith("_ns"):
-            assert md[b"unit"] == b"ns" and fld.type == pa.int64(), fld.name
+            assert fld.type == pa.int64(), fld.name
+        if md[b"unit"] == b"bytes":
+            assert fld.name.endswith("bytes") and fld.type == pa.int64(), fld.name
 
 
 def test_time_fields_and_required_columns() -> None:
