@@ -67,6 +67,15 @@ def test_unknown_group_names_the_item(con: duckdb.DuckDBPyConnection) -> None:
 def test_cli_json(wh: dict, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["compare", "--warehouse", str(wh["warehouse"]), "--json", "bs:1", "bs:16"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and len(out["b"]["trace_ids"]) == 1
+    assert rc == 0
+    ids = wh["ids"]
+    assert sorted(out["a"]["trace_ids"]) == sorted([ids["dense_bs1"], ids["moe"]])  # both batch size 1
+    assert out["b"]["trace_ids"] == [ids["dense_bs16"]]
+    got = {r["metric"]: r for r in out["rows"]}
+    kernels_a = wh["kernels"]["dense_bs1"] + wh["kernels"]["moe"]
+    assert (got["traces"]["a"], got["traces"]["b"]) == (2, 1)
+    assert (got["kernels"]["a"], got["kernels"]["b"]) == (kernels_a, wh["kernels"]["dense_bs16"])
+    assert got["kernels"]["delta"] == wh["kernels"]["dense_bs16"] - kernels_a
+    assert (got["delta_kt_ns"]["a"], got["delta_kt_ns"]["b"]) == (kernels_a * 4510, wh["kernels"]["dense_bs16"] * 4510)
     assert main(["compare", "--warehouse", str(wh["warehouse"]), "bs:1", "bs:999"]) == 2
     assert "bs:999" in capsys.readouterr().err
