@@ -45,5 +45,6 @@ def test_example_query_runs(wh: dict, q) -> None:  # noqa: ANN001
     finally:
         con.close()
     assert cols
-    if q.name != "08_orphan_kernels" or "mock" in wh["ids"]:
-        assert rows, f"{q.path} returned no rows on the test warehouse"
+    if q.name == "08_orphan_kernels" and "mock" not in wh["ids"]:
+        pytest.skip("it ran; only the public traces (../shared/traces/public, absent) have orphan kernels")
+    assert rows, f"{q.path} returned no rows on the test warehouse"
