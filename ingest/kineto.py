@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from taxbreak.ingest.base import AdapterOutput, IngestError, TraceInfo
+from taxbreak.ingest.redact import redact
 from taxbreak.schemas import EVENT_SCHEMA
 
 SOURCE_FORMAT = "kineto"
@@ -460,7 +461,7 @@ def _normalise_event(item: Any, skipped: dict[str, int]) -> str | None:
 # -- trace-level facts -----------------------------------------------------------------------------------
 def _small_metadata(meta: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, value in meta.items():
+    for key, value in redact(meta).items():  # no secrets of the capture's environment in the catalogue
         text = json.dumps(value, default=str)
         out[key] = value if len(text) <= METADATA_VALUE_MAX_BYTES else f"<{len(text)} bytes of JSON, not kept>"
     return out
