@@ -88,21 +88,34 @@ def markdown_preview(con, table: str, limit: int = PREVIEW_ROWS) -> str:  # noqa
     return "\n".join(lines)
 
 
+# the run-settings tables taxbreak.analysis prepares per run, and the RunConfig fields each holds
+SETTINGS_TABLES = {
+    "lib_kernel_rules": ("lib_kernel_rules",), "step_patterns": ("step_patterns",),
+    "t_sys_defaults": ("t_sys_defaults",),
+    "run_config": ("fusion_ps_threshold", "fusion_min_count", "coverage_threshold", "null_kernel_warmup"),
+}
+
+
 def code_version(name: str, files: dict) -> str:
     """Hash of the table's SQL, of the run-local files it reads (transitively: their SQL is part of its
     computation) and of the run settings the statements read (kernel-name rules, step patterns, T_sys defaults)."""
     from taxbreak.analysis import RunConfig
 
     parts: list[str] = []
+    settings_read: set[str] = set()
 
     def visit(n: str) -> None:
         parts.append(files[n].text)
         for r in files[n].reads:
             if r in files and files[r].materialize == "temp":
                 visit(r)
+            elif r in SETTINGS_TABLES:
+                settings_read.add(r)
 
     visit(name)
-    parts.append(repr(RunConfig()))
+    cfg = RunConfig()
+    for table in sorted(settings_read):  # only the settings it reads: a rule edit leaves the other tables current
+        parts.append(table + "=" + repr([getattr(cfg, attr) for attr in SETTINGS_TABLES[table]]))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 

@@ -40,9 +40,13 @@ def test_definitions_content() -> None:
     assert {s.name for s in defs.sensors} == {"bucket_sensor"}
     assert {s.name for s in defs.schedules} == {"bucket_sweep_schedule", "refresh_tables_schedule"}
     assert all(s.cron_schedule == "0 * * * *" for s in defs.schedules)
-    checks = {k.name for k in graph.asset_check_keys}
-    assert {"ingest_completeness", "hdbi_in_unit_interval", "linked_plus_orphan_is_all_kernels",
-            "orchestrate_is_ft_plus_ct_plus_kt", "scopes_partition_the_trace"} <= checks
+    checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
+    assert checks == {
+        ("trace_ingest", "ingest_completeness"), ("taxbreak_by_scope", "hdbi_in_unit_interval"),
+        ("taxbreak_by_scope", "linked_plus_orphan_is_all_kernels"),
+        ("taxbreak_by_scope", "orchestrate_is_ft_plus_ct_plus_kt"), ("taxbreak_by_scope", "scopes_partition_the_trace"),
+        ("kernel_taxbreak", "per_kernel_costs_consistent"), ("kernel_taxbreak", "kernel_sums_match_trace_rows"),
+    }
 
 
 def test_nothing_outside_pipeline_imports_dagster() -> None:
@@ -69,6 +73,7 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
     """Editing a run-local file (int_busy_intervals) or a kernel-name rule changes the versions of the tables
     computed from it, and only theirs."""
     import dataclasses
+    import functools
     from unittest import mock
 
     from taxbreak import analysis
@@ -80,6 +85,28 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
         files["int_busy_intervals"], text=files["int_busy_intervals"].text + "\n-- edited"))
     after = {n: code_version(n, edited) for n in before}
     changed = {n for n in before if before[n] != after[n]}
-    assert {"device_idle_gaps", "skip_by_trace"} <= changed and "kernels_per_token" not in changed
-    with mock.patch.object(analysis, "LIB_KERNEL_RULES", [*analysis.LIB_KERNEL_RULES, (99, "x", 1, "x")]):
-        assert code_version("kernel_taxbreak", files) != before["kernel_taxbreak"]
+    # the two tables that read it (their dependents follow through Dagster's upstream-changed staleness)
+    assert changed == {"device_idle_gaps", "skip_by_trace"}
+    # each run setting: only the tables whose SQL reads its table (sql/ '-- reads:' headers)
+    for attr, value, readers in (
+        ("LIB_KERNEL_RULES", (99, "x", 1, "x"), {"kernel_taxbreak"}),
+        ("STEP_PATTERNS", (99, "x", "decode", "x"), {"int_steps"}),
+        ("T_SYS_DEFAULTS", (99, "x", 1, "x"), {"trace_launch_floor"}),
+    ):
+        with mock.patch.object(analysis, attr, [*getattr(analysis, attr), value]):
+            assert {n for n in before if code_version(n, files) != before[n]} == readers, attr
+    with mock.patch.object(analysis, "RunConfig", functools.partial(analysis.RunConfig, fusion_min_count=3)):
+        assert {n for n in before if code_version(n, files) != before[n]} == {
+            "launch_floor_measurements", "fusion_candidates", "taxbreak_by_scope"}
+
+
+def test_settings_tables_are_declared_where_read() -> None:
+    """Code versions follow the '-- reads:' headers, so every SQL file naming a run-settings table declares it."""
+    import re
+
+    from taxbreak import analysis
+
+    for f in analysis.sql_files():
+        body = "\n".join(line for line in f.text.splitlines() if not line.startswith("--"))
+        for table in ("lib_kernel_rules", "step_patterns", "t_sys_defaults", "run_config"):
+            assert bool(re.search(rf"\b{table}\b", body)) == (table in f.reads), (f.name, table)

@@ -56,7 +56,7 @@ def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance
     """Reports uploaded to S3 -> sensor tick -> runs -> tables; the lake local or on S3 (same endpoint)."""
     if not MOCK.exists():
         pytest.skip(f"public traces not present at {MOCK}")
-    boto3 = pytest.importorskip("boto3")
+    import boto3  # pinned in requirements.lock: missing is a failure, not a skip
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
