@@ -102,11 +102,16 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
 
 def test_settings_tables_are_declared_where_read() -> None:
     """Code versions follow the '-- reads:' headers, so every SQL file naming a run-settings table declares it."""
+    import dataclasses
     import re
 
     from taxbreak import analysis
+    from taxbreak.pipeline.defs.analysis_assets import SETTINGS_TABLES
 
+    # every run setting is hashed into the versions of the tables that read it
+    assert {a for attrs in SETTINGS_TABLES.values() for a in attrs} == {
+        f.name for f in dataclasses.fields(analysis.RunConfig)}
     for f in analysis.sql_files():
         body = "\n".join(line for line in f.text.splitlines() if not line.startswith("--"))
-        for table in ("lib_kernel_rules", "step_patterns", "t_sys_defaults", "run_config"):
+        for table in SETTINGS_TABLES:
             assert bool(re.search(rf"\b{table}\b", body)) == (table in f.reads), (f.name, table)
