@@ -1,0 +1,85 @@
+"""The asset checks' rules find the rows that break them: clean tables pass, one corrupted value is caught."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from taxbreak.analysis import materialize
+from taxbreak.ingest import Lake, ingest_file
+from taxbreak.pipeline.defs.checks import RULES, _violations
+
+from .conftest import write_kineto
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("checks")
+    lake = Lake(root / "lake")
+    for name, n in (("a.json", 3), ("b.json", 2)):
+        assert ingest_file(write_kineto(root / "in" / name, n), lake).status == "ingested"
+    db = root / "taxbreak.duckdb"
+    materialize(db, root / "lake")
+    return db
+
+
+def _run(db: Path) -> dict[str, tuple[int, int]]:
+    with duckdb.connect(str(db)) as con:
+        present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        return {name: _violations(con, table, query, present)[:2] for table, name, _, query in RULES}
+
+
+# (rule broken, statement breaking it in one row of trace a's 3 kernels); the trace row is scope_kind 'trace'
+ONE_TRACE = "trace_id = (SELECT trace_id FROM kernel_taxbreak GROUP BY ALL HAVING count(*) = 3)"
+CORRUPTIONS = [
+    ("hdbi_in_unit_interval", f"UPDATE taxbreak_by_scope SET hdbi = 1.5 WHERE scope_kind = 'trace' AND {ONE_TRACE}"),
+    ("linked_plus_orphan_is_all_kernels",
+     f"UPDATE taxbreak_by_scope SET orphan_kernels = orphan_kernels + 1 WHERE scope_kind = 'trace' AND {ONE_TRACE}"),
+    ("orchestrate_is_ft_plus_ct_plus_kt",
+     f"UPDATE taxbreak_by_scope SET t_orchestrate_ns = t_orchestrate_ns + 1 WHERE scope_kind = 'trace' "
+     f"AND {ONE_TRACE}"),
+    ("scopes_partition_the_trace",
+     f"UPDATE taxbreak_by_scope SET t_device_active_ns = t_device_active_ns + 1 WHERE scope_kind = 'trace' "
+     f"AND {ONE_TRACE}"),
+    ("per_kernel_costs_consistent",
+     f"UPDATE kernel_taxbreak SET delta_kt_ns = t_sys_ns + 1 WHERE kernel_seq = (SELECT min(kernel_seq) FROM "
+     f"kernel_taxbreak WHERE {ONE_TRACE}) AND {ONE_TRACE}"),
+    ("kernel_sums_match_trace_rows",
+     f"UPDATE taxbreak_by_scope SET kernels = kernels + 1 WHERE scope_kind = 'trace' AND {ONE_TRACE}"),
+]
+
+
+def test_clean_tables_pass_every_rule(warehouse: Path) -> None:
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        n_kernels = con.execute("SELECT count(*) FROM kernel_taxbreak").fetchone()[0]
+        n_scopes = con.execute("SELECT count(*) FROM taxbreak_by_scope").fetchone()[0]
+    assert n_kernels == 5
+    assert _run(warehouse) == {name: (n_kernels if table == "kernel_taxbreak" else n_scopes, 0)
+                               for table, name, _, _ in RULES}
+
+
+@pytest.mark.parametrize(("rule", "corruption"), CORRUPTIONS, ids=[c[0] for c in CORRUPTIONS])
+def test_one_bad_value_is_caught(warehouse: Path, tmp_path: Path, rule: str, corruption: str) -> None:
+    db = tmp_path / "w.duckdb"
+    shutil.copyfile(warehouse, db)
+    with duckdb.connect(str(db)) as con:
+        assert con.execute(corruption).fetchone()[0] == 1  # one row changed
+        # the scope kinds that partition trace a: each disagrees with its trace row now
+        kinds = con.execute(f"SELECT count(DISTINCT scope_kind) FROM taxbreak_by_scope WHERE {ONE_TRACE} "
+                            "AND scope_kind IN ('step', 'phase', 'op', 'kernel')").fetchone()[0]
+    got = {name: bad for name, (_checked, bad) in _run(db).items() if bad}
+    expected = {
+        "hdbi_in_unit_interval": {rule: 1},
+        "linked_plus_orphan_is_all_kernels": {rule: 1},
+        "orchestrate_is_ft_plus_ct_plus_kt": {rule: 1},
+        "scopes_partition_the_trace": {rule: kinds},
+        # the kernel's ΔKT no longer sums to its trace row either
+        "per_kernel_costs_consistent": {rule: 1, "kernel_sums_match_trace_rows": 1},
+        # the trace row's kernel count: every partition of it disagrees as well
+        "kernel_sums_match_trace_rows": {rule: 1, "linked_plus_orphan_is_all_kernels": 1,
+                                         "scopes_partition_the_trace": kinds},
+    }[rule]
+    assert kinds >= 2 and got == expected
