@@ -11,7 +11,7 @@ from taxbreak.ingest.nsys_rep import compare_summaries, find_nsys, lake_kernel_s
 
 
 def cmd_nsys_check(args: argparse.Namespace) -> int:
-    from taxbreak.cli import _paths
+    from taxbreak.config import Paths
     from taxbreak.ingest import Lake, ingest_file
 
     trace = Path(args.trace)
@@ -20,7 +20,7 @@ def cmd_nsys_check(args: argparse.Namespace) -> int:
         print("nsys-check needs the Nsight Systems CLI: no `nsys` on PATH and TAXBREAK_NSYS is not set; install "
               "Nsight Systems (nsys) or set TAXBREAK_NSYS to its path", file=sys.stderr)
         return 2
-    paths = _paths(args)
+    paths = Paths.from_args(args)
     res = ingest_file(trace, Lake(paths.lake), cache_dir=paths.cache)
     if res.status == "failed":
         print(f"nsys-check: cannot ingest: {res.error}", file=sys.stderr)

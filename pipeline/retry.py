@@ -94,12 +94,12 @@ def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str]) -> di
 
 
 def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.cli
-    from taxbreak.cli import _paths
+    from taxbreak.config import Paths
 
     if not args.prefix and not args.all_failed:
         print("give a TRACE_ID prefix or --all-failed", file=sys.stderr)
         return 2
-    paths = _paths(args)
+    paths = Paths.from_args(args)
     lake = Lake(paths.lake)
     rows = select_failed(lake, None if args.all_failed else args.prefix)
     if not rows:

@@ -617,9 +617,9 @@ def format_summary(s: dict[str, Any]) -> str:
 
 
 def cmd_analyze(args: Any) -> int:
-    from taxbreak.cli import _paths
+    from taxbreak.config import Paths
 
-    paths = _paths(args)
+    paths = Paths.from_args(args)
     trace_ids = None
     if args.trace:
         cat = Lake(paths.lake).catalogue().to_pylist()
@@ -643,9 +643,9 @@ def cmd_analyze(args: Any) -> int:
 
 
 def cmd_summary(args: Any) -> int:
-    from taxbreak.cli import _paths
+    from taxbreak.config import Paths
 
-    paths = _paths(args)
+    paths = Paths.from_args(args)
     if not Path(paths.warehouse).exists():
         print(f"summary: no warehouse at {paths.warehouse}: ingest traces (`taxbreak ingest PATH`) and run "
               "`taxbreak analyze` first, or pass --warehouse PATH", file=sys.stderr)

@@ -6,9 +6,8 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
-from taxbreak.config import Paths
+from taxbreak.config import Paths, add_path_args
 
 
 class _Progress:
@@ -36,15 +35,6 @@ class _Progress:
     def close(self) -> None:
         if self.shown:
             sys.stderr.write("\n")
-
-
-def _paths(args: argparse.Namespace) -> Paths:
-    paths = Paths.from_env()
-    if getattr(args, "lake", None):
-        paths = Paths(Path(args.lake), paths.warehouse, paths.inbox, paths.cache)
-    if getattr(args, "warehouse", None):
-        paths = Paths(paths.lake, Path(args.warehouse), paths.inbox, paths.cache)
-    return paths
 
 
 def format_trace_summary(row: dict) -> str:
@@ -82,7 +72,7 @@ def _link_counts(paths: Paths, trace_id: str) -> dict | None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from taxbreak.ingest import Lake, ingest_file, iter_trace_files
 
-    paths = _paths(args)
+    paths = Paths.from_args(args)
     lake = Lake(paths.lake)
     files = iter_trace_files(args.paths)
     if not files:
@@ -112,7 +102,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_traces(args: argparse.Namespace) -> int:
     from taxbreak.ingest import Lake
 
-    table = Lake(_paths(args).lake).catalogue()
+    table = Lake(Paths.from_args(args).lake).catalogue()
     rows = sorted(table.to_pylist(), key=lambda r: r["ingested_at_ns"])
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
@@ -131,8 +121,7 @@ def cmd_traces(args: argparse.Namespace) -> int:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lake", help="lake root (default $TAXBREAK_LAKE or warehouse/lake)")
-    p.add_argument("--warehouse", help="DuckDB file (default $TAXBREAK_WAREHOUSE or warehouse/taxbreak.duckdb)")
+    add_path_args(p)
 
 
 def _add_ingest(sub: argparse._SubParsersAction) -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import sys
-from pathlib import Path
 
 import duckdb
 
-from taxbreak.config import Paths
+from taxbreak.config import add_path_args
 
 # (metric, unit, better when lower)
 METRICS: list[tuple[str, str, bool | None]] = [
@@ -143,13 +142,10 @@ def format_compare(result: dict) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from taxbreak.query import WarehouseUnavailable, open_readonly
+    from taxbreak.query import open_for_cli
 
-    warehouse = Path(args.warehouse) if args.warehouse else Paths.from_env().warehouse
-    try:
-        opened = open_readonly(warehouse)
-    except WarehouseUnavailable as exc:
-        print(f"taxbreak compare: {exc}", file=sys.stderr)
+    opened = open_for_cli(args, "compare")
+    if opened is None:
         return 2
     try:
         result = compare(opened.con, args.a, args.b)
@@ -177,5 +173,5 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("a", help="group A")
     p.add_argument("b", help="group B")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("--warehouse", help="DuckDB file (default $TAXBREAK_WAREHOUSE or warehouse/taxbreak.duckdb)")
+    add_path_args(p, lake=False)
     p.set_defaults(func=cmd_compare)

@@ -6,8 +6,9 @@ The lake may be an ``s3://bucket/prefix`` URL (``TAXBREAK_LAKE``); ``Paths.lake`
 
 from __future__ import annotations
 
+import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -27,6 +28,24 @@ class Paths:
             inbox=Path(os.environ.get("TAXBREAK_INBOX", root / "inbox")),
             cache=Path(os.environ.get("TAXBREAK_CACHE", root / "cache")),
         )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Paths:
+        """The environment's paths, with a command's ``--lake`` / ``--warehouse`` options applied."""
+        paths = cls.from_env()
+        if getattr(args, "lake", None):
+            paths = replace(paths, lake=Path(args.lake))
+        if getattr(args, "warehouse", None):
+            paths = replace(paths, warehouse=Path(args.warehouse))
+        return paths
+
+
+def add_path_args(p: argparse.ArgumentParser, *, lake: bool = True, warehouse: bool = True) -> None:
+    """The ``--lake`` / ``--warehouse`` options every subcommand that touches them shares."""
+    if lake:
+        p.add_argument("--lake", help="lake root (default $TAXBREAK_LAKE or warehouse/lake)")
+    if warehouse:
+        p.add_argument("--warehouse", help="DuckDB file (default $TAXBREAK_WAREHOUSE or warehouse/taxbreak.duckdb)")
 
 
 S3_ENDPOINT_ENV = ("TAXBREAK_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from taxbreak.config import Paths
+from taxbreak.config import Paths, add_path_args
 
 SNAPSHOT_NAME = "snapshot.duckdb"
 
@@ -206,14 +206,20 @@ def interactive(opened: Opened, stdin=None, fmt: str = "table") -> int:  # noqa:
     return 0
 
 
-def cmd_sql(args: argparse.Namespace) -> int:
-    paths = Paths.from_env()
-    warehouse = Path(args.warehouse) if args.warehouse else paths.warehouse
-    lake = Path(args.lake) if args.lake else paths.lake
+def open_for_cli(args: argparse.Namespace, command: str, prefer: str = "auto") -> Opened | None:
+    """``open_readonly`` for a subcommand: paths from its options, and None after printing why it can't."""
+    paths = Paths.from_args(args)
     try:
-        opened = open_readonly(warehouse, lake, prefer=args.source)
+        # the lake's views only for commands with a --lake option (sql), as before
+        return open_readonly(paths.warehouse, paths.lake if hasattr(args, "lake") else None, prefer=prefer)
     except WarehouseUnavailable as exc:
-        print(f"taxbreak sql: {exc}", file=sys.stderr)
+        print(f"taxbreak {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    opened = open_for_cli(args, "sql", prefer=args.source)
+    if opened is None:
         return 2
     if opened.source != "warehouse":
         print(f"note: the warehouse file is busy or missing; reading the {opened.source} at {opened.path}",
@@ -246,6 +252,5 @@ def add_sql_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="write the result to this file (required for parquet)")
     p.add_argument("--source", choices=("auto", "warehouse", "snapshot", "exports"), default="auto",
                    help="which copy to read (default: the warehouse, else the snapshot, else the exports)")
-    p.add_argument("--lake", help="lake root (default $TAXBREAK_LAKE or warehouse/lake)")
-    p.add_argument("--warehouse", help="DuckDB file (default $TAXBREAK_WAREHOUSE or warehouse/taxbreak.duckdb)")
+    add_path_args(p)
     p.set_defaults(func=cmd_sql)

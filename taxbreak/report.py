@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 
 from taxbreak import plots
-from taxbreak.config import Paths
+from taxbreak.config import add_path_args
 from taxbreak.plots import fmt_value
 
 HDBI_LABELS = [(0.2, "0.2: strongly host-bound"), (0.5, "0.5: host = device")]
@@ -454,13 +454,10 @@ def write_report(
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from taxbreak.query import WarehouseUnavailable, open_readonly
+    from taxbreak.query import open_for_cli
 
-    warehouse = Path(args.warehouse) if args.warehouse else Paths.from_env().warehouse
-    try:
-        opened = open_readonly(warehouse)
-    except WarehouseUnavailable as exc:
-        print(f"taxbreak report: {exc}", file=sys.stderr)
+    opened = open_for_cli(args, "report")
+    if opened is None:
         return 2
     try:
         ids = None
@@ -494,5 +491,5 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
                    "default every analysed trace)")
     p.add_argument("--step", help="step_id whose launch timeline to draw (default: the first decode step)")
     p.add_argument("-o", "--output", default="warehouse/report.html", help="output file (default %(default)s)")
-    p.add_argument("--warehouse", help="DuckDB file (default $TAXBREAK_WAREHOUSE or warehouse/taxbreak.duckdb)")
+    add_path_args(p, lake=False)
     p.set_defaults(func=cmd_report)
