@@ -47,7 +47,11 @@ EVENTS_DIR = "events"
 CATALOGUE_DIR = "catalogue"
 STAGING_DIR = "_staging"
 # args_json is near-unique JSON text: a dictionary and min/max statistics cost write time and bytes, help no read.
-_EVENT_DICT_COLUMNS = [f.name for f in EVENT_SCHEMA if f.name != "args_json"]
+# Start times and ids are near-unique too: no dictionary (its attempt and fallback cost write time), but statistics.
+# Min/max of free-text names prune nothing and cost string comparisons on every row.
+_EVENT_STATS_COLUMNS = [f.name for f in EVENT_SCHEMA if f.name not in ("args_json", "name", "raw_name", "short_name")]
+_EVENT_DICT_COLUMNS = [
+    f.name for f in EVENT_SCHEMA if f.name not in ("args_json", "ts_ns", "correlation_id", "external_id", "flow_id")]
 
 
 class ObjectPath:
@@ -210,7 +214,7 @@ class Lake:
             t_max: int | None = None
             with pq.ParquetWriter(
                 part, EVENT_SCHEMA, compression="zstd", use_dictionary=_EVENT_DICT_COLUMNS,
-                write_statistics=_EVENT_DICT_COLUMNS,
+                write_statistics=_EVENT_STATS_COLUMNS,
             ) as writer:
                 for batch in batches:
                     if batch.num_rows == 0:

@@ -23,10 +23,9 @@ from __future__ import annotations
 import json
 import os
 import queue
-import re
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,144 +171,200 @@ class NsysDb:
         return [dict(zip(cols, r, strict=True)) for r in self.rows(f"SELECT {names} FROM {_q(table)}")]
 
 
+class _Cols:
+    """One source batch as the plans see it: typed column access, the lookups, and the trace constants."""
+
+    def __init__(self, batch: pa.RecordBatch, lookups: dict[str, Lookup]) -> None:
+        self.batch = batch
+        self.n = batch.num_rows
+        self.lookups = lookups
+        self._names = set(batch.schema.names)
+
+    def int(self, name: str) -> pa.Array:
+        """An integer column as int64 (all NULL when this export has no such column)."""
+        if name not in self._names:
+            return pa.nulls(self.n, pa.int64())
+        return self.batch.column(name).cast(pa.int64())
+
+    def text(self, name: str) -> pa.Array:
+        return self.batch.column(name).cast(pa.string())
+
+    def const(self, value: str) -> pa.Array:
+        return pa.repeat(pa.scalar(value, pa.string()), self.n)
+
+    def resolve(self, lookup: str, id_column: str) -> pa.Array:
+        return self.lookups[lookup].resolve(self.int(id_column))
+
+
+def _gid_pid(ids: pa.Array) -> pa.Array:
+    """The process id packed in a ``globalTid``/``globalPid`` (nsys GlobalId: bits 24-47), as text."""
+    return pc.cast(pc.bit_wise_and(pc.shift_right(ids, SHIFT), MASK), pa.string())
+
+
+def _gid_tid(ids: pa.Array) -> pa.Array:
+    """The thread id packed in a ``globalTid`` (bits 0-23), as text."""
+    return pc.cast(pc.bit_wise_and(ids, MASK), pa.string())
+
+
+def _joined(*parts: pa.Array | str) -> pa.Array:
+    """Element-wise concatenation; NULL when any part is NULL (SQL's ``||``)."""
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _or_fallback(primary: pa.Array, fallback: Callable[[], pa.Array]) -> pa.Array:
+    """``primary``, with its NULLs filled from ``fallback()`` (built only when some are NULL: it may be costly)."""
+    return pc.coalesce(primary, fallback()) if primary.null_count else primary
+
+
+Build = Callable[[_Cols], dict[str, pa.Array]]
+
+
 @dataclass
 class _TablePlan:
+    """How one nsys table becomes EVENT_SCHEMA rows.
+
+    ``build`` returns the schema fields it sets (the rest are NULL; ``ts_ns``/``dur_ns`` default to the row's
+    ``start``/``end``) from the source columns in ``reads``.  Columns in ``mapped`` are not repeated in
+    ``args_json`` unless also in ``keep_in_args``; every other column is.  ``where`` filters in SQLite.
+    """
+
     table: str
-    exprs: dict[str, str]  # EVENT_SCHEMA field -> DuckDB expression over src (and joins)
-    mapped: set[str]  # source columns consumed by exprs (not repeated in args_json)
-    string_args: dict[str, str] = field(default_factory=dict)  # args_json key -> id column resolved in StringIds
-    keep_in_args: set[str] = field(default_factory=set)  # mapped columns still copied to args_json
-    lookups: dict[str, tuple[str, str]] = field(default_factory=dict)  # new column -> (id column, lookup)
+    reads: set[str]
+    mapped: set[str]
+    build: Build
+    keep_in_args: set[str] = field(default_factory=set)
     where: str = ""
 
 
-def _gid_pid(col: str) -> str:
-    return f"CAST(((src.{_q(col)} >> {SHIFT}) & {MASK}) AS VARCHAR)"
+_DEVICE_READS = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid"}
 
 
-def _gid_tid(col: str) -> str:
-    return f"CAST((src.{_q(col)} & {MASK}) AS VARCHAR)"
+def _device(c: _Cols) -> dict[str, pa.Array]:
+    """Device-side rows carry the launching process (``globalPid``) and the stream as the thread."""
+    return {"pid": _gid_pid(c.int("globalPid")), "tid": pc.cast(c.int("streamId"), pa.string()),
+            "device_id": c.int("deviceId"), "stream_id": c.int("streamId"), "correlation_id": c.int("correlationId")}
 
 
-def _col(cols: set[str], name: str, cast: str = "BIGINT") -> str:
-    return f"CAST(src.{_q(name)} AS {cast})" if name in cols else "NULL"
+def _host(c: _Cols) -> dict[str, pa.Array]:
+    gtid = c.int("globalTid")
+    return {"pid": _gid_pid(gtid), "tid": _gid_tid(gtid)}
 
 
-def _common_device(cols: set[str], table: str) -> dict[str, str]:
-    return {
-        "pid": _gid_pid("globalPid"),
-        "tid": "CAST(src.\"streamId\" AS VARCHAR)",
-        "device_id": _col(cols, "deviceId", "INTEGER"),
-        "stream_id": _col(cols, "streamId"),
-        "correlation_id": _col(cols, "correlationId"),
-        "category": f"'{table}'",
-    }
+def _runtime(c: _Cols) -> dict[str, pa.Array]:
+    # The kind follows the call's name where the name decides it (graph launches, cuBLAS/cuDNN calls through the
+    # runtime table), else its event class; both name-derived parts are worked out once per string (lookups).
+    event_class = c.int("eventClass")
+    by_class = pc.if_else(pc.equal(event_class, S.EVENT_CLASS_CUDA_RUNTIME), "runtime_api",
+                          pc.if_else(pc.equal(event_class, S.EVENT_CLASS_CUDA_DRIVER), "driver_api", "other"))
+    kind = pc.coalesce(c.resolve("runtime_kind", "nameId"), pc.fill_null(by_class, "other"))
+    return {**_host(c), "kind": kind, "name": c.resolve("plain", "nameId"),
+            "raw_name": c.resolve("versioned", "nameId"), "correlation_id": c.int("correlationId")}
+
+
+def _kernel(c: _Cols) -> dict[str, pa.Array]:
+    out = {**_device(c), "kind": c.const("kernel"), "name": c.resolve("strs", "demangledName"),
+           "short_name": c.resolve("strs", "shortName"),
+           # The symbol as the binary has it: the kernel's raw name (schema 1.1; NULL in exports without it).
+           "raw_name": c.resolve("strs", "mangledName"),
+           "shared_memory_bytes": pc.add(c.int("staticSharedMemory"), c.int("dynamicSharedMemory")),
+           "graph_id": c.int("graphId"), "graph_node_id": c.int("graphNodeId")}
+    for src, dst in (("gridX", "grid_x"), ("gridY", "grid_y"), ("gridZ", "grid_z"), ("blockX", "block_x"),
+                     ("blockY", "block_y"), ("blockZ", "block_z"), ("registersPerThread", "registers_per_thread")):
+        out[dst] = c.int(src)
+    return out
+
+
+def _memcpy(c: _Cols) -> dict[str, pa.Array]:
+    kind_id = c.int("copyKind")
+    return {**_device(c), "kind": c.const("memcpy"),
+            "name": _or_fallback(c.resolve("memcpy_name", "copyKind"),
+                                 lambda: _joined("[CUDA memcpy ", pc.cast(kind_id, pa.string()), "]")),
+            "copy_kind": _or_fallback(c.resolve("memcpy_short", "copyKind"), lambda: pc.cast(kind_id, pa.string())),
+            "bytes": c.int("bytes"), "graph_node_id": c.int("graphNodeId")}
+
+
+def _memset(c: _Cols) -> dict[str, pa.Array]:
+    return {**_device(c), "kind": c.const("memset"), "name": c.const("[CUDA memset]"), "bytes": c.int("bytes"),
+            "graph_node_id": c.int("graphNodeId")}
+
+
+def _sync(c: _Cols) -> dict[str, pa.Array]:
+    return {**_device(c), "kind": c.const("sync"),
+            "name": _or_fallback(c.resolve("sync", "syncType"),
+                                 lambda: _joined("sync type ", pc.cast(c.int("syncType"), pa.string())))}
+
+
+def _nvtx(c: _Cols) -> dict[str, pa.Array]:
+    mark = pc.is_in(c.int("eventType"), value_set=pa.array(S.NVTX_MARK_TYPES, pa.int64()))
+    text = c.text("text")
+    out = {**_host(c), "kind": pc.if_else(mark, "nvtx_mark", "nvtx_range"),
+           "name": pc.coalesce(text, c.resolve("strs", "textId")) if "textId" in c._names else text,
+           "dur_ns": pc.if_else(mark, pa.scalar(None, pa.int64()), pc.subtract(c.int("end"), c.int("start")))}
+    if "domainId" in c._names:
+        dom = c.int("domainId")
+        named = _or_fallback(c.resolve("domains", "domainId"),
+                             lambda: _joined("domainId=", pc.cast(dom, pa.string())))
+        out["domain"] = pc.if_else(pc.equal(dom, 0), pa.scalar(None, pa.string()), named)  # 0/NULL: no domain
+    if "endGlobalTid" in c._names:  # a range ended on another thread
+        end_gtid = c.int("endGlobalTid")
+        out["end_tid"] = pc.if_else(pc.not_equal(end_gtid, c.int("globalTid")), _gid_tid(end_gtid),
+                                    pa.scalar(None, pa.string()))
+    return out
+
+
+def _named_host(kind: str) -> Build:
+    def build(c: _Cols) -> dict[str, pa.Array]:
+        return {**_host(c), "kind": c.const(kind), "name": c.resolve("strs", "nameId"),
+                "graph_id": c.int("graphId"), "graph_node_id": c.int("graphNodeId")}
+    return build
+
+
+def _graph_trace(c: _Cols) -> dict[str, pa.Array]:
+    graph = c.int("graphId")
+    return {**_device(c), "kind": c.const("other"), "graph_id": graph,
+            "name": _joined("[CUDA graph ", pc.cast(graph, pa.string()), "]")}
 
 
 def _plan(table: str, cols: set[str]) -> _TablePlan:
-    host = {"pid": _gid_pid("globalTid"), "tid": _gid_tid("globalTid"), "category": f"'{table}'"}
+    def plan(reads: set[str], build: Build, *, keep: set[str] | None = None, also_mapped: set[str] = frozenset(),
+             where: str = "") -> _TablePlan:
+        present = reads & cols
+        return _TablePlan(table, present, present | also_mapped, build, keep or set(), where)
+
     if table == "CUPTI_ACTIVITY_KIND_RUNTIME":
-        kind = (
-            "CASE WHEN src.__plain LIKE 'cudaGraphLaunch%' OR src.__plain LIKE 'cuGraphLaunch%' THEN 'graph_launch' "
-            "WHEN src.__plain LIKE 'cublas%' OR src.__plain LIKE 'cudnn%' THEN 'library_api' "
-            f"WHEN src.\"eventClass\" = {S.EVENT_CLASS_CUDA_RUNTIME} THEN 'runtime_api' "
-            f"WHEN src.\"eventClass\" = {S.EVENT_CLASS_CUDA_DRIVER} THEN 'driver_api' ELSE 'other' END"
-        )
-        return _TablePlan(
-            table,
-            {**host, "kind": kind, "name": "src.__plain",
-             "raw_name": "CASE WHEN src.__raw <> src.__plain THEN src.__raw END",
-             "correlation_id": _col(cols, "correlationId")},
-            {"globalTid", "correlationId", "nameId"},
-            lookups={"__raw": ("nameId", "strs"), "__plain": ("nameId", "plain")},
-        )
+        # eventClass decides the kind and stays in args_json too.
+        return plan({"start", "end", "globalTid", "correlationId", "nameId", "eventClass"}, _runtime,
+                    keep={"eventClass"})
     if table == "CUPTI_ACTIVITY_KIND_KERNEL":
-        exprs = {
-            **_common_device(cols, table), "kind": "'kernel'", "name": "src.__dn", "short_name": "src.__sn",
-            "grid_x": _col(cols, "gridX"), "grid_y": _col(cols, "gridY"), "grid_z": _col(cols, "gridZ"),
-            "block_x": _col(cols, "blockX"), "block_y": _col(cols, "blockY"), "block_z": _col(cols, "blockZ"),
-            "registers_per_thread": _col(cols, "registersPerThread"),
-            "shared_memory_bytes": "CAST(src.\"staticSharedMemory\" + src.\"dynamicSharedMemory\" AS BIGINT)",
-            "graph_id": _col(cols, "graphId"), "graph_node_id": _col(cols, "graphNodeId"),
-        }
-        lookups = {"__dn": ("demangledName", "strs"), "__sn": ("shortName", "strs")}
-        extra: dict[str, str] = {}
-        mapped = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName", "shortName",
-                  "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread", "graphId",
-                  "graphNodeId"}
-        if "mangledName" in cols:
-            extra["mangledName"] = "mangledName"
-            mapped.add("mangledName")
-        return _TablePlan(table, exprs, mapped, string_args=extra, lookups=lookups,
-                          keep_in_args={"staticSharedMemory", "dynamicSharedMemory"})
+        return plan(_DEVICE_READS | {"demangledName", "shortName", "mangledName", "gridX", "gridY", "gridZ",
+                                     "blockX", "blockY", "blockZ", "registersPerThread", "staticSharedMemory",
+                                     "dynamicSharedMemory", "graphId", "graphNodeId"}, _kernel,
+                    keep={"staticSharedMemory", "dynamicSharedMemory"})
     if table == "CUPTI_ACTIVITY_KIND_MEMCPY":
-        exprs = {
-            **_common_device(cols, table), "kind": "'memcpy'",
-            "name": "'[CUDA memcpy ' || COALESCE(src.__mk_label, CAST(src.\"copyKind\" AS VARCHAR)) || ']'",
-            "bytes": _col(cols, "bytes"), "copy_kind": "COALESCE(src.__mk_short, CAST(src.\"copyKind\" AS VARCHAR))",
-            "graph_node_id": _col(cols, "graphNodeId"),
-        }
-        return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid",
-                                         "bytes", "graphNodeId"},
-                          lookups={"__mk_label": ("copyKind", "memcpy_label"),
-                                   "__mk_short": ("copyKind", "memcpy_short")},
-                          keep_in_args={"copyKind"})
+        return plan(_DEVICE_READS | {"bytes", "copyKind", "graphNodeId"}, _memcpy, keep={"copyKind"})
     if table == "CUPTI_ACTIVITY_KIND_MEMSET":
-        exprs = {**_common_device(cols, table), "kind": "'memset'", "name": "'[CUDA memset]'",
-                 "bytes": _col(cols, "bytes"), "graph_node_id": _col(cols, "graphNodeId")}
-        return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid",
-                                         "bytes", "graphNodeId"})
+        return plan(_DEVICE_READS | {"bytes", "graphNodeId"}, _memset)
     if table == "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION":
-        exprs = {**_common_device(cols, table), "kind": "'sync'",
-                 "name": "COALESCE(src.__st, 'sync type ' || CAST(src.\"syncType\" AS VARCHAR))"}
-        return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid"},
-                          lookups={"__st": ("syncType", "sync")}, keep_in_args={"syncType"})
+        return plan(_DEVICE_READS | {"syncType"}, _sync, keep={"syncType"})
     if table == "NVTX_EVENTS":
         ranges = ", ".join(str(t) for t in S.NVTX_RANGE_TYPES)
         marks = ", ".join(str(t) for t in S.NVTX_MARK_TYPES)
-        name = "COALESCE(src.\"text\", src.__tx)" if "textId" in cols else "src.\"text\""
-        lookups = {"__tx": ("textId", "strs")} if "textId" in cols else {}
-        exprs = {
-            **host,
-            "kind": f"CASE WHEN src.\"eventType\" IN ({marks}) THEN 'nvtx_mark' ELSE 'nvtx_range' END",
-            "name": name,
-            "dur_ns": f"CASE WHEN src.\"eventType\" IN ({marks}) THEN NULL "
-            "ELSE CAST(src.\"end\" - src.\"start\" AS BIGINT) END",
-        }
-        mapped = {"start", "end", "text", "globalTid"}
-        if "domainId" in cols:
-            lookups["__dom"] = ("domainId", "domains")
-            exprs["domain"] = ("CASE WHEN src.\"domainId\" IS NULL OR src.\"domainId\" = 0 THEN NULL "
-                               "ELSE COALESCE(src.__dom, 'domainId=' || CAST(src.\"domainId\" AS VARCHAR)) END")
-        if "endGlobalTid" in cols:
-            exprs["end_tid"] = (
-                "CASE WHEN src.\"endGlobalTid\" IS NOT NULL AND src.\"endGlobalTid\" <> src.\"globalTid\" "
-                f"THEN {_gid_tid('endGlobalTid')} END"
-            )
-        where = (f"WHERE ((\"eventType\" IN ({ranges}) AND \"end\" IS NOT NULL) OR \"eventType\" IN ({marks}))")
-        return _TablePlan(table, exprs, mapped, lookups=lookups, where=where)
+        # eventType, textId, domainId and endGlobalTid are read but stay in args_json as before.
+        return plan({"start", "end", "text", "globalTid", "eventType", "textId", "domainId", "endGlobalTid"}, _nvtx,
+                    keep={"eventType", "textId", "domainId", "endGlobalTid"},
+                    where=f'WHERE (("eventType" IN ({ranges}) AND "end" IS NOT NULL) OR "eventType" IN ({marks}))')
     if table in ("CUBLAS_EVENTS", "CUDNN_EVENTS", "CUDA_GRAPH_EVENTS", "CUDA_GRAPH_NODE_EVENTS", "OSRT_API"):
         kind = {"CUBLAS_EVENTS": "library_api", "CUDNN_EVENTS": "library_api", "OSRT_API": "os_runtime"}.get(
             table, "other")
-        exprs = {**host, "kind": f"'{kind}'", "name": "src.__raw"}
-        mapped = {"globalTid", "nameId"}
-        if table == "CUDA_GRAPH_EVENTS" and "graphId" in cols:
-            exprs["graph_id"] = _col(cols, "graphId")
-            mapped.add("graphId")
+        reads = {"start", "end", "globalTid", "nameId"}
+        if table == "CUDA_GRAPH_EVENTS":
+            reads.add("graphId")
         if table == "CUDA_GRAPH_NODE_EVENTS":
-            exprs["graph_node_id"] = _col(cols, "graphNodeId")
-            mapped.add("graphNodeId")
-        return _TablePlan(table, exprs, mapped, lookups={"__raw": ("nameId", "strs")})
+            reads.add("graphNodeId")
+        return plan(reads, _named_host(kind))
     if table == "CUPTI_ACTIVITY_KIND_GRAPH_TRACE":
-        exprs = {**_common_device(cols, table), "kind": "'other'",
-                 "name": "'[CUDA graph ' || CAST(src.\"graphId\" AS VARCHAR) || ']'",
-                 "graph_id": _col(cols, "graphId")}
-        return _TablePlan(table, exprs, {"start", "end", "deviceId", "streamId", "correlationId", "globalPid",
-                                         "graphId"})
+        return plan(_DEVICE_READS | {"graphId"}, _graph_trace)
     raise AssertionError(table)
-
-
-_SRC_REF = re.compile(r'src\.("(?:[^"]|"")+")')
 
 
 def _json_safe(decl_type: str) -> bool:
@@ -320,59 +375,27 @@ def _json_safe(decl_type: str) -> bool:
 
 @dataclass
 class _Source:
-    """What to read from SQLite for one table: the raw columns DuckDB needs and the args JSON built in SQLite."""
+    """What to read from SQLite for one table: the columns the plan reads and the args JSON built in SQLite."""
 
     raw: list[str]  # columns read as Arrow columns
-    raw_args: list[str]  # of those, the ones args_json takes in DuckDB (REAL/BLOB/untyped: exact there)
+    raw_args: list[str]  # of those, the ones args_json takes through DuckDB (REAL/BLOB/untyped: exact there)
     args_sql: str | None  # SQLite json_object(...) over the other args columns, or None when there are none
 
-    @property
-    def args_passthrough(self) -> bool:
-        """args_json is SQLite's ``__args`` as it is: it bypasses DuckDB (copying long strings through it costs)."""
-        return self.args_sql is not None and not self.raw_args
 
+def _source(plan: _TablePlan, cols: list[tuple[str, str]]) -> _Source:
+    """Split the table's columns between SQLite (args JSON of INTEGER/TEXT columns) and Arrow (the rest).
 
-def _source(plan: _TablePlan, cols: list[tuple[str, str]], has_strings: bool) -> _Source:
-    """Split the table's columns between SQLite (args JSON of INTEGER/TEXT columns) and DuckDB (the rest).
-
-    Building the JSON in SQLite's json_object costs about what reading those columns into Arrow would, and
-    DuckDB's to_json(struct_pack(...)) over them afterwards was the largest single cost of the ingest.
+    Building the JSON in SQLite's json_object costs less than reading those columns into Arrow, and far less than
+    DuckDB's to_json(struct_pack(...)) over them.  REAL/BLOB columns (NVTX payloads) are read raw and added by
+    DuckDB, which prints doubles exactly (json_object would print 15 digits).
     """
-    names = [c for c, _ in cols]
-    refs = {m.group(1)[1:-1].replace('""', '"') for e in plan.exprs.values() for m in _SRC_REF.finditer(e)}
-    refs |= {src for src, _ in plan.lookups.values()} | {"start", "end"}
     args = [(c, t) for c, t in cols if (c not in plan.mapped or c in plan.keep_in_args) and c not in ("start", "end")]
     raw_args = [c for c, t in args if not _json_safe(t)]
     pairs = [f"'{c.replace(chr(39), chr(39) * 2)}', __t.{_q(c)}" for c, t in args if _json_safe(t)]
-    for key, id_col in plan.string_args.items():
-        value = (f"(SELECT __si.value FROM StringIds AS __si WHERE __si.id = __t.{_q(id_col)})"
-                 if has_strings else "NULL")
-        pairs.append(f"'{key}', {value}")
-    raw = [c for c in names if c in refs or c in raw_args]
+    raw = [c for c, _ in cols if c in plan.reads or c in ("start", "end") or c in raw_args]
     return _Source(raw, raw_args, "json_object(" + ", ".join(pairs) + ")" if pairs else None)
 
 
-def _select_sql(plan: _TablePlan, src: _Source) -> str:
-    exprs = dict(plan.exprs)
-    exprs.setdefault("ts_ns", "CAST(src.\"start\" - $origin AS BIGINT)")
-    exprs.setdefault("dur_ns", "CAST(src.\"end\" - src.\"start\" AS BIGINT)")
-    exprs["trace_id"] = "$trace_id"
-    exprs["source_format"] = f"'{SOURCE_FORMAT}'"
-    duck = ("CAST(to_json(struct_pack(" + ", ".join(f"{_q(c)} := src.{_q(c)}" for c in src.raw_args)
-            + ")) AS VARCHAR)") if src.raw_args else None
-    if src.args_sql and duck:
-        # Both objects hold scalars only, so each has exactly one closing/opening brace at its end/start.
-        exprs["args_json"] = f"rtrim(src.__args, '}}') || ',' || ltrim({duck}, '{{')"
-    else:
-        exprs["args_json"] = "NULL" if src.args_passthrough else duck or "'{}'"
-    select = []
-    for fld in EVENT_SCHEMA:
-        expr = exprs.get(fld.name, "NULL")
-        select.append(f"CAST({expr} AS {_DUCK_TYPES[str(fld.type)]}) AS {fld.name}")
-    return "SELECT " + ", ".join(select) + " FROM src WHERE src.__s = 1"
-
-
-_DUCK_TYPES = {"string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER"}
 
 
 def _osrt_enabled(include_osrt: bool | None) -> bool:
@@ -501,11 +524,32 @@ def _nvtx_skips(db: NsysDb) -> dict[str, int]:
     return skipped
 
 
-Lookup = tuple[pa.Array, pa.Array]  # (int64 keys, string values)
+class Lookup:
+    """An id -> text map, resolved one batch at a time in Arrow (a DuckDB join would buffer the whole stream).
+
+    Ids are small non-negative integers in every export seen (StringIds counts from 0 or 1, enums are small), so
+    the map is a dense array indexed by id and a batch resolves with one ``take``; an id outside it, or a map
+    too sparse for that, resolves through ``index_in`` (unknown ids give NULL either way).
+    """
+
+    def __init__(self, keys: pa.Array, values: pa.Array) -> None:
+        self.keys, self.values = keys, values
+        self.dense: pa.Array | None = None
+        hi = pc.max(keys).as_py() if len(keys) else None
+        if hi is not None and pc.min(keys).as_py() >= 0 and hi < 4 * len(keys) + 65536:
+            slots = pc.index_in(pa.array(range(hi + 1), pa.int64()), value_set=keys)
+            self.dense = pc.take(values, slots)
+
+    def resolve(self, ids: pa.Array) -> pa.Array:
+        ids = ids.cast(pa.int64())
+        if self.dense is None:
+            return pc.take(self.values, pc.index_in(ids, value_set=self.keys))
+        inside = pc.and_(pc.greater_equal(ids, 0), pc.less(ids, len(self.dense)))
+        return pc.take(self.dense, pc.if_else(inside, ids, pa.scalar(None, pa.int64())))
 
 
 def _lookup(pairs: dict[int, str]) -> Lookup:
-    return pa.array(list(pairs), pa.int64()), pa.array(list(pairs.values()), pa.string())
+    return Lookup(pa.array(list(pairs), pa.int64()), pa.array(list(pairs.values()), pa.string()))
 
 
 def _build_lookups(db: NsysDb, tables: set[str]) -> dict[str, Lookup]:
@@ -516,10 +560,17 @@ def _build_lookups(db: NsysDb, tables: set[str]) -> dict[str, Lookup]:
         ids = ids.filter(pc.equal(ids.column("__s"), 1))
         keys = ids.column("id").combine_chunks().cast(pa.int64())
         values = ids.column("value").combine_chunks().cast(pa.string())
-        out["strs"] = (keys, values)
-        out["plain"] = (keys, pc.replace_substring_regex(values, r"_v[0-9]+$", ""))
     else:
-        out["strs"] = out["plain"] = _lookup({})
+        keys, values = pa.array([], pa.int64()), pa.array([], pa.string())
+    plain = pc.replace_substring_regex(values, r"_v[0-9]+$", "")
+    out["strs"] = Lookup(keys, values)
+    out["plain"] = Lookup(keys, plain)  # runtime names without the version suffix
+    out["versioned"] = Lookup(keys, pc.if_else(pc.not_equal(values, plain), values, pa.scalar(None, pa.string())))
+    # The runtime rows whose name, not their event class, decides the kind (worked out once per string).
+    graph = pc.or_(pc.starts_with(plain, "cudaGraphLaunch"), pc.starts_with(plain, "cuGraphLaunch"))
+    library = pc.or_(pc.starts_with(plain, "cublas"), pc.starts_with(plain, "cudnn"))
+    out["runtime_kind"] = Lookup(keys, pc.if_else(graph, "graph_launch", pc.if_else(
+        library, "library_api", pa.scalar(None, pa.string()))))
     kinds = dict(S.MEMCPY_KINDS)
     if "ENUM_CUDA_MEMCPY_OPER" in tables:
         for r in db.small_table("ENUM_CUDA_MEMCPY_OPER"):
@@ -528,7 +579,7 @@ def _build_lookups(db: NsysDb, tables: set[str]) -> dict[str, Lookup]:
                 short = short or str(r.get("name") or r["id"]).removeprefix("CUDA_MEMCPY_KIND_")
                 kinds[int(r["id"])] = (short, str(r["label"]))
     out["memcpy_short"] = _lookup({k: v[0] for k, v in kinds.items()})
-    out["memcpy_label"] = _lookup({k: v[1] for k, v in kinds.items()})
+    out["memcpy_name"] = _lookup({k: f"[CUDA memcpy {v[1]}]" for k, v in kinds.items()})
     syncs = dict(S.SYNC_TYPES)
     if "ENUM_CUPTI_SYNC_TYPE" in tables:
         for r in db.small_table("ENUM_CUPTI_SYNC_TYPE"):
@@ -546,28 +597,6 @@ def _build_lookups(db: NsysDb, tables: set[str]) -> dict[str, Lookup]:
                 domains[int(dom)] = str(name)
     out["domains"] = _lookup(domains)
     return out
-
-
-def _enriched(reader: pa.RecordBatchReader, plan: _TablePlan, lookups: dict[str, Lookup]) -> pa.RecordBatchReader:
-    """Add the plan's resolved-name columns to every batch of ``reader``."""
-    if not plan.lookups:
-        return reader
-    names = list(plan.lookups)
-    schema = reader.schema
-    for n in names:
-        schema = schema.append(pa.field(n, pa.string()))
-
-    def gen() -> Iterator[pa.RecordBatch]:
-        for batch in reader:
-            cols = list(batch.columns)
-            for n in names:
-                src_col, which = plan.lookups[n]
-                keys, values = lookups[which]
-                idx = pc.index_in(batch.column(src_col).cast(pa.int64()), value_set=keys)
-                cols.append(pc.take(values, idx))
-            yield pa.RecordBatch.from_arrays(cols, schema=schema)
-
-    return pa.RecordBatchReader.from_batches(schema, gen())
 
 
 def read_nsys_sqlite(path: Path, trace_id: str, *, include_osrt: bool | None = None) -> AdapterOutput:
@@ -661,19 +690,49 @@ class _Stopped(Exception):
     pass
 
 
+def _events(plan: _TablePlan, src: _Source, batch: pa.RecordBatch, lookups: dict[str, Lookup], origin: int,
+            trace_id: str, duck: Callable[[], duckdb.DuckDBPyConnection]) -> pa.RecordBatch:
+    """One source batch as EVENT_SCHEMA rows, in Arrow (``duck`` only for REAL/BLOB args columns)."""
+    c = _Cols(batch, lookups)
+    out = plan.build(c)
+    start = c.int("start")
+    out.setdefault("ts_ns", pc.subtract_checked(start, origin))
+    out.setdefault("dur_ns", pc.subtract_checked(c.int("end"), start))
+    out["trace_id"] = c.const(trace_id)
+    out["source_format"] = c.const(SOURCE_FORMAT)
+    out["category"] = c.const(plan.table)
+    if src.raw_args:
+        out["args_json"] = _duck_args(duck(), src, batch)
+    elif src.args_sql is not None:
+        out["args_json"] = batch.column("__args")
+    else:
+        out["args_json"] = c.const("{}")
+    return pa.RecordBatch.from_arrays(
+        [out[f.name].cast(f.type) if f.name in out else pa.nulls(c.n, f.type) for f in EVENT_SCHEMA],
+        schema=EVENT_SCHEMA)
+
+
+def _duck_args(con: duckdb.DuckDBPyConnection, src: _Source, batch: pa.RecordBatch) -> pa.Array:
+    """args_json with the REAL/BLOB columns added by DuckDB (exact doubles) to SQLite's object of the rest."""
+    duck = ("CAST(to_json(struct_pack(" + ", ".join(f"{_q(c)} := src.{_q(c)}" for c in src.raw_args)
+            + ")) AS VARCHAR)")
+    # Both objects hold scalars only, so each has exactly one closing/opening brace at its end/start.
+    expr = f"rtrim(src.__args, '}}') || ',' || ltrim({duck}, '{{')" if src.args_sql is not None else duck
+    con.register("src", batch)
+    try:  # one thread and insertion order kept: the rows come back in the batch's order
+        return con.sql(f"SELECT {expr} AS a FROM src").to_arrow_table().column("a").combine_chunks()
+    finally:
+        con.unregister("src")
+
+
 def _batches(
     db: NsysDb, path: Path, trace_id: str, tables: set[str], read_tables: list[str], info: TraceInfo, osrt: bool,
 ) -> Iterator[pa.RecordBatch]:
-    # Insertion order is kept so a passed-through args_json column lines up with DuckDB's output rows.
-    con = duckdb.connect(config={"threads": 2, "preserve_insertion_order": True,
-                                 "autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    current = "(setup)"
     extra_dbs: list[NsysDb] = []
     try:
-        source_rows = 0
         skipped: dict[str, int] = {}
-        for t in read_tables:
-            source_rows += int(db.rows(f"SELECT count(*) FROM {_q(t)}")[0][0])
+        counts = {t: int(db.rows(f"SELECT count(*) FROM {_q(t)}")[0][0]) for t in read_tables}
+        source_rows = sum(counts.values())
         if S.OSRT_TABLE in tables and not osrt:
             n = int(db.rows(f"SELECT count(*) FROM {_q(S.OSRT_TABLE)}")[0][0])
             source_rows += n
@@ -687,22 +746,22 @@ def _batches(
         if start is not None and origin is not None:
             info.start_epoch_ns = int(start) + origin
         lookups = _build_lookups(db, tables)
-        has_strings = "StringIds" in tables
         work = []
         for t in read_tables:
             cols = db.columns(t)
             plan = _plan(t, {c for c, _ in cols})
-            src = _source(plan, cols, has_strings)
-            work.append((t, plan, src, _select_sql(plan, src)))
-        params = {"origin": origin or 0, "trace_id": trace_id}
+            src = _source(plan, cols)
+            work.append((t, plan, src))
+        origin_ns = origin or 0
         # Big tables are read in rowid ranges by READERS threads, each on its own read-only connection.
         parts: queue.SimpleQueue = queue.SimpleQueue()
-        for t, plan, src, _ in work:
-            lo, hi, n = db.rows(f"SELECT min(rowid), max(rowid), count(*) FROM {_q(t)}")[0]
-            if n and n >= SPLIT_ROWS:
-                step = (int(hi) - int(lo)) // READERS + 1
-                for a in range(int(lo), int(hi) + 1, step):
-                    parts.put((t, plan, src, (a, min(a + step - 1, int(hi)))))
+        for t, plan, src in work:
+            if counts[t] >= SPLIT_ROWS:  # (min and max of the rowid in one query would scan the table)
+                lo = int(db.rows(f"SELECT min(rowid) FROM {_q(t)}")[0][0])
+                hi = int(db.rows(f"SELECT max(rowid) FROM {_q(t)}")[0][0])
+                step = (hi - lo) // READERS + 1
+                for a in range(lo, hi + 1, step):
+                    parts.put((t, plan, src, (a, min(a + step - 1, hi))))
             else:
                 parts.put((t, plan, src, None))
         dbs = [db] + [NsysDb(path) for _ in range(READERS - 1)]
@@ -710,55 +769,51 @@ def _batches(
 
         def producer(rdb: NsysDb) -> Any:  # noqa: ANN401 - a thread body; ADBC and Arrow compute release the GIL
             def produce(put: Any) -> None:  # noqa: ANN401
-                while True:
-                    try:
-                        t, plan, src, rowids = parts.get_nowait()
-                    except queue.Empty:
-                        return
-                    try:
-                        reader = rdb.stream(t, plan.where, only=src.raw, args_sql=src.args_sql, rowids=rowids)
-                        first = True
-                        for batch in _enriched(reader, plan, lookups):
-                            if first:  # the typed sentinel row leads the stream (UNION ALL keeps its order)
-                                if batch.num_rows == 0 or batch.column("__s")[0].as_py() != 0:
-                                    raise IngestError(f"{path}: {t}: the type sentinel row did not come first")
-                                batch, first = batch.slice(1), False
-                            if batch.num_rows:
-                                put((t, batch))
-                    except (adbc_sqlite.Error, pa.ArrowException) as exc:
-                        raise IngestError(f"{path}: cannot read table {t}: {exc}") from None
+                # Each reader also turns what it reads into events, so both cores run SQLite and Arrow while the
+                # consumer only writes Parquet.
+                cons: list[duckdb.DuckDBPyConnection] = []
+
+                def duck() -> duckdb.DuckDBPyConnection:
+                    if not cons:
+                        cons.append(duckdb.connect(config={
+                            "threads": 1, "preserve_insertion_order": True, "autoinstall_known_extensions": False,
+                            "autoload_known_extensions": False}))
+                    return cons[0]
+
+                try:
+                    while True:
+                        try:
+                            t, plan, src, rowids = parts.get_nowait()
+                        except queue.Empty:
+                            return
+                        try:
+                            first = True
+                            for batch in rdb.stream(t, plan.where, only=src.raw, args_sql=src.args_sql,
+                                                    rowids=rowids):
+                                if first:  # the typed sentinel row leads the stream (UNION ALL keeps its order)
+                                    if batch.num_rows == 0 or batch.column("__s")[0].as_py() != 0:
+                                        raise IngestError(f"{path}: {t}: the type sentinel row did not come first")
+                                    batch, first = batch.slice(1), False
+                                if batch.num_rows:
+                                    put(_events(plan, src, batch, lookups, origin_ns, trace_id, duck))
+                        except (adbc_sqlite.Error, pa.ArrowException, duckdb.Error) as exc:
+                            raise IngestError(f"{path}: cannot read table {t}: {exc}") from None
+                finally:
+                    for con in cons:
+                        con.close()
             return produce
 
-        # SQLite reads (reader threads) overlap DuckDB and the Parquet write (this thread); the queue bounds memory.
+        # SQLite reads and the transform (reader threads) overlap the Parquet write (the caller, this thread);
+        # the queue bounds memory.
         with _Prefetch([producer(d) for d in dbs], depth=PREFETCH_BATCHES) as pending:
-            sqls = {t: (sql, src.args_passthrough) for t, _, src, sql in work}
-            args_at = EVENT_SCHEMA.get_field_index("args_json")
-            for current, src_batch in pending:
-                sql, passthrough = sqls[current]
-                # One DuckDB query per source batch: memory stays at a batch (a streamed scan would read ahead).
-                con.register("src", src_batch)
-                out = con.sql(sql, params=params).to_arrow_table()
-                if passthrough:
-                    if out.num_rows != src_batch.num_rows:
-                        raise AssertionError(f"{current}: {out.num_rows} rows out of {src_batch.num_rows}")
-                    out = out.set_column(args_at, "args_json", src_batch.column("__args").cast(pa.string()))
-                for batch in out.to_batches():
-                    if batch.num_rows:
-                        if batch.schema != EVENT_SCHEMA:
-                            batch = pa.RecordBatch.from_arrays(
-                                [col.cast(f.type) for col, f in zip(batch.columns, EVENT_SCHEMA, strict=True)],
-                                schema=EVENT_SCHEMA)
-                        yield batch
-                con.unregister("src")
-            current = "(end)"
+            yield from pending
         info.skipped_counts = skipped
         info.source_event_count = source_rows
     except IngestError:
         raise
-    except (duckdb.Error, adbc_sqlite.Error) as exc:
-        raise IngestError(f"{path}: cannot read table {current}: {exc}") from None
+    except (duckdb.Error, adbc_sqlite.Error) as exc:  # the set-up queries (counts, origin, lookups)
+        raise IngestError(f"{path}: cannot read the export ({exc})") from None
     finally:
-        con.close()
         for d in extra_dbs:
             d.close()
         db.close()

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 EVENT_SCHEMA_NAME = "taxbreak.events"
 CATALOGUE_SCHEMA_NAME = "taxbreak.catalogue"
-SCHEMA_VERSION = "1.0.0"
+SCHEMA_VERSION = "1.1.0"
 SCHEMA_MAJOR = 1
 
 # Event kinds shared by every adapter.  Adapters map their source categories onto these.
@@ -51,7 +51,9 @@ EVENT_FIELDS: list[pa.Field] = [
     _f("category", pa.string(), "", "The source's own category (Kineto 'cat', Nsight table name)."),
     _f("phase", pa.string(), "", "Chrome-trace phase letter (X, i, s, f, M, ...) or NULL."),
     _f("name", pa.string(), "", "Event name; runtime names without version suffix (cudaLaunchKernel)."),
-    _f("raw_name", pa.string(), "", "Name exactly as in the source when it differs from 'name', else NULL."),
+    _f("raw_name", pa.string(), "",
+       "Name exactly as in the source when it differs from 'name' (a versioned runtime call such as "
+       "cudaLaunchKernel_v7000; an Nsight kernel's mangled symbol), else NULL."),
     _f("short_name", pa.string(), "", "Short (undecorated) kernel name when the source has one."),
     _f("ts_ns", pa.int64(), "ns", "Start time, nanoseconds since the trace start (catalogue start_epoch_ns)."),
     _f("dur_ns", pa.int64(), "ns", "Duration in nanoseconds; NULL for instants, flows and metadata."),

@@ -80,7 +80,7 @@ def test_analysis_refuses_an_events_partition_of_an_unknown_major_version(lake, 
 
     lake.write_events(TRACE_ID, iter([_batch(2)]), TraceInfo(source_format="kineto"), file_name="t.json",
                       source_path="/x/t.json", file_bytes=1)
-    assert lake.check_events_version(TRACE_ID) == "1.0.0"
+    assert lake.check_events_version(TRACE_ID) == "1.1.0"
     part = lake.events_dir(TRACE_ID) / "part-0.parquet"
     future = EVENT_SCHEMA.with_metadata({"taxbreak.schema.name": "taxbreak.events", "taxbreak.schema.version": "2.1.0"})
     pq.write_table(pa.Table.from_batches([_batch(2)]).cast(future), part)

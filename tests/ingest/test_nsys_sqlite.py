@@ -213,15 +213,15 @@ def test_rowid_split_readers_and_small_batches_change_nothing(tmp_path: Path, mo
     assert sum(r["kind"] == "kernel" for r in split) == 300 and sum(r["kind"] == "runtime_api" for r in split) == 300
     (k,) = [r for r in split if r["kind"] == "kernel" and r["pid"] == "4242" and r["correlation_id"] == 1]
     # Launch 0 of gen_nsys_sqlite: the softmax kernel (ids 5/6/7), start 1_003_000 - origin 1_000_000, 9000 ns.
-    assert (k["name"], k["short_name"], k["ts_ns"], k["dur_ns"], k["shared_memory_bytes"]) == (
-        "void softmax_kernel<half>(half*)", "softmax_kernel", 3000, 9000, 4096)
+    assert (k["name"], k["short_name"], k["raw_name"], k["ts_ns"], k["dur_ns"], k["shared_memory_bytes"]) == (
+        "void softmax_kernel<half>(half*)", "softmax_kernel", "_Z14softmax_kernelI6__halfEvPS0_", 3000, 9000, 4096)
     assert k["args_json"] == (
         '{"contextId":1,"greenContextId":0,"launchType":1,"cacheConfig":1,"staticSharedMemory":0,'
         '"dynamicSharedMemory":4096,"localMemoryPerThread":0,"localMemoryTotal":0,"gridId":1,'
         '"sharedMemoryExecuted":32768,"sharedMemoryLimitConfig":0,"qmdBulkReleaseDone":null,"qmdPreexitDone":null,'
         '"qmdLastCtaDone":null,"clusterX":0,"clusterY":0,"clusterZ":0,"clusterSchedulingPolicy":1,'
         '"maxPotentialClusterSize":0,"maxActiveClusters":0,"sharedMemoryRequestedPercentage":null,'
-        '"tensorSizeMinusOneElements":"[]","mangledName":"_Z14softmax_kernelI6__halfEvPS0_"}')
+        '"tensorSizeMinusOneElements":"[]"}')
     (rt,) = [r for r in split if r["kind"] == "runtime_api" and r["pid"] == "4242" and r["correlation_id"] == 1]
     assert rt["args_json"] == '{"eventClass":0,"returnValue":0,"callchainId":null}'
 
@@ -261,3 +261,116 @@ def test_abandoned_stream_stops_its_reader_threads(tmp_path: Path, monkeypatch: 
     assert sum(t.name.startswith("nsys-sqlite-reader") for t in threading.enumerate()) == 2
     out.batches.close()  # what the lake writer does when it fails mid-stream
     assert not [t for t in threading.enumerate() if t.name.startswith("nsys-sqlite-reader")]
+
+
+def _lake_rows(lake_root: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect()
+    try:
+        return con.sql(sql.replace("EVENTS", f"read_parquet('{lake_root}/events/*/*.parquet')")).fetchall()
+    finally:
+        con.close()
+
+
+def test_public_kernels_and_runtime_match_sqlite_row_for_row(tmp_path: Path) -> None:
+    """Every mapped field of every kernel and runtime row, recomputed from the raw export with plain sqlite3."""
+    _need_public()
+    src = PUBLIC / "nsys-ai/h100_2gpu_1s.sqlite"
+    res = ingest_file(src, Lake(tmp_path))
+    assert res.status == "ingested", res.error
+    con = sqlite3.connect(f"file:{src}?mode=ro&immutable=1", uri=True)
+    try:
+        origin = min(con.execute(f"SELECT min(start) FROM {t}").fetchone()[0] for t in (
+            "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+            "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS"))
+        kernels = con.execute(
+            "SELECT CAST((k.globalPid >> 24) & 16777215 AS TEXT), CAST(k.streamId AS TEXT), k.correlationId, "
+            "k.start - ?, k.end - k.start, d.value, s.value, m.value, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, "
+            "k.blockZ, k.registersPerThread, k.staticSharedMemory + k.dynamicSharedMemory, k.deviceId "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds d ON d.id = k.demangledName "
+            "LEFT JOIN StringIds s ON s.id = k.shortName LEFT JOIN StringIds m ON m.id = k.mangledName",
+            (origin,)).fetchall()
+        runtime = con.execute(
+            "SELECT CAST((r.globalTid >> 24) & 16777215 AS TEXT), CAST(r.globalTid & 16777215 AS TEXT), "
+            "r.correlationId, r.start - ?, r.end - r.start, s.value, r.eventClass "
+            "FROM CUPTI_ACTIVITY_KIND_RUNTIME r LEFT JOIN StringIds s ON s.id = r.nameId", (origin,)).fetchall()
+    finally:
+        con.close()
+    assert len(kernels) == 3442 and len(runtime) == 5796
+    got_kernels = _lake_rows(tmp_path, (
+        "SELECT pid, tid, correlation_id, ts_ns, dur_ns, name, short_name, raw_name, grid_x, grid_y, grid_z, block_x, "
+        "block_y, block_z, registers_per_thread, shared_memory_bytes, device_id FROM EVENTS WHERE kind = 'kernel'"))
+    assert sorted(got_kernels, key=repr) == sorted(kernels, key=repr)
+    assert sum(k[7] is not None for k in kernels) > 0  # the export records mangled symbols: raw_name is tested
+
+    def expected_runtime(row: tuple) -> tuple:
+        pid, tid, corr, ts, dur, raw, event_class = row
+        plain = raw[: raw.rindex("_v")] if "_v" in raw and raw.rsplit("_v", 1)[1].isdigit() else raw
+        if plain.startswith(("cudaGraphLaunch", "cuGraphLaunch")):
+            kind = "graph_launch"
+        elif plain.startswith(("cublas", "cudnn")):
+            kind = "library_api"
+        else:
+            kind = {0: "runtime_api", 1: "driver_api"}.get(event_class, "other")
+        return (pid, tid, corr, ts, dur, kind, plain, raw if raw != plain else None)
+
+    got_runtime = _lake_rows(tmp_path, (
+        "SELECT pid, tid, correlation_id, ts_ns, dur_ns, kind, name, raw_name FROM EVENTS "
+        "WHERE category = 'CUPTI_ACTIVITY_KIND_RUNTIME'"))
+    assert sorted(got_runtime, key=repr) == sorted((expected_runtime(r) for r in runtime), key=repr)
+    assert {r[5] for r in got_runtime} == {"runtime_api"}  # this export has no driver rows (the fixtures do)
+
+
+def test_unresolvable_ids_fall_back_as_documented(tmp_path: Path) -> None:
+    """Codes with no label and ids with no string: the fallbacks of each table, row by row."""
+    from nsys_fixtures import GPID, GTID, insert, kernel_row
+
+    p = tmp_path / "fallback.sqlite"
+    con = sqlite3.connect(p)
+    for t in ("StringIds", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+              "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS"):
+        con.execute(ddl(t))
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, "cudaMalloc_v3020"), (2, "k"), (3, "_Z1kv")])
+    rt = dict(globalTid=GTID, returnValue=0, callchainId=None)
+    insert(con, "CUPTI_ACTIVITY_KIND_RUNTIME", start=100, end=110, correlationId=1, nameId=1, eventClass=5, **rt)
+    insert(con, "CUPTI_ACTIVITY_KIND_RUNTIME", start=120, end=130, correlationId=2, nameId=999, eventClass=0, **rt)
+    insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", **kernel_row(200, 260, 2, 7, 2, 2, mangledName=3))
+    insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", **kernel_row(300, 360, 3, 7, -4, 1 << 40))
+    dev = dict(deviceId=0, contextId=1, streamId=7, globalPid=GPID)
+    insert(con, "CUPTI_ACTIVITY_KIND_MEMCPY", start=400, end=410, correlationId=4, bytes=64, copyKind=1, **dev)
+    insert(con, "CUPTI_ACTIVITY_KIND_MEMCPY", start=420, end=430, correlationId=5, bytes=64, copyKind=99, **dev)
+    insert(con, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", start=500, end=510, correlationId=6, syncType=3, eventId=0,
+           **dev)
+    insert(con, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", start=520, end=530, correlationId=7, syncType=77, eventId=0,
+           **dev)
+    insert(con, "NVTX_EVENTS", start=600, end=700, eventType=59, text="r", domainId=4, globalTid=GTID)
+    con.commit()
+    con.close()
+    res = ingest_file(p, Lake(tmp_path / "lake"))
+    assert res.status == "ingested", res.error
+    rows = _lake_rows(tmp_path / "lake", (
+        "SELECT ts_ns, kind, name, raw_name, short_name, copy_kind, domain FROM EVENTS ORDER BY ts_ns"))
+    assert rows == [
+        (0, "other", "cudaMalloc", "cudaMalloc_v3020", None, None, None),  # event class 5: neither runtime nor driver
+        (20, "runtime_api", None, None, None, None, None),  # nameId 999 is not in StringIds
+        (100, "kernel", "k", "_Z1kv", "k", None, None),
+        (200, "kernel", None, None, None, None, None),  # ids -4 and 2**40: outside StringIds
+        (300, "memcpy", "[CUDA memcpy Host-to-Device]", None, None, "HtoD", None),
+        (320, "memcpy", "[CUDA memcpy 99]", None, None, "99", None),
+        (400, "sync", "Stream sync", None, None, None, None),
+        (420, "sync", "sync type 77", None, None, None, None),
+        (500, "nvtx_range", "r", None, None, None, "domainId=4"),  # no domain-create row names domain 4
+    ]
+
+
+def test_sparse_string_ids_resolve_like_dense_ones() -> None:
+    """Ids too spread out for the dense table go through index_in, with the same results."""
+    import pyarrow as pa
+
+    from taxbreak.ingest.nsys_sqlite import Lookup
+
+    dense = Lookup(pa.array([1, 2, 5], pa.int64()), pa.array(["a", "b", "e"]))
+    sparse = Lookup(pa.array([1, 2, 5, 1 << 50], pa.int64()), pa.array(["a", "b", "e", "far"]))
+    assert dense.dense is not None and sparse.dense is None
+    ids = pa.array([5, None, 1, 3, -1, 2, 1 << 50], pa.int64())
+    assert dense.resolve(ids).to_pylist() == ["e", None, "a", None, None, "b", None]
+    assert sparse.resolve(ids).to_pylist() == ["e", None, "a", None, None, "b", "far"]
