@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import adbc_driver_sqlite.dbapi as adbc_sqlite
+import adbc_driver_manager as adbc
+import adbc_driver_sqlite
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -99,41 +100,61 @@ def _sentinel(decl_type: str) -> str:
 
 
 class NsysDb:
-    """A read-only ADBC connection to one export."""
+    """A read-only ADBC connection to one export.
+
+    Through ``adbc_driver_manager``'s own classes, not its DB-API module: that one imports ``pyarrow.dataset``
+    and with it pandas, 0.3 s and 40 MB of every ingest process.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._statements: list[adbc.AdbcStatement] = []  # a stream lives only as long as its statement
         try:
-            self.conn = adbc_sqlite.connect(sqlite_ro_uri(path))
+            self.db = adbc_driver_sqlite.connect(sqlite_ro_uri(path))
         except Exception as exc:  # noqa: BLE001 - any driver error is a bad input
             raise IngestError(f"{path}: cannot open as SQLite: {exc}") from None
+        try:
+            self.conn = adbc.AdbcConnection(self.db)
+        except Exception as exc:  # noqa: BLE001
+            self.db.close()
+            raise IngestError(f"{path}: cannot open as SQLite: {exc}") from None
         self._columns: dict[str, list[tuple[str, str]]] = {}
-        self._cursors: list[Any] = []  # a stream lives only as long as its cursor
 
     def close(self) -> None:
-        for cur in self._cursors:
+        for st in self._statements:
             try:
-                cur.close()
+                st.close()
             except Exception:  # noqa: BLE001 - closing after a failed read must not mask the first error
                 pass
-        self._cursors.clear()
+        self._statements.clear()
         self.conn.close()
+        self.db.close()
 
-    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
-        cur = self.conn.cursor()
-        try:
-            cur.execute(sql, params) if params else cur.execute(sql)
-            return cur.fetchall()
-        finally:
-            cur.close()
+    def _execute(self, sql: str, batch_rows: int | None = None) -> tuple[adbc.AdbcStatement, pa.RecordBatchReader]:
+        st = adbc.AdbcStatement(self.conn)
+        self._statements.append(st)
+        if batch_rows:
+            st.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+        st.set_sql_query(sql)
+        handle, _ = st.execute_query()
+        return st, pa.RecordBatchReader._import_from_c(handle.address)
+
+    def rows(self, sql: str) -> list[tuple]:
+        st, reader = self._execute(sql)
+        table = reader.read_all()
+        del reader  # the stream is released before its statement
+        self._statements.remove(st)
+        st.close()
+        return list(zip(*(c.to_pylist() for c in table.columns), strict=True))
 
     def tables(self) -> set[str]:
         return {r[0] for r in self.rows("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
     def columns(self, table: str) -> list[tuple[str, str]]:
         if table not in self._columns:
+            literal = "'" + table.replace("'", "''") + "'"
             self._columns[table] = [(r[0], r[1] or "") for r in self.rows(
-                "SELECT name, type FROM pragma_table_info(?)", (table,))]
+                f"SELECT name, type FROM pragma_table_info({literal})")]
         return self._columns[table]
 
     def stream(self, table: str, where: str = "", *, only: list[str] | None = None, args_sql: str | None = None,
@@ -152,17 +173,13 @@ class NsysDb:
             sentinel += ", '' AS __args"
             names += f", {args_sql} AS __args"
         if rowids is not None:
-            cond = "__t.rowid BETWEEN ? AND ?"
+            cond = f"__t.rowid BETWEEN {int(rowids[0])} AND {int(rowids[1])}"
             where = f"{where} AND {cond}" if where else f"WHERE {cond}"
         sql = (
             f"SELECT 0 AS __s{sentinel} UNION ALL "
             f"SELECT * FROM (SELECT 1 AS __s{names} FROM {_q(table)} AS __t {where})"
         )
-        cur = self.conn.cursor()
-        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-        self._cursors.append(cur)
-        cur.execute(sql, rowids) if rowids is not None else cur.execute(sql)
-        return cur.fetch_record_batch()
+        return self._execute(sql, BATCH_ROWS)[1]
 
     def small_table(self, table: str) -> list[dict[str, Any]]:
         """A small table (metadata, names) as a list of dicts."""
@@ -592,7 +609,7 @@ def _build_lookups(db: NsysDb, tables: set[str]) -> dict[str, Lookup]:
         sql = ("SELECT n.domainId, COALESCE(n.text, s.value) FROM NVTX_EVENTS n "
                "LEFT JOIN StringIds s ON s.id = n.textId "
                if has_text_id and "StringIds" in tables else "SELECT n.domainId, n.text FROM NVTX_EVENTS n ")
-        for dom, name in db.rows(sql + "WHERE n.eventType = ?", (S.NVTX_DOMAIN_CREATE,)):
+        for dom, name in db.rows(sql + f"WHERE n.eventType = {int(S.NVTX_DOMAIN_CREATE)}"):
             if dom is not None and name is not None:
                 domains[int(dom)] = str(name)
     out["domains"] = _lookup(domains)
@@ -796,7 +813,7 @@ def _batches(
                                     batch, first = batch.slice(1), False
                                 if batch.num_rows:
                                     put(_events(plan, src, batch, lookups, origin_ns, trace_id, duck))
-                        except (adbc_sqlite.Error, pa.ArrowException, duckdb.Error) as exc:
+                        except (adbc.Error, pa.ArrowException, duckdb.Error) as exc:
                             raise IngestError(f"{path}: cannot read table {t}: {exc}") from None
                 finally:
                     for con in cons:
@@ -811,7 +828,7 @@ def _batches(
         info.source_event_count = source_rows
     except IngestError:
         raise
-    except (duckdb.Error, adbc_sqlite.Error) as exc:  # the set-up queries (counts, origin, lookups)
+    except (duckdb.Error, adbc.Error) as exc:  # the set-up queries (counts, origin, lookups)
         raise IngestError(f"{path}: cannot read the export ({exc})") from None
     finally:
         for d in extra_dbs:
