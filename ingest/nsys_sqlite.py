@@ -26,6 +26,7 @@ import queue
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -511,17 +512,28 @@ def _trace_info(db: NsysDb, tables: set[str]) -> TraceInfo:
     return info
 
 
-def _origin(db: NsysDb, read_tables: list[str]) -> int | None:
-    lows = []
-    for t in read_tables:
-        where = ""
-        if t == "NVTX_EVENTS":
-            plan_where = _plan(t, {c for c, _ in db.columns(t)}).where
-            where = plan_where
-        (lo,) = db.rows(f"SELECT min(\"start\") FROM {_q(t)} {where}")[0]
-        if lo is not None:
-            lows.append(int(lo))
-    return min(lows) if lows else None
+def _origin(dbs: list[NsysDb], read_tables: list[str], counts: dict[str, int]) -> int | None:
+    """The earliest start among the rows to be stored: one full scan per table (nsys indexes no start column),
+    the tables spread over the connections' threads, largest first, so the scans overlap."""
+    queues: list[list[str]] = [[] for _ in dbs]
+    loads = [0] * len(dbs)
+    for t in sorted(read_tables, key=lambda t: -counts[t]):
+        i = loads.index(min(loads))
+        queues[i].append(t)
+        loads[i] += counts[t]
+
+    def lows(db: NsysDb, tables: list[str]) -> list[int]:
+        out = []
+        for t in tables:
+            where = _plan(t, {c for c, _ in db.columns(t)}).where if t == "NVTX_EVENTS" else ""
+            (lo,) = db.rows(f'SELECT min("start") FROM {_q(t)} {where}')[0]
+            if lo is not None:
+                out.append(int(lo))
+        return out
+
+    with ThreadPoolExecutor(len(dbs)) as pool:
+        found = [lo for part in pool.map(lows, dbs, queues) for lo in part]
+    return min(found) if found else None
 
 
 def _nvtx_skips(db: NsysDb) -> dict[str, int]:
@@ -757,7 +769,9 @@ def _batches(
                 skipped["OSRT_API:not_requested"] = n
         if "NVTX_EVENTS" in read_tables:
             skipped.update(_nvtx_skips(db))
-        origin = _origin(db, read_tables)
+        dbs = [db] + [NsysDb(path) for _ in range(READERS - 1)]  # read-only connections, one per reader thread
+        extra_dbs.extend(dbs[1:])
+        origin = _origin(dbs, read_tables, counts)
         start = info.metadata.get("session_start", {}).get("utcEpochNs")
         info.metadata["origin_ns"] = origin
         if start is not None and origin is not None:
@@ -781,8 +795,6 @@ def _batches(
                     parts.put((t, plan, src, (a, min(a + step - 1, hi))))
             else:
                 parts.put((t, plan, src, None))
-        dbs = [db] + [NsysDb(path) for _ in range(READERS - 1)]
-        extra_dbs.extend(dbs[1:])
 
         def producer(rdb: NsysDb) -> Any:  # noqa: ANN401 - a thread body; ADBC and Arrow compute release the GIL
             def produce(put: Any) -> None:  # noqa: ANN401
