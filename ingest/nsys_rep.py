@@ -3,7 +3,8 @@
 ``nsys`` comes from ``$TAXBREAK_NSYS`` or PATH.  The export goes into ``cache_dir`` under the report's content
 hash: written to a temporary name in the same folder and renamed only when ``nsys`` succeeded, so an
 interrupted or failed conversion leaves nothing behind, and a re-ingest reuses the finished export.
-Also here: ``nsys_check``, the cross-check of our kernel table against ``nsys stats --report cuda_gpu_kern_sum``.
+Also here: ``nsys_check``, the cross-check of our kernel table against ``nsys stats``' kernel summary
+(``cuda_gpu_kern_sum``; ``gpukernsum`` before nsys 2023).
 """
 
 from __future__ import annotations
@@ -139,18 +140,25 @@ def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None) -> Adapt
 
 
 # -- nsys-check --------------------------------------------------------------------------------------------------
+KERNEL_SUMMARY_REPORTS = ("cuda_gpu_kern_sum", "gpukernsum")  # the name since nsys 2023.x, and before
+
+
 def nsys_kernel_summary(nsys: str, trace: Path, timeout_s: float = EXPORT_TIMEOUT_S) -> dict[str, tuple[int, int]]:
-    """{kernel name: (instances, total ns)} from ``nsys stats --report cuda_gpu_kern_sum --format csv``."""
-    proc = subprocess.run(
-        [nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", "--output", "-", str(trace)],
-        capture_output=True, text=True, timeout=timeout_s, check=False,
-    )
+    """{kernel name: (instances, total ns)} from ``nsys stats``' kernel summary as CSV (``cuda_gpu_kern_sum``, or
+    ``gpukernsum`` on an nsys older than that name)."""
+    for report in KERNEL_SUMMARY_REPORTS:
+        proc = subprocess.run(
+            [nsys, "stats", "--report", report, "--format", "csv", "--output", "-", str(trace)],
+            capture_output=True, text=True, timeout=timeout_s, check=False,
+        )
+        if f"Report '{report}' could not be found" not in proc.stdout + proc.stderr:
+            break
     if proc.returncode != 0:
         raise IngestError(f"{trace}: nsys stats failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
     lines = proc.stdout.splitlines()
     start = next((i for i, line in enumerate(lines) if "Instances" in line and "Name" in line), None)
     if start is None:
-        raise IngestError(f"{trace}: no cuda_gpu_kern_sum table in the nsys stats output")
+        raise IngestError(f"{trace}: no kernel summary table in the nsys stats output ({report})")
     out: dict[str, tuple[int, int]] = {}
     for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
         name = row.get("Name")

@@ -2,14 +2,19 @@
 
 The file is untrusted and opened read-only through ADBC-SQLite with ``mode=ro&immutable=1`` (no locks, no
 journal, nothing written beside it, extension loading off).  Each event table is streamed in record batches
-and transformed by DuckDB one batch at a time, so memory stays bounded whatever the file size.
+and turned into events one batch at a time, so memory stays bounded whatever the file size.
 
-Throughput (bench/bench_nsys_ingest.py): SQLite builds ``args_json`` itself with ``json_object`` over the
-INTEGER/TEXT columns we do not map (about the cost of reading those columns into Arrow; DuckDB's
-``to_json(struct_pack(...))`` over them was the largest single cost before), and that string bypasses DuckDB.
-REAL/BLOB/untyped columns, which json_object would print inexactly, are read raw and spliced in by DuckDB.
-Tables of ``SPLIT_ROWS`` rows or more are read in rowid ranges by ``READERS`` threads, each on its own read-only
-connection, while this thread runs DuckDB and the caller writes Parquet; a bounded queue caps what is in flight.
+Throughput (bench/bench_nsys_ingest.py; the costs below are CPU-seconds on its 5 M rows):
+- SQLite builds ``args_json`` itself with ``json_object`` over the INTEGER/TEXT columns we do not map (2.3 s for
+  the kernel table's 22; reading them into Arrow would cost more, and DuckDB's ``to_json(struct_pack(...))``
+  far more).  REAL/BLOB/untyped columns, which json_object would print inexactly, are read raw and added by
+  DuckDB (NVTX payloads only, in the exports seen).
+- Every other field is computed in Arrow (``_TablePlan.build``); names and everything derived from a name (the
+  runtime kind, the version suffix) are worked out once per string id and resolved per row with one ``take``.
+  (The same projection in DuckDB, one query per batch, cost 1.8 s against 0.7 s.)
+- Tables of ``SPLIT_ROWS`` rows or more are read in rowid ranges by ``READERS`` threads, each on its own
+  read-only connection, which also build the events; the caller only writes Parquet.  A bounded queue caps
+  what is in flight.
 
 Conventions (docs/architecture.md): ``ts_ns = start - origin`` with ``origin`` the earliest start among the
 stored events, the catalogue's ``start_epoch_ns = TARGET_INFO_SESSION_START_TIME.utcEpochNs + origin``;
@@ -190,13 +195,16 @@ class NsysDb:
 
 
 class _Cols:
-    """One source batch as the plans see it: typed column access, the lookups, and the trace constants."""
+    """One source batch as the plans see it: typed column access, the id lookups, constant columns."""
 
     def __init__(self, batch: pa.RecordBatch, lookups: dict[str, Lookup]) -> None:
         self.batch = batch
         self.n = batch.num_rows
         self.lookups = lookups
         self._names = set(batch.schema.names)
+
+    def has(self, name: str) -> bool:
+        return name in self._names
 
     def int(self, name: str) -> pa.Array:
         """An integer column as int64 (all NULL when this export has no such column)."""
@@ -316,14 +324,14 @@ def _nvtx(c: _Cols) -> dict[str, pa.Array]:
     mark = pc.is_in(c.int("eventType"), value_set=pa.array(S.NVTX_MARK_TYPES, pa.int64()))
     text = c.text("text")
     out = {**_host(c), "kind": pc.if_else(mark, "nvtx_mark", "nvtx_range"),
-           "name": pc.coalesce(text, c.resolve("strs", "textId")) if "textId" in c._names else text,
+           "name": pc.coalesce(text, c.resolve("strs", "textId")) if c.has("textId") else text,
            "dur_ns": pc.if_else(mark, pa.scalar(None, pa.int64()), pc.subtract(c.int("end"), c.int("start")))}
-    if "domainId" in c._names:
+    if c.has("domainId"):
         dom = c.int("domainId")
         named = _or_fallback(c.resolve("domains", "domainId"),
                              lambda: _joined("domainId=", pc.cast(dom, pa.string())))
         out["domain"] = pc.if_else(pc.equal(dom, 0), pa.scalar(None, pa.string()), named)  # 0/NULL: no domain
-    if "endGlobalTid" in c._names:  # a range ended on another thread
+    if c.has("endGlobalTid"):  # a range ended on another thread
         end_gtid = c.int("endGlobalTid")
         out["end_tid"] = pc.if_else(pc.not_equal(end_gtid, c.int("globalTid")), _gid_tid(end_gtid),
                                     pa.scalar(None, pa.string()))

@@ -211,7 +211,8 @@ def _add_nsys_check(sub: argparse._SubParsersAction) -> None:
         "nsys-check",
         help="compare our kernel counts and times with Nsight's own `nsys stats` kernel summary",
         description="Ingest TRACE (an .nsys-rep or Nsight SQLite export) if needed, run `nsys stats --report "
-        "cuda_gpu_kern_sum` on it and compare per-kernel instance counts and total ns with the lake. "
+        "cuda_gpu_kern_sum` (`gpukernsum` before nsys 2023) on it and compare per-kernel instance counts and "
+        "total ns with the lake. "
         "Exit 0 when they agree, 1 on a mismatch, 2 when nsys is not installed or TRACE cannot be ingested.",
     )
     p.add_argument("trace", help="the .nsys-rep or .sqlite file")

@@ -120,3 +120,37 @@ def test_nsys_profile_nvtx_ranges_reach_the_lake(nsys: str, tmp_path: Path, monk
     again = ingest_file(rep, lake, cache_dir=tmp_path / "cache", force=True)
     assert again.status == "ingested", again.error
     assert again.row["event_count"] == res.row["event_count"]
+
+
+# Kernel names and instances in each public export, recounted by tests/ingest/test_nsys_sqlite.py from the raw file.
+PUBLIC_KERNELS = {"nsys-ai/h100_2gpu_1s.sqlite": (41, 3442), "nsys-ai/mfu_2gpu_before.sqlite": (27, 4010),
+                  "nsys-ai/mock.sqlite": (2, 2), "nvfuser/ee4fcf30/report1.sqlite": (16, 18)}
+
+
+@pytest.mark.parametrize("rel", sorted(PUBLIC_KERNELS))
+def test_nsys_check_agrees_with_real_nsys_stats(nsys: str, rel: str, tmp_path: Path) -> None:
+    """`taxbreak nsys-check` against Nsight's own kernel summary (nsys 2022.4 names it `gpukernsum`), per name."""
+    from nsys_fixtures import PUBLIC
+
+    if not PUBLIC.is_dir():
+        pytest.skip(f"public traces not found at {PUBLIC}")
+    export = tmp_path / Path(rel).name
+    shutil.copyfile(PUBLIC / rel, export)  # nsys stats gets a copy: nothing may touch ../shared
+    env = {**os.environ, "TAXBREAK_NSYS": nsys, "TAXBREAK_LAKE": str(tmp_path / "lake"),
+           "TAXBREAK_WAREHOUSE": str(tmp_path / "wh.duckdb")}
+    taxbreak = Path(os.sys.executable).with_name("taxbreak")
+    proc = subprocess.run([str(taxbreak), "nsys-check", str(export)], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    names, kernels = PUBLIC_KERNELS[rel]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"OK: {names} kernel names, {kernels:,} kernels, "), proc.stdout
+    # and the comparison can fail: one kernel fewer in the lake is a mismatch naming that kernel
+    from taxbreak.ingest.nsys_rep import compare_summaries, lake_kernel_summary, nsys_kernel_summary
+
+    ours = lake_kernel_summary(tmp_path / "lake", ingest_file(export, Lake(tmp_path / "lake")).trace_id)
+    theirs = nsys_kernel_summary(nsys, export)
+    assert compare_summaries(ours, theirs) == []
+    name, (count, total) = next(iter(sorted(ours.items())))
+    ours[name] = (count - 1, total)
+    (diff,) = compare_summaries(ours, theirs)
+    assert diff.startswith(name[:60]) and f"taxbreak ({count - 1}, {total}) vs nsys ({count}, {total})" in diff

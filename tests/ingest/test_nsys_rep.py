@@ -1,4 +1,5 @@
-""".nsys-rep conversion through a stand-in `nsys` script (no real nsys here), and `taxbreak nsys-check`."""
+""".nsys-rep conversion and `taxbreak nsys-check` through a stand-in `nsys` script: the error paths and outputs a
+real nsys cannot be made to produce here.  The real nsys 2022.4 runs in test_nsys_real.py."""
 
 from __future__ import annotations
 
