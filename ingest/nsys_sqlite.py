@@ -325,7 +325,7 @@ def _nvtx(c: _Cols) -> dict[str, pa.Array]:
     text = c.text("text")
     out = {**_host(c), "kind": pc.if_else(mark, "nvtx_mark", "nvtx_range"),
            "name": pc.coalesce(text, c.resolve("strs", "textId")) if c.has("textId") else text,
-           "dur_ns": pc.if_else(mark, pa.scalar(None, pa.int64()), pc.subtract(c.int("end"), c.int("start")))}
+           "dur_ns": pc.if_else(mark, pa.scalar(None, pa.int64()), pc.subtract_checked(c.int("end"), c.int("start")))}
     if c.has("domainId"):
         dom = c.int("domainId")
         named = _or_fallback(c.resolve("domains", "domainId"),
@@ -352,10 +352,9 @@ def _graph_trace(c: _Cols) -> dict[str, pa.Array]:
 
 
 def _plan(table: str, cols: set[str]) -> _TablePlan:
-    def plan(reads: set[str], build: Build, *, keep: set[str] | None = None, also_mapped: set[str] = frozenset(),
-             where: str = "") -> _TablePlan:
-        present = reads & cols
-        return _TablePlan(table, present, present | also_mapped, build, keep or set(), where)
+    def plan(reads: set[str], build: Build, *, keep: set[str] | None = None, where: str = "") -> _TablePlan:
+        present = reads & cols  # a column an older export lacks reads as NULL
+        return _TablePlan(table, present, present, build, keep or set(), where)
 
     if table == "CUPTI_ACTIVITY_KIND_RUNTIME":
         # eventClass decides the kind and stays in args_json too.
@@ -420,8 +419,6 @@ def _source(plan: _TablePlan, cols: list[tuple[str, str]]) -> _Source:
     pairs = [f"'{c.replace(chr(39), chr(39) * 2)}', __t.{_q(c)}" for c, t in args if _json_safe(t)]
     raw = [c for c, _ in cols if c in plan.reads or c in ("start", "end") or c in raw_args]
     return _Source(raw, raw_args, "json_object(" + ", ".join(pairs) + ")" if pairs else None)
-
-
 
 
 def _osrt_enabled(include_osrt: bool | None) -> bool:
