@@ -250,8 +250,9 @@ class _TablePlan:
     """How one nsys table becomes EVENT_SCHEMA rows.
 
     ``build`` returns the schema fields it sets (the rest are NULL; ``ts_ns``/``dur_ns`` default to the row's
-    ``start``/``end``) from the source columns in ``reads``.  Columns in ``mapped`` are not repeated in
-    ``args_json`` unless also in ``keep_in_args``; every other column is.  ``where`` filters in SQLite.
+    ``start``/``end``) from the source columns in ``reads`` (``start`` and ``end`` always).  Columns in
+    ``mapped`` are not repeated in ``args_json`` unless also in ``keep_in_args``; every other column is.
+    ``where`` filters in SQLite.
     """
 
     table: str
@@ -262,7 +263,7 @@ class _TablePlan:
     where: str = ""
 
 
-_DEVICE_READS = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid"}
+_DEVICE_READS = {"deviceId", "streamId", "correlationId", "globalPid"}
 
 
 def _device(c: _Cols) -> dict[str, pa.Array]:
@@ -353,12 +354,12 @@ def _graph_trace(c: _Cols) -> dict[str, pa.Array]:
 
 def _plan(table: str, cols: set[str]) -> _TablePlan:
     def plan(reads: set[str], build: Build, *, keep: set[str] | None = None, where: str = "") -> _TablePlan:
-        present = reads & cols  # a column an older export lacks reads as NULL
+        present = (reads | {"start", "end"}) & cols  # every table has both; a column an older export lacks is NULL
         return _TablePlan(table, present, present, build, keep or set(), where)
 
     if table == "CUPTI_ACTIVITY_KIND_RUNTIME":
         # eventClass decides the kind and stays in args_json too.
-        return plan({"start", "end", "globalTid", "correlationId", "nameId", "eventClass"}, _runtime,
+        return plan({"globalTid", "correlationId", "nameId", "eventClass"}, _runtime,
                     keep={"eventClass"})
     if table == "CUPTI_ACTIVITY_KIND_KERNEL":
         return plan(_DEVICE_READS | {"demangledName", "shortName", "mangledName", "gridX", "gridY", "gridZ",
@@ -375,13 +376,13 @@ def _plan(table: str, cols: set[str]) -> _TablePlan:
         ranges = ", ".join(str(t) for t in S.NVTX_RANGE_TYPES)
         marks = ", ".join(str(t) for t in S.NVTX_MARK_TYPES)
         # eventType, textId, domainId and endGlobalTid are read but stay in args_json as before.
-        return plan({"start", "end", "text", "globalTid", "eventType", "textId", "domainId", "endGlobalTid"}, _nvtx,
+        return plan({"text", "globalTid", "eventType", "textId", "domainId", "endGlobalTid"}, _nvtx,
                     keep={"eventType", "textId", "domainId", "endGlobalTid"},
                     where=f'WHERE (("eventType" IN ({ranges}) AND "end" IS NOT NULL) OR "eventType" IN ({marks}))')
     if table in ("CUBLAS_EVENTS", "CUDNN_EVENTS", "CUDA_GRAPH_EVENTS", "CUDA_GRAPH_NODE_EVENTS", "OSRT_API"):
         kind = {"CUBLAS_EVENTS": "library_api", "CUDNN_EVENTS": "library_api", "OSRT_API": "os_runtime"}.get(
             table, "other")
-        reads = {"start", "end", "globalTid", "nameId"}
+        reads = {"globalTid", "nameId"}
         if table == "CUDA_GRAPH_EVENTS":
             reads.add("graphId")
         if table == "CUDA_GRAPH_NODE_EVENTS":
@@ -414,10 +415,10 @@ def _source(plan: _TablePlan, cols: list[tuple[str, str]]) -> _Source:
     DuckDB's to_json(struct_pack(...)) over them.  REAL/BLOB columns (NVTX payloads) are read raw and added by
     DuckDB, which prints doubles exactly (json_object would print 15 digits).
     """
-    args = [(c, t) for c, t in cols if (c not in plan.mapped or c in plan.keep_in_args) and c not in ("start", "end")]
+    args = [(c, t) for c, t in cols if c not in plan.mapped or c in plan.keep_in_args]
     raw_args = [c for c, t in args if not _json_safe(t)]
     pairs = [f"'{c.replace(chr(39), chr(39) * 2)}', __t.{_q(c)}" for c, t in args if _json_safe(t)]
-    raw = [c for c, _ in cols if c in plan.reads or c in ("start", "end") or c in raw_args]
+    raw = [c for c, _ in cols if c in plan.reads or c in raw_args]
     return _Source(raw, raw_args, "json_object(" + ", ".join(pairs) + ")" if pairs else None)
 
 
