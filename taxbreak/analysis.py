@@ -458,14 +458,6 @@ def materialize(
             con.close()
 
 
-def table_docs(sql_dir: Path | None = None) -> list[dict[str, Any]]:
-    """Table and column documentation from the SQL headers (for generated docs)."""
-    return [
-        {"table": f.name, "grain": f.grain, "reads": f.reads, "description": f.description, "columns": f.columns}
-        for f in sql_files(sql_dir)
-    ]
-
-
 # -- summary (data) and the CLI edges ------------------------------------------------------------------------------
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
     cur = con.execute(sql, params)
