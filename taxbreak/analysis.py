@@ -404,10 +404,7 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
     n = con.execute(f"SELECT count(*) FROM temp.main.{_q(name)}").fetchone()[0]
     if sf.materialize == "temp":
         return n
-    temp_cols = con.execute(
-        "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = 'temp' AND table_name = $t "
-        "ORDER BY column_index", {"t": name},
-    ).fetchall()
+    temp_cols = _columns(con, "temp", name)
     if state["all_traces"] or _columns(con, catalog, name) != temp_cols:
         # A full run, a new table, or columns changed with the code: the table is this run's rows.
         con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM temp.main.{_q(name)}")
