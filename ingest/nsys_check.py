@@ -21,7 +21,8 @@ def cmd_nsys_check(args: argparse.Namespace) -> int:
               "Nsight Systems (nsys) or set TAXBREAK_NSYS to its path", file=sys.stderr)
         return 2
     paths = Paths.from_args(args)
-    res = ingest_file(trace, Lake(paths.lake), cache_dir=paths.cache)
+    lake = Lake(paths.lake)
+    res = ingest_file(trace, lake, cache_dir=paths.cache)
     if res.status == "failed":
         print(f"nsys-check: cannot ingest: {res.error}", file=sys.stderr)
         return 2
@@ -30,7 +31,7 @@ def cmd_nsys_check(args: argparse.Namespace) -> int:
     except (IngestError, OSError) as exc:
         print(f"nsys-check: {exc}", file=sys.stderr)
         return 2
-    ours = lake_kernel_summary(paths.lake, res.trace_id)
+    ours = lake_kernel_summary(lake, res.trace_id)
     diffs = compare_summaries(ours, theirs)
     n_ours = sum(c for c, _ in ours.values())
     if diffs:

@@ -18,8 +18,12 @@ import subprocess
 import tempfile
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from taxbreak.ingest.base import AdapterOutput, IngestError
+
+if TYPE_CHECKING:
+    from taxbreak.ingest.lake import Lake
 
 NSYS_ENV = "TAXBREAK_NSYS"
 EXPORT_TIMEOUT_S = 600
@@ -171,14 +175,18 @@ def nsys_kernel_summary(nsys: str, trace: Path, timeout_s: float = EXPORT_TIMEOU
     return out
 
 
-def lake_kernel_summary(lake_root: Path, trace_id: str) -> dict[str, tuple[int, int]]:
+def lake_kernel_summary(lake_root: str | os.PathLike[str] | Lake, trace_id: str) -> dict[str, tuple[int, int]]:
+    """{kernel name: (instances, total ns)} of one trace in the lake (a local folder or ``s3://``)."""
     import duckdb
 
     from taxbreak.ingest.lake import Lake
 
-    part = Lake(lake_root).events_dir(trace_id) / "part-0.parquet"
+    lake = Lake(lake_root)
+    part = lake.events_dir(trace_id) / "part-0.parquet"
     con = duckdb.connect()
     try:
+        con.execute("SET autoinstall_known_extensions = false")
+        lake.register_filesystem(con)
         rows = con.execute(
             "SELECT name, count(*), sum(dur_ns) FROM read_parquet(?) WHERE kind = 'kernel' GROUP BY name",
             [str(part)],

@@ -140,6 +140,7 @@ def test_an_interrupted_write_uploads_nothing(s3) -> None:  # noqa: ANN001
 def test_duckdb_reads_the_s3_lake(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     from taxbreak.analysis import materialize
     from taxbreak.ingest.links import link_counts
+    from taxbreak.ingest.nsys_rep import lake_kernel_summary
     from taxbreak.query import open_readonly
 
     lake = Lake(ROOT)
@@ -166,6 +167,8 @@ def test_duckdb_reads_the_s3_lake(s3, tmp_path: Path, monkeypatch: pytest.Monkey
         opened.con.close()
 
     assert link_counts(ROOT, ids[5]) == {"kernels": 5, "launches": 5, "memcpys": 0, "to_launch": 5, "to_op": 5}
+    # nsys-check's side of the comparison reads the lake the same way: each kernel once, 40 us
+    assert lake_kernel_summary(ROOT, ids[2]) == {"gemm_0": (1, 40_000), "gemm_1": (1, 40_000)}
 
     # explicit settings win over the environment: with the variables pointing nowhere, the Lake's own reach S3
     settings = S3Settings.from_env()
