@@ -431,13 +431,12 @@ def materialize(
         params = prepare(con, lake_root, trace_ids, config)
         if not params["trace_ids"]:
             return {}
-        order = sql_files()
-        names = [f.name for f in order]
+        files = {f.name: f for f in sql_files()}  # dependency order
+        names = list(files)
         if tables:
             unknown = sorted(set(tables) - set(names))
             if unknown:
                 raise ValueError(f"unknown table(s): {', '.join(unknown)}; known: {', '.join(names)}")
-            by_name = {f.name: f for f in order}
             need: set[str] = set()
             stack = list(tables)
             while stack:
@@ -445,10 +444,9 @@ def materialize(
                 if t in need:
                     continue
                 need.add(t)
-                stack.extend(d for d in by_name[t].reads if d in by_name)
+                stack.extend(d for d in files[t].reads if d in files)
             names = [n for n in names if n in need]
         state = _run_state(con)
-        files = {f.name: f for f in order}
         return {name: _build(con, name, state, files) for name in names}
     finally:
         if own:
