@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 EVENTS_DIR = "events"
 CATALOGUE_DIR = "catalogue"
 STAGING_DIR = "_staging"
+EVENTS_FILE = "part-0.parquet"  # a trace's one events file in its partition
 # How event columns are encoded (measured on bench/bench_nsys_ingest.py's 5 M rows: 1.57 -> 1.18 CPU-s of writing,
 # 18.8 -> 9.0 MB of Parquet):
 # - args_json is near-unique JSON text: no dictionary, no statistics, zstd.
@@ -134,6 +135,9 @@ class Lake:
     def events_dir(self, trace_id: str) -> Path | ObjectPath:
         return self.root / EVENTS_DIR / f"trace_id={trace_id}"
 
+    def events_path(self, trace_id: str) -> Path | ObjectPath:
+        return self.events_dir(trace_id) / EVENTS_FILE
+
     def catalogue_path(self, trace_id: str) -> Path | ObjectPath:
         return self.root / CATALOGUE_DIR / f"{trace_id}.parquet"
 
@@ -173,7 +177,7 @@ class Lake:
         return table
 
     def has_events(self, trace_id: str) -> bool:
-        return self._is_file(self.events_dir(trace_id) / "part-0.parquet")
+        return self._is_file(self.events_path(trace_id))
 
     def catalogue_row(self, trace_id: str) -> dict | None:
         path = self.catalogue_path(trace_id)
@@ -200,11 +204,11 @@ class Lake:
         return pa.concat_tables(tables)
 
     def read_events(self, trace_id: str) -> pa.Table:
-        return self._read(self.events_dir(trace_id) / "part-0.parquet")
+        return self._read(self.events_path(trace_id))
 
     def check_events_version(self, trace_id: str) -> str:
         """The schema version of a trace's events file, read from its footer alone; refuses unknown majors."""
-        path = self.events_dir(trace_id) / "part-0.parquet"
+        path = self.events_path(trace_id)
         return check_schema_version(pq.read_schema(self._key(path), filesystem=self.fs).metadata, str(path))
 
     # -- writing -----------------------------------------------------------------------------
@@ -215,7 +219,7 @@ class Lake:
         """Stream ``batches`` into a staged partition, publish it atomically, record the catalogue row."""
         staging = self._staging()
         try:
-            part = staging / "part-0.parquet"
+            part = staging / EVENTS_FILE
             kinds: Counter[str] = Counter()
             n_rows = 0
             t_min: int | None = None
@@ -242,7 +246,7 @@ class Lake:
                         t_max = hi if t_max is None else max(t_max, hi)
             target = self.events_dir(trace_id)
             if isinstance(target, ObjectPath):  # one object, replaced whole by the upload's completion
-                self._upload(part, target / "part-0.parquet")
+                self._upload(part, self.events_path(trace_id))
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if target.exists():  # identical content re-ingested on request: replace the old copy whole

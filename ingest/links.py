@@ -13,7 +13,7 @@ def link_counts(lake_root, trace_id: str) -> dict:
     """Kernels, launches and memcpys of one trace, and how many kernels link to a launch call
     (same pid and correlation id) and to a framework op (Kineto External id of a framework op)."""
     lake = Lake(lake_root)
-    path = lake.events_dir(trace_id) / "part-0.parquet"
+    path = lake.events_path(trace_id)
     con = duckdb.connect()
     try:
         con.execute("SET autoinstall_known_extensions=false")

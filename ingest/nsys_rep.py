@@ -182,7 +182,7 @@ def lake_kernel_summary(lake_root: str | os.PathLike[str] | Lake, trace_id: str)
     from taxbreak.ingest.lake import Lake
 
     lake = Lake(lake_root)
-    part = lake.events_dir(trace_id) / "part-0.parquet"
+    part = lake.events_path(trace_id)
     con = duckdb.connect()
     try:
         con.execute("SET autoinstall_known_extensions = false")
