@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
+from taxbreak.config import S3Settings
 from taxbreak.ingest import SIDECAR_SUFFIX, TRACE_SUFFIXES
 
 HASH_CHUNK_BYTES = 1 << 20
@@ -104,25 +105,12 @@ class LocalBucket:
 
 
 class S3Bucket:
-    """``s3://bucket/prefix`` through s3fs (endpoint and credentials from arguments or the AWS_* variables)."""
+    """``s3://bucket/prefix`` through s3fs (endpoint and credentials from ``s3``, else the AWS_* variables)."""
 
-    def __init__(
-        self, url: str, *, endpoint_url: str | None = None, access_key_id: str | None = None,
-        secret_access_key: str | None = None, region: str | None = None,
-    ) -> None:
-        import s3fs
-
+    def __init__(self, url: str, s3: S3Settings | None = None) -> None:
         self.url = url.rstrip("/")
         self.prefix = self.url[len("s3://"):]
-        client_kwargs: dict[str, str] = {}
-        if endpoint_url:
-            client_kwargs["endpoint_url"] = endpoint_url
-        if region:
-            client_kwargs["region_name"] = region
-        self.fs = s3fs.S3FileSystem(
-            key=access_key_id or None, secret=secret_access_key or None, client_kwargs=client_kwargs,
-            use_listings_cache=False,
-        )
+        self.fs = (s3 or S3Settings.from_env()).fsspec_filesystem()
 
     def list(self) -> Iterator[Entry]:
         try:
@@ -152,23 +140,19 @@ class S3Bucket:
         return f"{self.url}/{name}"
 
 
-def open_bucket(
-    url: str, *, endpoint_url: str | None = None, access_key_id: str | None = None,
-    secret_access_key: str | None = None, region: str | None = None,
-) -> Bucket:
+def open_bucket(url: str, s3: S3Settings | None = None) -> Bucket:
     if url.startswith("s3://"):
-        return S3Bucket(url, endpoint_url=endpoint_url, access_key_id=access_key_id,
-                        secret_access_key=secret_access_key, region=region)
+        return S3Bucket(url, s3)
     if "://" in url and not url.startswith("file://"):
         raise ValueError(f"unsupported bucket URL {url!r}: use a local folder or s3://bucket/prefix")
     return LocalBucket(url.removeprefix("file://"))
 
 
-def bucket_for_url(url: str, **s3: str | None) -> tuple[Bucket, str]:
+def bucket_for_url(url: str, s3: S3Settings | None = None) -> tuple[Bucket, str]:
     """The bucket holding one recorded source (a local path or ``s3://bucket/key``) and the name in it."""
     if url.startswith("s3://"):
         bucket_name, _, key = url[len("s3://"):].partition("/")
-        return S3Bucket(f"s3://{bucket_name}", **s3), key
+        return S3Bucket(f"s3://{bucket_name}", s3), key
     path = Path(url.removeprefix("file://"))
     return LocalBucket(path.parent), path.name
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from taxbreak.config import S3Settings
 from taxbreak.ingest import IngestResult, Lake, ingest_file
 from taxbreak.pipeline.bucket import bucket_for_url
 
@@ -40,15 +40,6 @@ class RetryOutcome:
     error: str | None
 
 
-def _s3_settings() -> dict[str, str | None]:
-    return {
-        "endpoint_url": os.environ.get("TAXBREAK_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL"),
-        "access_key_id": os.environ.get("AWS_ACCESS_KEY_ID"),
-        "secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY"),
-        "region": os.environ.get("AWS_DEFAULT_REGION"),
-    }
-
-
 def select_failed(lake: Lake, prefix: str | None) -> list[dict]:
     """Failed catalogue rows whose trace id starts with ``prefix`` (every failed row for None)."""
     rows = [r for r in lake.catalogue().to_pylist() if r["status"] == "failed"]
@@ -60,7 +51,7 @@ def select_failed(lake: Lake, prefix: str | None) -> list[dict]:
 def retry_row(row: dict, lake: Lake, cache_dir: Path | None = None) -> RetryOutcome:
     source = row["source_path"]
     if source.startswith("s3://"):
-        bucket, name = bucket_for_url(source, **_s3_settings())
+        bucket, name = bucket_for_url(source, S3Settings.from_env())
         with tempfile.TemporaryDirectory(prefix="taxbreak-retry-") as tmp:
             dest = Path(tmp) / Path(name).name
             try:

@@ -35,65 +35,53 @@ if TYPE_CHECKING:
     from taxbreak.ingest import Lake
 
 
-def _env(name: str) -> str | None:
-    value = os.environ.get(name)
-    return value if value else None
+class _S3Fields(dg.ConfigurableResource):
+    """The object store's endpoint and credentials; unset fields fall back to the environment (``S3Settings``)."""
 
-
-class BucketResource(dg.ConfigurableResource):
-    """Where reports are dropped: a local folder or ``s3://bucket/prefix``."""
-
-    url: str | None = None
     endpoint_url: str | None = None
     access_key_id: str | None = None
     secret_access_key: str | None = None
     region: str | None = None
+
+    def s3(self) -> S3Settings:
+        return S3Settings.from_env(endpoint_url=self.endpoint_url, access_key_id=self.access_key_id,
+                                   secret_access_key=self.secret_access_key, region=self.region)
+
+
+class BucketResource(_S3Fields):
+    """Where reports are dropped: a local folder or ``s3://bucket/prefix``."""
+
+    url: str | None = None
     settle_s: float | None = None
     max_files_per_tick: int = 200
 
     def resolved_url(self) -> str:
-        return self.url or _env("TAXBREAK_BUCKET") or str(Paths.from_env().inbox)
+        return self.url or os.environ.get("TAXBREAK_BUCKET") or str(Paths.from_env().inbox)
 
     def resolved_settle_s(self) -> float:
         if self.settle_s is not None:
             return self.settle_s
-        return float(_env("TAXBREAK_SETTLE_S") or 10.0)
-
-    def _s3(self) -> dict[str, str | None]:
-        return {
-            "endpoint_url": self.endpoint_url or _env("TAXBREAK_S3_ENDPOINT_URL") or _env("AWS_ENDPOINT_URL"),
-            "access_key_id": self.access_key_id or _env("AWS_ACCESS_KEY_ID"),
-            "secret_access_key": self.secret_access_key or _env("AWS_SECRET_ACCESS_KEY"),
-            "region": self.region or _env("AWS_DEFAULT_REGION"),
-        }
+        return float(os.environ.get("TAXBREAK_SETTLE_S") or 10.0)
 
     def get(self) -> Bucket:
-        return open_bucket(self.resolved_url(), **self._s3())
+        return open_bucket(self.resolved_url(), self.s3())
 
     def for_url(self, url: str) -> tuple[Bucket, str]:
         """The bucket of a recorded source path or URL (``taxbreak retry``), with this resource's S3 settings."""
-        return bucket_for_url(url, **self._s3())
+        return bucket_for_url(url, self.s3())
 
 
-class LakeResource(dg.ConfigurableResource):
+class LakeResource(_S3Fields):
     """The Parquet lake (events partitions + catalogue; a local folder or ``s3://bucket/prefix``) and the
     adapters' cache folder (local)."""
 
     root: str | None = None
     cache: str | None = None
-    endpoint_url: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    region: str | None = None
 
     def path(self) -> Path | str:
         """The root: a ``Path``, or the ``s3://`` URL as a string."""
         root = self.root or Paths.from_env().lake
         return normalise_s3_url(root) if is_s3_url(root) else Path(root)
-
-    def s3(self) -> S3Settings:
-        return S3Settings.from_env(endpoint_url=self.endpoint_url, access_key_id=self.access_key_id,
-                                   secret_access_key=self.secret_access_key, region=self.region)
 
     def cache_path(self) -> Path:
         return Path(self.cache) if self.cache else Paths.from_env().cache
