@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-META_VERSION = 1
+from taxbreak.meta import META_VERSION, MetaError, sidecar_path, validate_meta  # the one sidecar schema
+
 META_KEY = "taxbreak"
-SIDECAR_SUFFIX = ".meta.json"
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -57,12 +57,6 @@ def cpu_name() -> str:
 
 def host_name() -> str:
     return socket.gethostname()
-
-
-def sidecar_path(trace_path: str | os.PathLike[str]) -> Path:
-    """``<trace>.meta.json`` next to the trace (the full file name plus the suffix)."""
-    p = Path(trace_path)
-    return p.with_name(p.name + SIDECAR_SUFFIX)
 
 
 def steps_for(output_tokens: int) -> list[dict[str, Any]]:
@@ -133,11 +127,7 @@ def write_meta(trace_path: str | os.PathLike[str], meta: dict[str, Any]) -> Path
 
 
 def _validate(meta: dict[str, Any], where: str) -> None:
-    """Check ``meta`` against the sidecar schema (taxbreak.meta) when that module is present."""
-    try:
-        from taxbreak.meta import MetaError, validate_meta
-    except ImportError:  # the schema module is optional here; the writer still follows docs/sidecar.md
-        return
+    """Check ``meta`` against the sidecar schema (taxbreak.meta)."""
     try:
         validate_meta(meta, where)
     except MetaError as exc:
