@@ -48,7 +48,10 @@ merged AS (
     FROM int_busy_intervals WHERE busy_set = 'kernels' GROUP BY trace_id
 ),
 w AS (
-    SELECT k.trace_id, coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) AS il_start_ns, k.il_end_ns
+    SELECT k.trace_id, coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) AS il_start_ns,
+           CASE WHEN ops.first_op_ns IS NOT NULL THEN 'framework_op' WHEN k.first_launch_ns IS NOT NULL
+                THEN 'launch_call' ELSE 'kernel' END AS il_start_basis,
+           k.il_end_ns
     FROM k LEFT JOIN ops USING (trace_id)
 ),
 in_window AS (
@@ -70,18 +73,15 @@ SELECT
     k.akd_ns,
     CAST(k.kernel_sum_ns AS BIGINT) AS kernel_sum_ns,
     CAST(m.busy_ns AS BIGINT) AS kernel_busy_merged_ns,
-    coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) AS il_start_ns,
-    CASE WHEN ops.first_op_ns IS NOT NULL THEN 'framework_op' WHEN k.first_launch_ns IS NOT NULL THEN 'launch_call'
-         ELSE 'kernel' END AS il_start_basis,
-    k.il_end_ns,
-    k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) AS il_ns,
+    w.il_start_ns,
+    w.il_start_basis,
+    w.il_end_ns,
+    w.il_end_ns - w.il_start_ns AS il_ns,
     CAST(iw.busy_in_il_ns AS BIGINT) AS busy_in_il_ns,
-    CAST(k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) - iw.busy_in_il_ns AS BIGINT)
-        AS gpu_idle_merged_ns,
-    CAST(k.il_end_ns - coalesce(ops.first_op_ns, k.first_launch_ns, k.first_kernel_ns) - iw.kernel_sum_in_il_ns
-         AS BIGINT) AS gpu_idle_sum_ns
+    CAST(w.il_end_ns - w.il_start_ns - iw.busy_in_il_ns AS BIGINT) AS gpu_idle_merged_ns,
+    CAST(w.il_end_ns - w.il_start_ns - iw.kernel_sum_in_il_ns AS BIGINT) AS gpu_idle_sum_ns
 FROM k
+JOIN w USING (trace_id)
 LEFT JOIN t USING (trace_id)
-LEFT JOIN ops USING (trace_id)
 LEFT JOIN merged m USING (trace_id)
 LEFT JOIN in_window iw USING (trace_id)
