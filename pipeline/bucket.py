@@ -1,6 +1,7 @@
 """The bucket users drop reports into: a local folder or an S3-compatible prefix, plus the sensor's cursor.
 
-No Dagster here: listing, hashing, downloading, and the pure function that picks which files a tick takes.
+No Dagster here: listing, hashing, downloading, ingesting one object (the sensor's runs and ``taxbreak retry``),
+and the pure function that picks which files a tick takes.
 
 The cursor is a single high-water mark ``(changed_ns, name)``: files are ordered by the time they last
 changed, then by name, and a tick takes the files after the mark.  It stays the same size however many
@@ -16,13 +17,14 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
 from taxbreak.config import S3Settings
-from taxbreak.ingest import SIDECAR_SUFFIX, TRACE_SUFFIXES
+from taxbreak.ingest import SIDECAR_SUFFIX, TRACE_SUFFIXES, IngestResult, Lake, ingest_file
 
 HASH_CHUNK_BYTES = 1 << 20
 
@@ -155,6 +157,26 @@ def bucket_for_url(url: str, s3: S3Settings | None = None) -> tuple[Bucket, str]
         return S3Bucket(f"s3://{bucket_name}", s3), key
     path = Path(url.removeprefix("file://"))
     return LocalBucket(path.parent), path.name
+
+
+def ingest_from(b: Bucket, name: str, store: Lake, *, force: bool, cache_dir: Path | None) -> IngestResult:
+    """``ingest_file`` on a bucket object: in place for a local folder; object storage is downloaded to a
+    temporary file named like the object first (adapters look at the suffix) and the catalogue then records
+    the object's URL as the source."""
+    local = b.local_path(name)
+    if local is not None:
+        return ingest_file(local, store, force=force, cache_dir=cache_dir)
+    with tempfile.TemporaryDirectory(prefix="taxbreak-dl-") as tmp:
+        dest = Path(tmp) / Path(name).name
+        b.download(name, dest)
+        result = ingest_file(dest, store, force=force, cache_dir=cache_dir)
+    url = b.describe(name)
+    if result.row is not None and result.status != "unchanged" and result.row["source_path"] != url:
+        result.row["source_path"] = url
+        store.write_catalogue_row(result.row)
+    if result.error:
+        result.error = result.error.replace(str(dest), url)
+    return result
 
 
 # -- the cursor ---------------------------------------------------------------------------------

@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from taxbreak.config import S3Settings
-from taxbreak.ingest import IngestResult, Lake, ingest_file
-from taxbreak.pipeline.bucket import bucket_for_url
+from taxbreak.ingest import IngestResult, Lake
+from taxbreak.pipeline.bucket import bucket_for_url, ingest_from
 
 
 @contextlib.contextmanager
@@ -50,22 +49,14 @@ def select_failed(lake: Lake, prefix: str | None) -> list[dict]:
 
 def retry_row(row: dict, lake: Lake, cache_dir: Path | None = None) -> RetryOutcome:
     source = row["source_path"]
-    if source.startswith("s3://"):
-        bucket, name = bucket_for_url(source, S3Settings.from_env())
-        with tempfile.TemporaryDirectory(prefix="taxbreak-retry-") as tmp:
-            dest = Path(tmp) / Path(name).name
-            try:
-                bucket.download(name, dest)
-            except (OSError, FileNotFoundError) as exc:
-                return RetryOutcome(row["trace_id"], source, None, f"cannot download {source}: {exc}")
-            res = ingest_file(dest, lake, force=True, cache_dir=cache_dir)
-        if res.row is not None and res.row["source_path"] != source:
-            res.row["source_path"] = source
-            lake.write_catalogue_row(res.row)
-    else:
-        if not Path(source).exists():
-            return RetryOutcome(row["trace_id"], source, None, f"{source}: the source file is gone")
-        res = ingest_file(source, lake, force=True, cache_dir=cache_dir)
+    bucket, name = bucket_for_url(source, S3Settings.from_env())
+    local = bucket.local_path(name)
+    if local is not None and not local.exists():
+        return RetryOutcome(row["trace_id"], source, None, f"{source}: the source file is gone")
+    try:
+        res = ingest_from(bucket, name, lake, force=True, cache_dir=cache_dir)
+    except OSError as exc:  # the object could not be downloaded
+        return RetryOutcome(row["trace_id"], source, None, f"cannot download {source}: {exc}")
     return RetryOutcome(row["trace_id"], source, res, res.error)
 
 

@@ -2,13 +2,11 @@
 
 
 import json
-import tempfile
 from pathlib import Path
 
 import dagster as dg
 
-from taxbreak.ingest import IngestResult, Lake
-from taxbreak.pipeline.bucket import Bucket
+from taxbreak.pipeline.bucket import ingest_from
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
 
 TRACES = dg.DynamicPartitionsDefinition(name="traces")
@@ -37,28 +35,6 @@ def ingest_metadata(row: dict | None, status: str, error: str | None, source: st
     if error:
         meta["error"] = dg.MetadataValue.md(f"```\n{error}\n```")
     return meta  # type: ignore[return-value]
-
-
-def ingest_from(b: Bucket, name: str, store: Lake, *, force: bool, cache_dir: Path) -> IngestResult:
-    """``ingest_file`` on a bucket object: in place for a local folder; object storage is downloaded to a
-    temporary file named like the object first (adapters look at the suffix) and the catalogue then records
-    the object's URL as the source."""
-    from taxbreak.ingest import ingest_file
-
-    local = b.local_path(name)
-    if local is not None:
-        return ingest_file(local, store, force=force, cache_dir=cache_dir)
-    with tempfile.TemporaryDirectory(prefix="taxbreak-dl-") as tmp:
-        dest = Path(tmp) / Path(name).name
-        b.download(name, dest)
-        result = ingest_file(dest, store, force=force, cache_dir=cache_dir)
-    url = b.describe(name)
-    if result.row is not None and result.status != "unchanged" and result.row["source_path"] != url:
-        result.row["source_path"] = url
-        store.write_catalogue_row(result.row)
-    if result.error:
-        result.error = result.error.replace(str(dest), url)
-    return result
 
 
 def ingest_source(
