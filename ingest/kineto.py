@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from taxbreak.ingest.base import AdapterOutput, IngestError, TraceInfo
 from taxbreak.ingest.redact import redact
-from taxbreak.schemas import EVENT_SCHEMA
+from taxbreak.schemas import EVENT_SCHEMA, LAUNCH_KINDS
 
 SOURCE_FORMAT = "kineto"
 CHUNK_BYTES = 1 << 20
@@ -91,8 +91,6 @@ _ARGS_STRUCTURE = json.dumps(
         "kind": "VARCHAR",
     }
 )
-
-LAUNCH_KINDS = ("runtime_api", "driver_api", "graph_launch")
 
 _SOURCE = "read_json($path, format := $format, columns := $columns)"
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import duckdb
 
 from taxbreak.ingest.lake import Lake
-
-LAUNCH_KINDS = ("runtime_api", "driver_api", "graph_launch")
+from taxbreak.schemas import LAUNCH_KINDS
 
 
 def link_counts(lake_root, trace_id: str) -> dict:
@@ -19,15 +18,15 @@ def link_counts(lake_root, trace_id: str) -> dict:
         con.execute("SET autoinstall_known_extensions=false")
         lake.register_filesystem(con)
         row = con.execute(
-            """
+            f"""
             WITH ev AS (SELECT * FROM read_parquet($path)),
             k AS (SELECT pid, correlation_id, external_id FROM ev WHERE kind = 'kernel'),
             l AS (SELECT DISTINCT pid, correlation_id FROM ev
-                  WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch') AND correlation_id IS NOT NULL),
+                  WHERE kind IN {LAUNCH_KINDS} AND correlation_id IS NOT NULL),
             ops AS (SELECT DISTINCT external_id FROM ev WHERE kind = 'framework_op' AND external_id IS NOT NULL)
             SELECT
               (SELECT count(*) FROM k),
-              (SELECT count(*) FROM ev WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch')
+              (SELECT count(*) FROM ev WHERE kind IN {LAUNCH_KINDS}
                  AND (name ILIKE '%launch%')),
               (SELECT count(*) FROM ev WHERE kind = 'memcpy'),
               (SELECT count(*) FROM k JOIN l USING (pid, correlation_id)),

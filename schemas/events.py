@@ -38,6 +38,8 @@ EVENT_KINDS: tuple[str, ...] = (
     "metadata",  # metadata event (Kineto ph=M: process/thread names and sort indices)
     "other",  # anything else the source holds (kept, never dropped)
 )
+# Host calls that launch device work: a device event joins its launch on (pid, correlation_id).
+LAUNCH_KINDS: tuple[str, ...] = ("runtime_api", "driver_api", "graph_launch")
 
 
 def _f(name: str, typ: pa.DataType, unit: str, description: str, nullable: bool = True) -> pa.Field:

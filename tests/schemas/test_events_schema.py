@@ -4,7 +4,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from taxbreak.schemas import CATALOGUE_SCHEMA, EVENT_KINDS, EVENT_SCHEMA, SchemaVersionError, check_schema_version
+from taxbreak.schemas import (
+    CATALOGUE_SCHEMA,
+    EVENT_KINDS,
+    EVENT_SCHEMA,
+    LAUNCH_KINDS,
+    SchemaVersionError,
+    check_schema_version,
+)
 
 
 @pytest.mark.parametrize("schema", [EVENT_SCHEMA, CATALOGUE_SCHEMA])
@@ -31,6 +38,7 @@ def test_time_fields_and_required_columns() -> None:
     assert {"kernel", "runtime_api", "driver_api", "library_api", "graph_launch", "nvtx_range", "flow"} <= set(
         EVENT_KINDS
     )
+    assert LAUNCH_KINDS == ("runtime_api", "driver_api", "graph_launch") and set(LAUNCH_KINDS) <= set(EVENT_KINDS)
 
 
 def test_schema_version_round_trips_through_parquet(tmp_path) -> None:
