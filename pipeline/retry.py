@@ -61,18 +61,11 @@ def retry_row(row: dict, lake: Lake, cache_dir: Path | None = None) -> RetryOutc
 
 
 def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str]) -> dict[str, int]:
-    """Every sql/ file for ``trace_ids``, in dependency order, each given the traces explicitly; rows per table."""
-    from taxbreak.analysis import connect, materialize_table, sql_files
+    """Every sql/ file for ``trace_ids`` (``taxbreak.analysis.materialize``) under the writer lock; rows per table."""
+    from taxbreak.analysis import materialize
 
     with warehouse_lock(warehouse):
-        con = connect(warehouse)
-        try:
-            return {
-                f.name: materialize_table(con, f.name, trace_ids=trace_ids, lake_root=lake_root)
-                for f in sql_files()
-            }
-        finally:
-            con.close()
+        return materialize(warehouse, lake_root, trace_ids)
 
 
 def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.cli
