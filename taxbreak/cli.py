@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 from taxbreak.config import Paths, add_path_args
 
@@ -69,6 +70,15 @@ def _link_counts(paths: Paths, trace_id: str) -> dict | None:
         return None
 
 
+def format_ingest_result(paths: Paths, res: Any, label: str = "") -> str:
+    """``[ingested]`` or ``[already in the lake]`` (then ``label``) and the trace's summary, for a result that did
+    not fail (``taxbreak ingest`` and ``make demo`` print the same lines)."""
+    row = dict(res.row or {})
+    row["_links"] = _link_counts(paths, res.trace_id)
+    tag = "already in the lake" if res.status == "unchanged" else "ingested"
+    return f"[{tag}]{label} " + format_trace_summary(row)
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from taxbreak.ingest import Lake, ingest_file, iter_trace_files
 
@@ -89,10 +99,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             failed += 1
             print(f"FAILED {res.error}", file=sys.stderr)
             continue
-        row = dict(res.row or {})
-        row["_links"] = _link_counts(paths, res.trace_id)
-        tag = "already in the lake" if res.status == "unchanged" else "ingested"
-        print(f"[{tag}] " + format_trace_summary(row))
+        print(format_ingest_result(paths, res))
     if failed:
         rest = "; the others went through" if failed < len(files) else ""
         print(f"{failed} of {len(files)} file(s) failed{rest}", file=sys.stderr)

@@ -68,20 +68,11 @@ def ingest_inbox(paths: Paths, files: list[Path] | None = None) -> list[Any]:
     return [ingest_file(f, lake, cache_dir=paths.cache) for f in todo]
 
 
-def _links(paths: Paths, trace_id: str) -> dict | None:
-    try:
-        from taxbreak.ingest.links import link_counts
-
-        return link_counts(paths.lake, trace_id)
-    except Exception:  # noqa: BLE001 - the summary line is optional; the ingest outcome is what matters
-        return None
-
-
 def print_results(paths: Paths, results: list[Any] | None = None) -> int:
     """Print one summary per trace and the analysis summary; returns the number of failed inputs.
 
     ``results`` are ``ingest_inbox``'s; without them, every trace of the lake's catalogue is summarised."""
-    from taxbreak.cli import format_trace_summary
+    from taxbreak.cli import format_ingest_result
 
     if results is None:
         from taxbreak.ingest import IngestResult, Lake
@@ -98,11 +89,8 @@ def print_results(paths: Paths, results: list[Any] | None = None) -> int:
             failed += 1
             print(f"FAILED {res.error}")
             continue
-        row = dict(res.row or {})
-        row["_links"] = _links(paths, res.trace_id)
-        tag = "already in the lake" if res.status == "unchanged" else "ingested"
         synthetic = " [SYNTHETIC]" if Path(res.path).name.startswith("synthetic_") else ""
-        print(f"[{tag}]{synthetic} " + format_trace_summary(row))
+        print(format_ingest_result(paths, res, synthetic))
     print()
     _print_analysis(paths, [r.trace_id for r in results if r.status != "failed"])
     return failed
