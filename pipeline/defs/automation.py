@@ -115,11 +115,11 @@ def sweep(bucket: BucketResource, lake: LakeResource, instance: dg.DagsterInstan
                                max_files=1 << 62)
     todo = []
     for e in entries:
-        row = known.get(b.describe(e.name))
-        if not e.is_sidecar and row and row["file_bytes"] == e.size_bytes and row["ingested_at_ns"] >= e.changed_ns:
-            continue
         if e.is_sidecar:
             continue  # sidecar changes are the sensor's; a sweep looks for unseen traces
+        row = known.get(b.describe(e.name))
+        if row and row["file_bytes"] == e.size_bytes and row["ingested_at_ns"] >= e.changed_ns:
+            continue
         todo.append(e)
     known_keys = set(instance.get_dynamic_partitions(TRACES.name)) if todo else set()
     planned = plan_requests(b, store, todo, log=log, has_partition=known_keys.__contains__)

@@ -10,7 +10,6 @@ from taxbreak.pipeline.defs.analysis_assets import TABLE_NAMES, markdown_preview
 from taxbreak.pipeline.defs.resources import WarehouseResource
 
 # (table, check name, description, query selecting the violating rows). Fixed text: no values in it.
-SCOPE_KINDS_PARTITIONING_A_TRACE = ("step", "phase", "op", "kernel")
 RULES: list[tuple[str, str, str, str]] = [
     ("taxbreak_by_scope", "hdbi_in_unit_interval", "HDBI and HDBI_linked lie in [0, 1] wherever defined.",
      "SELECT trace_id, scope_kind, scope_key, hdbi, hdbi_linked FROM taxbreak_by_scope "
