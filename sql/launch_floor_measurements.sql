@@ -16,6 +16,8 @@
 WITH s AS (
     SELECT
         k.trace_id,
+        t.gpu_name,
+        t.host_name,
         k.kernel_ts_ns - k.launch_ts_ns AS d_ns,
         row_number() OVER (PARTITION BY k.trace_id ORDER BY k.launch_ts_ns, k.kernel_seq) AS n
     FROM int_kernel_links k
@@ -24,8 +26,8 @@ WITH s AS (
 )
 SELECT
     s.trace_id,
-    any_value(t.gpu_name) AS gpu_name,
-    any_value(t.host_name) AS host_name,
+    any_value(s.gpu_name) AS gpu_name,
+    any_value(s.host_name) AS host_name,
     count(*) AS samples,
     any_value(c.null_kernel_warmup) AS warmup_skipped,
     CAST(round(avg(d_ns)) AS BIGINT) AS t_sys_mean_ns,
@@ -34,7 +36,6 @@ SELECT
     max(d_ns) AS t_sys_max_ns,
     stddev_samp(d_ns) AS t_sys_std_ns
 FROM s
-JOIN trace_meta t USING (trace_id)
 CROSS JOIN run_config c
 WHERE s.n > c.null_kernel_warmup
 GROUP BY s.trace_id
