@@ -36,11 +36,12 @@ def capture_into_inbox(paths: Paths, recapture: bool = True) -> list[Path]:
     a new trace); the synthetic traces are deterministic and rewritten identically."""
     from taxbreak.capture.profile import capture_generation
     from taxbreak.capture.synthetic import SyntheticConfig, generate_synthetic
+    from taxbreak.meta import sidecar_path
 
     paths.inbox.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     existing = paths.inbox / DEMO_CAPTURE
-    if not recapture and existing.exists() and Path(str(existing) + ".meta.json").exists():
+    if not recapture and existing.exists() and sidecar_path(existing).exists():
         print(f"kept the earlier capture {existing} (make demo ARGS=--recapture for a new one)")
         real = existing
     else:
@@ -117,11 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     paths = Paths.from_env()
     capture_into_inbox(paths, recapture=args.recapture)
     from taxbreak.pipeline.local import run_inbox_pipeline  # Dagster lives in pipeline/ only
+    from taxbreak.query import exports_dir
 
     # The bucket sensor and the runs it asks for, in this process (no daemon): ingest + tables + exports + report.
     results = run_inbox_pipeline(paths)
     failed = print_results(paths, results)
-    exports = paths.warehouse.parent / "exports"
+    exports = exports_dir(paths.warehouse)
     report = paths.warehouse.parent / "reports" / "index.html"
     print(f"\nwarehouse: {paths.warehouse}   report: {report if report.exists() else '(not written)'}")
     print(f"query it: .venv/bin/taxbreak sql \"SELECT * FROM taxbreak_by_scope LIMIT 5\"  (during runs: {exports}/"
