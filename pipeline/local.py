@@ -102,20 +102,18 @@ def run_inbox_pipeline(paths: Paths | None = None, settle_s: float = 0.0) -> lis
     # A fresh instance knows no partitions, so its sensor re-runs known content (the ingest is then a no-op):
     # what the lake held before is reported as unchanged.
     known_before = {r["trace_id"] for r in lake.catalogue().to_pylist() if r["status"] == "ingested"}
-    saved = {k: os.environ.get(k) for k in _PATH_VARS}
-    os.environ.update({
+    env = {
         "TAXBREAK_INBOX": str(paths.inbox), "TAXBREAK_LAKE": str(paths.lake),
         "TAXBREAK_WAREHOUSE": str(paths.warehouse), "TAXBREAK_CACHE": str(paths.cache),
         "TAXBREAK_BUCKET": str(paths.inbox), "TAXBREAK_SETTLE_S": str(settle_s),
-    })
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         home = os.environ.get("DAGSTER_HOME")
-        if home and Path(home).is_dir():
-            with dg.DagsterInstance.get() as instance:
-                _, ticks = run_until_idle(load_defs(), instance)
-        else:
-            with dg.DagsterInstance.local_temp(overrides={"telemetry": {"enabled": False}}) as instance:
-                _, ticks = run_until_idle(load_defs(), instance)
+        with (dg.DagsterInstance.get() if home and Path(home).is_dir()
+              else dg.DagsterInstance.local_temp(overrides={"telemetry": {"enabled": False}})) as instance:
+            _, ticks = run_until_idle(load_defs(), instance)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -135,6 +133,3 @@ def run_inbox_pipeline(paths: Paths | None = None, settle_s: float = 0.0) -> lis
             out.append(IngestResult(str(f), trace_id, "ingested" if trace_id in ran else "unchanged", row))
     return out
 
-
-_PATH_VARS = ("TAXBREAK_INBOX", "TAXBREAK_LAKE", "TAXBREAK_WAREHOUSE", "TAXBREAK_CACHE", "TAXBREAK_BUCKET",
-              "TAXBREAK_SETTLE_S")
