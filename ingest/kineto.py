@@ -356,10 +356,10 @@ def _exact_number_text(value: Any) -> str | None:
     return None
 
 
-def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any], dict[str, int], int]:
+def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any], dict[str, int]]:
     """Stream-parse the whole file with ijson into ``workdir/events.ndjson``.
 
-    Returns (ndjson path, top-level metadata, skipped counts, number of traceEvents elements).
+    Returns (ndjson path, top-level metadata, skipped counts).
     """
     import ijson
     from ijson.common import ObjectBuilder
@@ -368,7 +368,6 @@ def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any]
     out_path = workdir / "events.ndjson"
     meta: dict[str, Any] = {}
     skipped: dict[str, int] = {}
-    n_elements = 0
     found_events = False
     src = _Source(path)
     gc_was_enabled = gc.isenabled()
@@ -419,7 +418,6 @@ def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any]
                 if not in_events:
                     meta[key] = item  # type: ignore[index]
                     continue
-                n_elements += 1
                 line = _normalise_event(item, skipped)
                 if line is not None:
                     out.write(line)
@@ -437,7 +435,7 @@ def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any]
             gc.enable()
     if not found_events:
         raise IngestError(f"{path}: JSON without traceEvents: not a Kineto/Chrome trace")
-    return out_path, meta, skipped, n_elements
+    return out_path, meta, skipped
 
 
 def _normalise_event(item: Any, skipped: dict[str, int]) -> str | None:
@@ -638,16 +636,11 @@ def _finish_batch(
             rewritten = _with_source_pid(pc.filter(args, rewrite), pc.filter(pid, rewrite))
             args = pc.replace_with_mask(args, rewrite, rewritten)
             pid = pc.if_else(rewrite, new_pid, pid)
-    col = batch.column
-    arrays = [
-        pa.repeat(pa.scalar(trace_id), n), pa.repeat(pa.scalar(SOURCE_FORMAT), n), col("kind"), col("category"),
-        col("phase"), col("name"), col("raw_name"), pa.nulls(n, pa.string()), pc.subtract(ts if n == len(ts) else
-        col("ts_ns"), origin_ns), col("dur_ns"), pid, col("tid"), col("device_id"), col("stream_id"),
-        col("correlation_id"), col("external_id"), col("flow_id"), col("grid_x"), col("grid_y"), col("grid_z"),
-        col("block_x"), col("block_y"), col("block_z"), col("registers_per_thread"), col("shared_memory_bytes"),
-        col("bytes"), col("copy_kind"), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.string()),
-        pa.nulls(n, pa.string()), args,
-    ]
+    # staged columns carry the schema's names; the columns no Kineto event fills are NULL
+    cols = dict(zip(batch.schema.names, batch.columns, strict=True))
+    cols.update(trace_id=pa.repeat(pa.scalar(trace_id), n), source_format=pa.repeat(pa.scalar(SOURCE_FORMAT), n),
+                ts_ns=pc.subtract(cols["ts_ns"], origin_ns), pid=pid, args_json=args)
+    arrays = [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in EVENT_SCHEMA]
     return pa.RecordBatch.from_arrays(
         [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, EVENT_SCHEMA, strict=True)],
         schema=EVENT_SCHEMA,
@@ -688,7 +681,7 @@ def read_kineto(
                     pass  # an unexpected element or layout: stream-parse instead
                 events_path.unlink(missing_ok=True)
             if staged is None:
-                events_path, meta, skipped, _ = _fallback_to_ndjson(path, workdir)
+                events_path, meta, skipped = _fallback_to_ndjson(path, workdir)
                 try:
                     staged = _stage(con, events_path, "newline_delimited", stage_path)
                 except (duckdb.Error, pa.ArrowException) as exc:
