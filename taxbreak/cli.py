@@ -127,10 +127,6 @@ def cmd_traces(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    add_path_args(p)
-
-
 def _add_ingest(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "ingest",
@@ -141,7 +137,7 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="+", help="trace files or folders (searched recursively)")
     p.add_argument("--force", action="store_true", help="re-ingest content already in the lake or failed before")
-    _add_common(p)
+    add_path_args(p)
     p.set_defaults(func=cmd_ingest)
 
 
@@ -150,7 +146,7 @@ def _add_traces(sub: argparse._SubParsersAction) -> None:
         "traces", help="list the trace catalogue", description="List every trace in the catalogue with its outcome."
     )
     p.add_argument("--json", action="store_true", help="print the catalogue rows as JSON")
-    _add_common(p)
+    add_path_args(p)
     p.set_defaults(func=cmd_traces)
 
 
@@ -169,7 +165,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--trace", action="append", help="trace id prefix or file name (repeatable; default: all)")
     p.add_argument("--table", action="append", help="only this table and what it reads (repeatable)")
-    _add_common(p)
+    add_path_args(p)
 
     def run(args: argparse.Namespace) -> int:
         from taxbreak.analysis import cmd_analyze
@@ -189,7 +185,7 @@ def _add_summary(sub: argparse._SubParsersAction) -> None:
     p.add_argument("trace", help="trace id prefix or file name")
     p.add_argument("--top", type=int, default=5, help="how many top kernels / fusion candidates (default 5)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    _add_common(p)
+    add_path_args(p)
 
     def run(args: argparse.Namespace) -> int:
         from taxbreak.analysis import cmd_summary
@@ -223,7 +219,7 @@ def _add_nsys_check(sub: argparse._SubParsersAction) -> None:
         "Exit 0 when they agree, 1 on a mismatch, 2 when nsys is not installed or TRACE cannot be ingested.",
     )
     p.add_argument("trace", help="the .nsys-rep or .sqlite file")
-    _add_common(p)
+    add_path_args(p)
     p.set_defaults(func=cmd_nsys_check)
 
 
@@ -240,7 +236,7 @@ def _add_retry(sub: argparse._SubParsersAction) -> None:
     p.add_argument("prefix", nargs="?", help="trace id prefix (as `taxbreak traces` prints it)")
     p.add_argument("--all-failed", action="store_true", help="retry every failed trace")
     p.add_argument("--no-tables", action="store_true", help="re-ingest only; leave the warehouse tables")
-    _add_common(p)
+    add_path_args(p)
     p.set_defaults(func=cmd_retry)
 
 
