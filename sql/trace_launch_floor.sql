@@ -1,7 +1,7 @@
 -- table: trace_launch_floor
 -- grain: one row per analysed trace
 -- reads: trace_meta, launch_floor_measurements, t_sys_defaults
--- description: The launch floor T_sys used for each trace and its provenance (METHOD.md section 4): the latest null-kernel measurement of the same GPU model and host when one exists (a null-kernel trace uses its own), else the documented default by GPU name (H100 4.51 us, H200 4.30 us, other 4.50 us; SODA's fallbacks).
+-- description: The launch floor T_sys used for each trace and its provenance (METHOD.md section 4): the null-kernel measurement of the same GPU model and host with the most samples (ties: lowest trace id) when one exists (a null-kernel trace uses its own), else the documented default by GPU name (H100 4.51 us, H200 4.30 us, other 4.50 us; SODA's fallbacks).
 -- column: trace_id: trace key
 -- column: gpu_name: GPU model the floor is keyed on
 -- column: host_name: host the floor is keyed on

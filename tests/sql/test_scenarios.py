@@ -132,15 +132,21 @@ def test_launch_floor_default_and_measured(tmp_path: Path) -> None:
     other = "e" * 64
     write_trace(lake, other, mixed_rows(other), gpu="NVIDIA H100 80GB HBM3", file_name="other_host.json",
                 host="hostB")
+    # a second, shorter null-kernel run on the same GPU and host: 22 launches, 2 measured (4000, 4100)
+    short = "9" * 64
+    write_trace(lake, short, null_kernel_rows(short)[:1 + 22 * 3], gpu="NVIDIA H100 80GB HBM3",
+                file_name="null_kernel_short.json")
     analysis.materialize(tmp_path / "wh.duckdb", tmp_path / "lake")
     con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
     meas = rows(con, "SELECT trace_id, samples, warmup_skipped, t_sys_mean_ns, t_sys_min_ns, t_sys_p50_ns, "
-                     "t_sys_max_ns FROM launch_floor_measurements")
-    assert meas == [(NULL_ID, 5, 20, 4200, 4000, 4200, 4400)]
+                     "t_sys_max_ns FROM launch_floor_measurements ORDER BY trace_id")
+    assert meas == [(short, 2, 20, 4050, 4000, 4000, 4100), (NULL_ID, 5, 20, 4200, 4000, 4200, 4400)]
     floors = dict((r[0], r[1:]) for r in rows(con, "SELECT trace_id, t_sys_ns, t_sys_source, t_sys_rule, "
                                                      "t_sys_measured_trace_id FROM trace_launch_floor"))
-    assert floors[MIXED_ID] == (4200, "measured", "null_kernel_trace", NULL_ID)  # same GPU model and host
+    # same GPU model and host: the measurement with the most samples
+    assert floors[MIXED_ID] == (4200, "measured", "null_kernel_trace", NULL_ID)
     assert floors[NULL_ID] == (4200, "measured", "null_kernel_trace", NULL_ID)
+    assert floors[short] == (4050, "measured", "null_kernel_trace", short)  # a null-kernel trace uses its own
     assert floors[other] == (4510, "default", "default_h100", None)  # other host: the default
     kt = rows(con, "SELECT delta_kt_ns FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'trace'", t=MIXED_ID)
     assert kt == [(6 * 4200,)]
