@@ -232,7 +232,7 @@ class Lake:
                     if batch.num_rows == 0:
                         continue
                     if batch.schema != EVENT_SCHEMA:
-                        batch = pa.Table.from_batches([batch]).cast(EVENT_SCHEMA).combine_chunks().to_batches()[0]
+                        batch = batch.cast(EVENT_SCHEMA)
                     writer.write_batch(batch)
                     n_rows += batch.num_rows
                     for item in pc.value_counts(batch.column("kind")).to_pylist():

@@ -41,6 +41,19 @@ def test_write_publishes_one_partition_and_a_catalogue_row(lake):
     assert lake.catalogue().num_rows == 1
 
 
+def test_batches_of_a_looser_schema_are_cast_to_the_event_schema(lake):
+    """An adapter's batch without field metadata and with a wider device_id is stored in EVENT_SCHEMA."""
+    loose = pa.schema([f.remove_metadata() for f in EVENT_SCHEMA]).remove_metadata()
+    loose = loose.set(loose.get_field_index("device_id"), pa.field("device_id", pa.int64()))
+    batch = pa.RecordBatch.from_pylist(
+        [{"trace_id": TRACE_ID, "source_format": "kineto", "kind": "kernel", "ts_ns": 7, "device_id": 3}], schema=loose)
+    lake.write_events(TRACE_ID, iter([batch]), TraceInfo(source_format="kineto"), file_name="t.json",
+                      source_path="/x/t.json", file_bytes=1)
+    table = lake.read_events(TRACE_ID)
+    assert table.schema.equals(EVENT_SCHEMA, check_metadata=True)
+    assert table.select(["kind", "ts_ns", "device_id"]).to_pylist() == [{"kind": "kernel", "ts_ns": 7, "device_id": 3}]
+
+
 def test_a_failing_batch_stream_leaves_nothing_behind(lake):
     def batches() -> Iterator[pa.RecordBatch]:
         yield _batch(3)
