@@ -306,6 +306,11 @@ def total_kernels(cfg: SyntheticConfig) -> int:
 
 
 # --- simulation ----------------------------------------------------------------------------------------------
+def _kernel_ns(spec: KernelSpec, tokens: int, cfg: SyntheticConfig, rng: random.Random) -> int:
+    """A kernel's duration in a step processing ``tokens`` tokens (one jitter draw)."""
+    return round(spec.base_ns * (1 + tokens * spec.token_scale) * cfg.kernel_jitter.sample(rng) / 1000)
+
+
 # Records: ("op", name, ts, dur, ext) | ("rt", api, cat, ts, dur, corr, ext) | ("k", spec, ts, dur, corr, ext, graph)
 #          ("mc", ts, dur, corr, ext, bytes) | ("ann", name, ts, dur, ext) | ("gann", name, ts, dur, ext)
 Record = tuple
@@ -318,9 +323,7 @@ def simulate(cfg: SyntheticConfig, start_ns: int = 0) -> Iterator[Record]:
     host = start_ns + 10_000
     gpu_free = start_ns
     corr = 1000
-    ext = 100
-    ext += 1
-    run_ext = ext
+    run_ext = ext = 101
     run_start = host
     yield_after: list[Record] = []
     for step in steps_for(cfg.output_tokens):
@@ -341,7 +344,7 @@ def simulate(cfg: SyntheticConfig, start_ns: int = 0) -> Iterator[Record]:
             ktime = max(launch_ts + cfg.launch_latency.sample(rng), gpu_free + 400)
             for op in plan:
                 spec = kernels[op.kernel]
-                dur = round(spec.base_ns * (1 + tokens * spec.token_scale) * cfg.kernel_jitter.sample(rng) / 1000)
+                dur = _kernel_ns(spec, tokens, cfg, rng)
                 yield ("k", spec, ktime, dur, gcorr, step_ext, 1)
                 first_kernel = ktime if first_kernel is None else first_kernel
                 ktime += dur + 600 + rng.randrange(400)
@@ -362,7 +365,7 @@ def simulate(cfg: SyntheticConfig, start_ns: int = 0) -> Iterator[Record]:
                 launch_dur = cfg.launch_api.sample(rng)
                 records.append(("rt", api, cat, t, launch_dur, corr, ext))
                 kts = max(t + cfg.launch_latency.sample(rng), gpu_free + 300)
-                dur = round(spec.base_ns * (1 + tokens * spec.token_scale) * cfg.kernel_jitter.sample(rng) / 1000)
+                dur = _kernel_ns(spec, tokens, cfg, rng)
                 records.append(("k", spec, kts, dur, corr, ext, 0))
                 first_kernel = kts if first_kernel is None else first_kernel
                 gpu_free = kts + dur
@@ -691,8 +694,7 @@ def write_nsys_sqlite(cfg: SyntheticConfig, path: str | os.PathLike[str]) -> Pat
             if len(kernels) + len(runtime) + len(nvtx) >= 50_000:
                 flush()
         flush()
-        if "ThreadNames" in ddl:
-            con.execute("INSERT INTO ThreadNames VALUES (?, ?, ?)", (sid("python3"), 20, GLOBAL_TID))
+        con.execute("INSERT INTO ThreadNames VALUES (?, ?, ?)", (sid("python3"), 20, GLOBAL_TID))
         con.executemany("INSERT INTO StringIds VALUES (?, ?)", ((i, s) for s, i in strings.items()))
         gpu_row: dict[str, Any] = {"vmId": 1 << 48, "id": 0, "name": cfg.gpu_name, "busLocation": "0000:18:00.0",
                                    "isDiscrete": 1, "smCount": 132, "totalMemory": 85018279936, "cuDevice": 0,
@@ -714,8 +716,7 @@ def write_nsys_sqlite(cfg: SyntheticConfig, path: str | os.PathLike[str]) -> Pat
             ("TAXBREAK_SYNTHETIC", "true"),
             ("TAXBREAK_META", json.dumps(meta)),
         ])
-        if "PROCESSES" in ddl:
-            con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (GLOBAL_PID, PID, "python3"))
+        con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (GLOBAL_PID, PID, "python3"))
         con.commit()
     finally:
         con.close()
