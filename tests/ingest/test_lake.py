@@ -37,8 +37,10 @@ def test_write_publishes_one_partition_and_a_catalogue_row(lake):
     table = lake.read_events(TRACE_ID)
     assert table.num_rows == 5 and table.schema == EVENT_SCHEMA
     assert (row["event_count"], row["source_event_count"], row["duration_ns"]) == (5, 7, 115)
-    assert lake.catalogue_row(TRACE_ID)["status"] == "ingested"
-    assert lake.catalogue().num_rows == 1
+    assert (row["event_counts_json"], row["skipped_counts_json"]) == ('{"kernel": 5}', '{"missing_ts": 2}')
+    assert (row["status"], row["file_bytes"], row["schema_version"]) == ("ingested", 123, "1.1.0")
+    assert lake.catalogue_row(TRACE_ID) == row  # what was returned is what was stored
+    assert lake.catalogue().to_pylist() == [row]
 
 
 def test_batches_of_a_looser_schema_are_cast_to_the_event_schema(lake):

@@ -113,8 +113,13 @@ def test_nsys_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
             f'cat "{tmp_path / "out.csv"}"\n')
     monkeypatch.setenv("TAXBREAK_NSYS", str(_fake_nsys(tmp_path / "bin", body)))
     assert main(["nsys-check", str(fixture), "--lake", str(tmp_path / "lake")]) == rc
-    err = capsys.readouterr()
-    assert ("OK: 2 kernel names, 4 kernels, 1,600 ns" in err.out) if rc == 0 else ("MISMATCH" in err.err)
+    out = capsys.readouterr()
+    if rc == 0:
+        assert "OK: 2 kernel names, 4 kernels, 1,600 ns" in out.out
+    else:
+        assert "MISMATCH: 1 of 2 kernel names differ" in out.err
+        assert "void graph_k(int): taxbreak (3, 600) vs nsys (3, 601) (instances, total ns)" in out.err
+        assert "gemm" not in out.err
 
 
 def test_nsys_check_without_nsys(no_nsys: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
