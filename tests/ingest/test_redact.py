@@ -12,8 +12,7 @@ import pytest
 from taxbreak.ingest import Lake, ingest_file
 from taxbreak.ingest.redact import REDACTED, is_secret_key, redact
 
-PUBLIC = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
-QWEN = PUBLIC / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 
 
 @pytest.mark.parametrize(("key", "secret"), [
@@ -36,13 +35,12 @@ def test_redact_keys_and_token_shaped_values() -> None:
     }
 
 
-def test_public_trace_token_stays_out_of_the_catalogue(tmp_path: Path) -> None:
-    if not QWEN.exists():
-        pytest.skip(f"public traces not present at {QWEN}")
-    raw = json.loads(gzip.open(QWEN).read())
+def test_public_trace_token_stays_out_of_the_catalogue(tmp_path: Path, public_traces: Path) -> None:
+    with gzip.open(public_traces / QWEN) as fh:
+        raw = json.load(fh)
     env_tokens = re.findall(r'"HF_TOKEN": "([^"]+)"', json.dumps(raw.get("metadata")))
     assert env_tokens and all(t for t in env_tokens)  # the public file does embed one
-    res = ingest_file(QWEN, Lake(tmp_path / "lake"))
+    res = ingest_file(public_traces / QWEN, Lake(tmp_path / "lake"))
     assert res.status == "ingested"
     stored = res.row["metadata_json"]
     assert all(t not in stored for t in env_tokens)
