@@ -128,12 +128,12 @@ def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | 
         return {"lanes": [], "gaps": [], "kernels": 0}
     starts = [k["kernel_ts_ns"] for k in ks] + [k["launch_ts_ns"] for k in ks if k["launch_ts_ns"] is not None]
     t0, t1 = min(starts), max(k["kernel_end_ns"] for k in ks)
-    ops: dict[tuple, tuple] = {}
+    ops: set[tuple] = set()  # an op launching several kernels is drawn once
     launches = []
     streams: dict[str, list] = {}
     for k in ks:
         if k["op_ts_ns"] is not None:
-            ops[(k["op_ts_ns"], k["op_end_ns"], k["op_name"])] = (k["op_ts_ns"], k["op_end_ns"], k["op_name"], "op")
+            ops.add((k["op_ts_ns"], k["op_end_ns"], k["op_name"], "op"))
         if k["launch_ts_ns"] is not None:
             launches.append((k["launch_ts_ns"], k["launch_ts_ns"] + (k["launch_dur_ns"] or 0),
                              k["launch_name"] or "launch", "launch call"))
@@ -143,7 +143,7 @@ def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | 
         SELECT gap_start_ns, gap_end_ns FROM device_idle_gaps
         WHERE trace_id = $t AND gap_end_ns > $a AND gap_start_ns < $b ORDER BY gap_start_ns
     """, {"t": trace_id, "a": t0, "b": t1}).fetchall()
-    lanes = [("framework ops", sorted(ops.values())), ("launch calls", launches)]
+    lanes = [("framework ops", sorted(ops)), ("launch calls", launches)]
     lanes += [(name, boxes) for name, boxes in sorted(streams.items())]
     idle_ns = sum(min(e, t1) - max(s, t0) for s, e in gaps)
     return {"lanes": lanes, "gaps": [(max(s, t0), min(e, t1)) for s, e in gaps], "kernels": len(ks),

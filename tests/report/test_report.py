@@ -75,6 +75,7 @@ def test_timeline_is_the_first_decode_step(wh: dict, data: dict) -> None:
     assert tl["kernels"] == step["kernels"]
     lanes = dict(tl["lanes"])
     assert len(lanes["launch calls"]) == step["kernels"]  # one launch call per kernel, no graphs
+    assert len(lanes["framework ops"]) == step["kernels"]  # the synthetic eager step: one op per kernel
     assert sum(len(b) for name, b in tl["lanes"] if name.startswith("GPU")) == step["kernels"]
     assert 0 < tl["idle_ns"] < tl["window_ns"]
     # the window runs from the first launch call or kernel to the last kernel's end; the device is idle in it
