@@ -300,10 +300,6 @@ class Lake:
         self.write_catalogue_row(row)
         return row
 
-    def clean_staging(self) -> None:
-        if not self.is_object_store:  # an object-store lake stages in local temporary folders, removed as it goes
-            shutil.rmtree(self.root / STAGING_DIR, ignore_errors=True)
-
 
 def catalogue_row(
     trace_id: str, *, file_name: str, source_path: str, file_bytes: int, info: TraceInfo, status: str,
