@@ -50,8 +50,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from taxbreak.capture.profile import capture_generation
+    from taxbreak.capture.sweep import model_label
 
-    out = args.out or f"{args.model if args.model in ('dense', 'moe') else Path(args.model).name}_capture.json.gz"
+    out = args.out or f"{model_label(args.model)}_capture.json.gz"
     path = capture_generation(
         out, model=args.model, batch_size=args.batch_size, prompt_len=args.prompt_len,
         output_tokens=args.tokens, dtype=args.dtype, device=args.device, warmup_runs=args.warmup,
