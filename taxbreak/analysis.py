@@ -466,9 +466,15 @@ def _all(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> li
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-def summary(warehouse_path: str | os.PathLike[str], trace_id_prefix: str, top_k: int = 5) -> dict[str, Any]:
-    """The headline figures of one analysed trace (matched by trace id prefix or file name) as plain data."""
-    con = duckdb.connect(str(warehouse_path), read_only=True)
+def summary(
+    warehouse_path: str | os.PathLike[str], trace_id_prefix: str, top_k: int = 5,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> dict[str, Any]:
+    """The headline figures of one analysed trace (matched by trace id prefix or file name) as plain data.
+
+    ``con``: an open connection to read instead of opening ``warehouse_path`` read-only (kept open)."""
+    own = con is None
+    con = con or duckdb.connect(str(warehouse_path), read_only=True)
     try:
         matches = con.execute(
             "SELECT trace_id FROM trace_meta WHERE starts_with(trace_id, $p) OR file_name = $p ORDER BY trace_id",
@@ -506,7 +512,8 @@ def summary(warehouse_path: str | os.PathLike[str], trace_id_prefix: str, top_k:
                                 {"t": p["t"]}),
         }
     finally:
-        con.close()
+        if own:
+            con.close()
     out["assumptions"] = _assumptions(out)
     return out
 
@@ -631,17 +638,25 @@ def cmd_analyze(args: Any) -> int:
 
 def cmd_summary(args: Any) -> int:
     from taxbreak.config import Paths
+    from taxbreak.query import open_for_cli
 
     paths = Paths.from_args(args)
     if not Path(paths.warehouse).exists():
         print(f"summary: no warehouse at {paths.warehouse}: ingest traces (`taxbreak ingest PATH`) and run "
               "`taxbreak analyze` first, or pass --warehouse PATH", file=sys.stderr)
         return 2
-    try:
-        s = summary(paths.warehouse, args.trace, top_k=args.top)
-    except (LookupError, duckdb.Error) as exc:
-        print(f"summary: {paths.warehouse}: {exc}", file=sys.stderr)
+    opened = open_for_cli(args, "summary")  # like sql/compare/report: the snapshot while a writer holds the file
+    if opened is None:
         return 2
+    if opened.source != "warehouse":
+        print(f"note: the warehouse file is busy; reading the {opened.source} at {opened.path}", file=sys.stderr)
+    try:
+        s = summary(paths.warehouse, args.trace, top_k=args.top, con=opened.con)
+    except (LookupError, duckdb.Error) as exc:
+        print(f"summary: {opened.path}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        opened.con.close()
     if args.json:
         print(json.dumps(s, indent=2, default=str))
     else:

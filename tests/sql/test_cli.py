@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,3 +37,27 @@ def test_analyze_then_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     missing = tmp_path / "absent.duckdb"
     assert main(["summary", "nope", "--lake", str(tmp_path / "lake"), "--warehouse", str(missing)]) == 2
     assert f"no warehouse at {missing}" in capsys.readouterr().err
+
+
+def test_summary_reads_the_snapshot_while_a_writer_holds_the_warehouse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    build_mixed(tmp_path / "lake")
+    wh = tmp_path / "wh.duckdb"
+    common = ["--lake", str(tmp_path / "lake"), "--warehouse", str(wh)]
+    assert main(["analyze", *common]) == 0
+    (tmp_path / "exports").mkdir()
+    shutil.copyfile(wh, tmp_path / "exports" / "snapshot.duckdb")
+    capsys.readouterr()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); "
+         "sys.stdin.read()", str(wh)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert main(["summary", "mixed.json", "--json", *common]) == 0
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["taxbreak"]["t_orchestrate_ns"] == 60260
+        assert "reading the snapshot" in captured.err
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
