@@ -13,7 +13,6 @@ comparison uses 150 MB/s (the low end of the Kineto adapter's 150-180 MB/s) over
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import multiprocessing
 import resource
 import shutil
@@ -31,6 +30,7 @@ import gen_synthetic_lake  # noqa: E402
 from taxbreak import analysis  # noqa: E402
 
 KINETO_MB_S = 150.0
+KINETO_BYTES_PER_EVENT = 330
 
 
 def _status_mb(field: str) -> float | None:
@@ -53,18 +53,15 @@ def _reset_peak() -> bool:
         return True
     except OSError:
         return False
-KINETO_BYTES_PER_EVENT = 330
 
 
 def _kineto_ingest_seconds(n_kernels: int, work: Path, full: bool) -> tuple[float, str] | None:
     """Ingest time of a Kineto trace of ``n_kernels`` kernels written by bench/gen_kineto.py: measured on the full
     file with ``full``, else measured on a 256 MiB file of the same generator and scaled by size."""
-    gen = HERE / "gen_kineto.py"
-    if not gen.exists():
+    try:
+        import gen_kineto as mod  # beside this script (HERE is on sys.path)
+    except ModuleNotFoundError:
         return None
-    spec = importlib.util.spec_from_file_location("gen_kineto", gen)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
     from taxbreak.ingest import Lake, ingest_file
 
     probe = work / "probe.pt.trace.json"
@@ -119,11 +116,12 @@ def main() -> None:
         t0 = time.perf_counter()
         analysis.prepare(con, work / "lake")
         state = analysis._run_state(con)
-        files = {f.name: f for f in analysis.sql_files()}
+        order = analysis.sql_files()
+        files = {f.name: f for f in order}
         head = f"  {'table':<28} {'rows':>12} {'time':>9}"
         print(head + (f" {'peak RSS':>11} {'RSS after':>11}" if per_table else ""))
         run_peak_mb = 0.0
-        for f in analysis.sql_files():
+        for f in order:
             t1 = time.perf_counter()
             n = analysis._build(con, f.name, state, files)
             line = f"  {f.name:<28} {n:>12,} {time.perf_counter() - t1:7.2f} s"
