@@ -18,6 +18,10 @@ from .conftest import PUBLIC
 MOCK = PUBLIC / "nsys-ai" / "mock.sqlite"
 
 
+def _out_of_memory(*args: object, **kwargs: object) -> None:
+    raise MemoryError
+
+
 def test_retry_failed_trace(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                             capsys: pytest.CaptureFixture[str]) -> None:
     if not MOCK.exists():
@@ -27,11 +31,8 @@ def test_retry_failed_trace(env: dict[str, Path], monkeypatch: pytest.MonkeyPatc
     trace_id = hashlib.sha256(src.read_bytes()).hexdigest()
     lake = Lake(env["lake"])
 
-    def out_of_memory(*args: object, **kwargs: object) -> None:
-        raise MemoryError
-
     with monkeypatch.context() as m:  # a transient failure: the host ran out of memory
-        m.setattr(ingest_mod, "_open_adapter", out_of_memory)
+        m.setattr(ingest_mod, "_open_adapter", _out_of_memory)
         assert ingest_file(src, lake).status == "failed"
     row = lake.catalogue_row(trace_id)
     assert row["status"] == "failed" and "ran out of memory" in row["error"]
@@ -59,3 +60,50 @@ def test_retry_reports_a_missing_source(env: dict[str, Path], capsys: pytest.Cap
     bad.unlink()
     assert main(["retry", res.trace_id[:8]]) == 1
     assert f"{bad}: the source file is gone" in capsys.readouterr().err
+
+
+def test_retry_from_s3(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A failed trace whose source is an S3 object is downloaded again and re-ingested; the catalogue keeps the
+    object's URL (never the temporary file's path), also in a failure's reason; a vanished object is reported."""
+    import boto3  # pinned in requirements.lock
+    from moto.server import ThreadedMotoServer
+
+    from taxbreak.pipeline.bucket import S3Bucket, ingest_from
+    from taxbreak.pipeline.retry import retry_row
+
+    from .conftest import write_kineto
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                     "AWS_DEFAULT_REGION": "us-east-1", "TAXBREAK_S3_ENDPOINT_URL": f"http://{host}:{port}"}.items():
+            monkeypatch.setenv(k, v)
+        s3 = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
+        s3.create_bucket(Bucket="reports")
+        good = write_kineto(tmp_path / "src" / "k.json", 2).read_bytes()
+        s3.put_object(Bucket="reports", Key="in/run1/k.json", Body=good)
+        s3.put_object(Bucket="reports", Key="in/broken.json", Body=b"not json at all")
+        lake, bucket = Lake(env["lake"]), S3Bucket("s3://reports/in")
+
+        broken = ingest_from(bucket, "broken.json", lake, force=False, cache_dir=None)
+        assert broken.status == "failed"
+        assert broken.error.startswith("s3://reports/in/broken.json: not JSON")
+        assert lake.catalogue_row(broken.trace_id)["source_path"] == "s3://reports/in/broken.json"
+
+        with monkeypatch.context() as m:  # a transient failure
+            m.setattr(ingest_mod, "_open_adapter", _out_of_memory)
+            first = ingest_from(bucket, "run1/k.json", lake, force=False, cache_dir=None)
+        assert first.status == "failed" and first.trace_id == hashlib.sha256(good).hexdigest()
+        out = retry_row(lake.catalogue_row(first.trace_id), lake)
+        assert (out.error, out.result.status) == (None, "ingested")
+        row = lake.catalogue_row(first.trace_id)
+        assert (row["status"], row["event_count"], row["source_path"]) == (
+            "ingested", 7, "s3://reports/in/run1/k.json")
+
+        s3.delete_object(Bucket="reports", Key="in/broken.json")
+        gone = retry_row(lake.catalogue_row(broken.trace_id), lake)
+        assert gone.result is None and gone.error.startswith("cannot download s3://reports/in/broken.json: ")
+    finally:
+        server.stop()
