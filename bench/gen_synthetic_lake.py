@@ -37,7 +37,7 @@ STEP = 1000
 PID = "1000"
 
 
-def _table(trace_id: str, cols: dict[str, object], n: int) -> pa.Table:
+def _table(cols: dict[str, object], n: int) -> pa.Table:
     arrays = []
     for f in EVENT_SCHEMA:
         v = cols.get(f.name)
@@ -58,35 +58,35 @@ def batches(trace_id: str, n: int) -> list[pa.RecordBatch]:
     base = {"trace_id": trace_id, "source_format": "kineto", "phase": "X", "pid": PID}
     out = []
     # framework ops (inner) and launches and kernels
-    out.append(_table(trace_id, {**base, "kind": "framework_op", "category": "cpu_op", "name": ops, "ts_ns": t - 800,
+    out.append(_table({**base, "kind": "framework_op", "category": "cpu_op", "name": ops, "ts_ns": t - 800,
                                  "dur_ns": np.full(n, 2300), "tid": PID, "external_id": i + 1}, n))
-    out.append(_table(trace_id, {**base, "kind": "runtime_api", "category": "cuda_runtime", "name": "cudaLaunchKernel",
+    out.append(_table({**base, "kind": "runtime_api", "category": "cuda_runtime", "name": "cudaLaunchKernel",
                                  "ts_ns": t, "dur_ns": np.full(n, 1200), "tid": PID, "correlation_id": i + 1,
                                  "external_id": i + 1}, n))
     jitter = (i * 7919) % 900
-    out.append(_table(trace_id, {**base, "kind": "kernel", "category": "kernel", "name": names,
+    out.append(_table({**base, "kind": "kernel", "category": "kernel", "name": names,
                                  "ts_ns": t + 6000 + jitter,
                                  "dur_ns": np.full(n, 3000) + (i % 5) * 100, "tid": "7", "device_id": 0,
                                  "stream_id": 7, "correlation_id": i + 1, "external_id": i + 1}, n))
     # outer ops every two kernels
     j = np.arange(n // 2, dtype=np.int64)
     t0, t1 = t[2 * j], t[2 * j + 1]
-    out.append(_table(trace_id, {**base, "kind": "framework_op", "category": "cpu_op", "name": "aten::linear",
+    out.append(_table({**base, "kind": "framework_op", "category": "cpu_op", "name": "aten::linear",
                                  "ts_ns": t0 - 1000, "dur_ns": (t1 + 2000) - (t0 - 1000), "tid": PID,
                                  "external_id": 2 * n + j}, len(j)))
     # python functions every ten kernels (within a step)
     m = np.arange(n // 10, dtype=np.int64)
     a, b = t[10 * m], t[10 * m + 9]
-    out.append(_table(trace_id, {**base, "kind": "python_function", "category": "python_function",
+    out.append(_table({**base, "kind": "python_function", "category": "python_function",
                                  "name": "model.py(42): forward", "ts_ns": a - 2000, "dur_ns": (b + 3000) - (a - 2000),
                                  "tid": PID}, len(m)))
     # steps and a synchronize at the end of each
     s = np.arange(n // STEP, dtype=np.int64)
     first, last = t[STEP * s], t[STEP * s + STEP - 1]
-    out.append(_table(trace_id, {**base, "kind": "user_annotation", "category": "user_annotation",
+    out.append(_table({**base, "kind": "user_annotation", "category": "user_annotation",
                                  "name": np.array([f"decode_step#{k + 1}" for k in s], dtype=object),
                                  "ts_ns": first - 2500, "dur_ns": (last + 3500) - (first - 2500), "tid": PID}, len(s)))
-    out.append(_table(trace_id, {**base, "kind": "runtime_api", "category": "cuda_runtime",
+    out.append(_table({**base, "kind": "runtime_api", "category": "cuda_runtime",
                                  "name": "cudaDeviceSynchronize", "ts_ns": last + 3200, "dur_ns": np.full(len(s), 200),
                                  "tid": PID, "correlation_id": 3 * n + s}, len(s)))
     return [b for tb in out for b in tb.to_batches(max_chunksize=1 << 20)]
