@@ -81,3 +81,12 @@ def test_executor_choice_from_environment(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("TAXBREAK_EXECUTOR", "spark")
     with pytest.raises(ValueError, match="expected multiprocess"):
         executor_from_env()
+
+
+def test_celery_worker_config_matches_the_run_config() -> None:
+    """The workers' config (``dagster-celery worker start -y``) repeats the run config's broker, backend and
+    Celery settings: they must agree, or workers listen on another queue than the one runs submit to."""
+    worker = yaml.safe_load((DEPLOY / "celery" / "celery_config.yaml").read_text())["execution"]["config"]
+    run = yaml.safe_load((DEPLOY / "celery" / "run_config.yaml").read_text())["execution"]["config"]
+    assert set(worker) == {"broker", "backend", "config_source"} and set(worker) <= CELERY_EXECUTOR_KEYS
+    assert worker == {k: run[k] for k in worker}
