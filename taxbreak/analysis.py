@@ -236,7 +236,7 @@ def prepare(
     ids = [r["trace_id"] for r in rows]
     for t in ids:  # a partition written by an unknown schema major is refused, not misread
         lake.check_events_version(t)
-    files = [str(lake.events_dir(t) / "part-0.parquet") for t in ids]
+    files = [str(lake.events_path(t)) for t in ids]
     if (lake.root / "events").exists():
         con.execute(
             "CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet("
