@@ -66,10 +66,13 @@ def test_sweep_table_alone_on_a_fresh_connection(tmp_path: Path) -> None:
     analysis.materialize(wh, tmp_path / "lake")
     con = analysis.connect(wh)
     try:
+        full = {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+                for t in ("sweep_points", "sweep_transition")}
         assert analysis.materialize_table(con, "sweep_points", trace_ids=[SWEEP_IDS[1]],
                                           lake_root=tmp_path / "lake") == 3
-        assert con.execute("SELECT count(*) FROM sweep_points").fetchone()[0] == 3
+        assert con.execute("SELECT * FROM sweep_points ORDER BY ALL").fetchall() == full["sweep_points"]
         assert analysis.materialize_table(con, "sweep_transition", trace_ids=[SWEEP_IDS[1]],
                                           lake_root=tmp_path / "lake") == 1
+        assert con.execute("SELECT * FROM sweep_transition ORDER BY ALL").fetchall() == full["sweep_transition"]
     finally:
         con.close()
