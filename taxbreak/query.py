@@ -57,19 +57,19 @@ def _attach_lake(con: duckdb.DuckDBPyConnection, lake: Path | str | None) -> Non
     """Views ``events`` and ``catalogue`` over the lake (a local folder or ``s3://bucket/prefix``)."""
     if lake is None:
         return
-    from taxbreak.ingest.lake import Lake
+    from taxbreak.ingest.lake import EVENTS_DIR, Lake
 
     store = Lake(lake)
     existing = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     existing |= {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
-    events = store.root / "events"  # on S3 a prefix exists only while an object is under it
+    events = store.root / EVENTS_DIR  # on S3 a prefix exists only while an object is under it
     has_events = events.exists() if store.is_object_store else any(events.glob("trace_id=*/*.parquet"))
     has_catalogue = bool(store.catalogue_paths())
     if (has_events or has_catalogue) and not ({"events", "catalogue"} <= existing):
         store.register_filesystem(con)
     if has_events and "events" not in existing:
         con.execute("CREATE TEMP VIEW events AS SELECT * FROM read_parquet("
-                    + _sq(str(store.root / "events" / "trace_id=*" / "*.parquet"))
+                    + _sq(store.events_glob())
                     + ", hive_partitioning = false, union_by_name = true)")
     if has_catalogue and "catalogue" not in existing:
         con.execute("CREATE TEMP VIEW catalogue AS SELECT * FROM read_parquet("
