@@ -11,15 +11,17 @@
 -- column: proximity_score: occurrences / first_kernel_count
 -- column: launches_saved: (L - 1) * occurrences (launches)
 -- column: host_time_saved_ns: (L - 1) * occurrences * T_sys (ns)
--- column: rank: 1 = most occurrences, then longer chains, then chain text
-WITH
+-- column: candidate_rank: rank among every candidate of the trace by host time saved (then longer chains, then chain text)
+-- column: is_listed: the chain is in the trace's list of maximal, non-overlapping chains (METHOD.md section 7, ours): going down candidate_rank, a chain is listed unless its kernel names can overlap a listed chain's (contained in it, or the same chain shifted), so the savings of listed chains add up; decided among the run_config.fusion_list_pool (500) best candidates, false beyond
+-- column: rank: rank among the listed chains (1 = most host time saved); NULL for chains not listed. The one ranking every output uses
+WITH RECURSIVE
 kseq AS (
     SELECT trace_id, pid, kernel_seq, kernel_name, coalesce(launch_ts_ns, kernel_ts_ns) AS order_ts
     FROM int_kernel_links
 ),
 syncs AS (
     SELECT trace_id, pid, ts_ns, row_number() OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, event_id) AS n
-    FROM stg_events WHERE kind IN ('runtime_api', 'driver_api') AND name ILIKE '%synchronize%'
+    FROM stg_events WHERE host_call_class = 'sync'
 ),
 seg AS (
     SELECT k.*, coalesce(s.n, 0) AS segment
@@ -68,25 +70,66 @@ cand AS (
     WHERE c.occurrences / f.first_kernel_count >= rc.fusion_ps_threshold AND c.occurrences >= rc.fusion_min_count
 ),
 named AS (
-    SELECT c.trace_id, c.chain_len, c.chain_hash, list(w.kernel_name ORDER BY w.pos) AS chain
+    SELECT c.trace_id, c.chain_len, c.chain_hash, list(w.kernel_name ORDER BY w.pos) AS chain,
+           list(w.h0 ORDER BY w.pos) AS chain_names_h
     FROM cand c JOIN w
       ON w.trace_id = c.trace_id AND w.pid = c.ex_pid AND w.segment = c.ex_segment
      AND w.pos BETWEEN c.ex_pos AND c.ex_pos + c.chain_len - 1
     GROUP BY c.trace_id, c.chain_len, c.chain_hash
+),
+ranked AS (
+    SELECT c.*, n.chain, n.chain_names_h,
+           row_number() OVER (
+               PARTITION BY c.trace_id
+               ORDER BY (c.chain_len - 1) * c.occurrences DESC, c.chain_len DESC, array_to_string(n.chain, ' ')
+           ) AS candidate_rank
+    FROM cand c JOIN named n USING (trace_id, chain_len, chain_hash)
+),
+pool AS (SELECT r.* FROM ranked r CROSS JOIN run_config rc WHERE r.candidate_rank <= rc.fusion_list_pool),
+-- two chains can share a kernel invocation only if, at some offset d of the second against the first, their names
+-- agree wherever they overlap; chains that cannot overlap never share a kernel, so their savings add up
+conflicts AS (
+    SELECT a.trace_id, a.candidate_rank, list(DISTINCT b.candidate_rank) AS earlier
+    FROM pool a JOIN pool b ON a.trace_id = b.trace_id AND b.candidate_rank < a.candidate_rank
+    WHERE EXISTS (
+        SELECT 1 FROM range(-(len(b.chain_names_h) - 1), len(a.chain_names_h)) AS o(d)
+        WHERE a.chain_names_h[greatest(0, o.d) + 1 : least(len(a.chain_names_h), len(b.chain_names_h) + o.d)]
+            = b.chain_names_h[greatest(0, o.d) - o.d + 1 : least(len(a.chain_names_h), len(b.chain_names_h) + o.d) - o.d]
+    )
+    GROUP BY a.trace_id, a.candidate_rank
+),
+pool_c AS (
+    SELECT p.trace_id, p.candidate_rank, coalesce(c.earlier, []) AS earlier
+    FROM pool p LEFT JOIN conflicts c USING (trace_id, candidate_rank)
+),
+-- greedy down the ranking: a chain is listed when it conflicts with no listed chain
+greedy(trace_id, r, listed) AS (
+    SELECT trace_id, 1, [1] FROM pool_c WHERE candidate_rank = 1
+    UNION ALL
+    SELECT g.trace_id, g.r + 1,
+           CASE WHEN list_has_any(p.earlier, g.listed) THEN g.listed ELSE list_append(g.listed, g.r + 1) END
+    FROM greedy g JOIN pool_c p ON p.trace_id = g.trace_id AND p.candidate_rank = g.r + 1
+),
+listed AS (
+    SELECT trace_id, unnest(arg_max(listed, r)) AS candidate_rank FROM greedy GROUP BY trace_id
+),
+listed_rank AS (
+    SELECT trace_id, candidate_rank, row_number() OVER (PARTITION BY trace_id ORDER BY candidate_rank) AS rank
+    FROM listed
 )
 SELECT
     c.trace_id,
     c.chain_len,
-    n.chain,
+    c.chain,
     c.first_kernel,
     c.occurrences,
     c.first_kernel_count,
     c.proximity_score,
     (c.chain_len - 1) * c.occurrences AS launches_saved,
     (c.chain_len - 1) * c.occurrences * f.t_sys_ns AS host_time_saved_ns,
-    row_number() OVER (
-        PARTITION BY c.trace_id ORDER BY c.occurrences DESC, c.chain_len DESC, array_to_string(n.chain, ' ')
-    ) AS rank
-FROM cand c
-JOIN named n USING (trace_id, chain_len, chain_hash)
+    c.candidate_rank,
+    lr.rank IS NOT NULL AS is_listed,
+    lr.rank
+FROM ranked c
+LEFT JOIN listed_rank lr USING (trace_id, candidate_rank)
 JOIN trace_launch_floor f USING (trace_id)

@@ -1,14 +1,17 @@
 -- table: host_partition
--- grain: one row per host thread (scope_kind 'thread'), one per trace (scope_kind 'trace', the sum over its threads) and one per step (scope_kind 'step', on the step annotation's thread)
--- reads: stg_events, int_steps
--- description: The exact host-time partition (METHOD.md section 3, ours): a thread's wall time, from its first traced host event's start to its last one's end, split by nesting into disjoint self times of the innermost open event; the parts add up to wall_ns exactly. User annotations (ProfilerStep#N, record_function wrappers) are not parts: time under them and under no other event is host_untraced_ns. Per step (int_steps) the same parts of the annotation's thread, clipped to the step window [step_ts_ns, step_end_ns): wall_ns is the step's duration, and window time outside the thread's traced span is host_untraced_ns too.
+-- grain: one row per host thread (scope_kind 'thread'); per trace one row for the threads that launch its kernels (scope_kind 'trace') and one for every other thread ('other_threads'); per step one row for the step's launching threads ('step')
+-- reads: stg_events, int_steps, int_kernel_links, kernel_taxbreak, run_config
+-- description: The exact host-time partition (METHOD.md section 3, ours): a thread's wall time, from its first traced host event's start to its last one's end, split by nesting into disjoint self times of the innermost open event; the parts add up to wall_ns exactly. User annotations (ProfilerStep#N, record_function wrappers) are not parts: time under them and under no other event is host_untraced_ns. Launch calls that waited (longer than max(run_config.launch_blocked_min_ns, run_config.launch_blocked_median_factor x the thread's median launch-call duration)) are launch_blocked_ns, not launch_host_ns. The 'trace' and 'step' rows sum only the threads that launch the scope's kernels (a trace without kernels: every thread), the threads HDBI_wall is computed over; a thread that launches nothing (a Python threading.wait thread, a data loader) is reported in 'other_threads' and never enters them. Per step, each launching thread's parts are clipped to the step window [step_ts_ns, step_end_ns) (steps without kernels: the annotation's thread): wall_ns is the step's duration times the threads, and window time outside a thread's traced span is host_untraced_ns too.
 -- column: trace_id: trace key
--- column: scope_kind: 'thread', 'trace' or 'step'
--- column: pid: host process ('thread' and 'step' rows)
--- column: tid: host thread ('thread' and 'step' rows)
+-- column: scope_kind: 'thread', 'trace', 'other_threads' or 'step'
+-- column: pid: host process ('thread' rows)
+-- column: tid: host thread ('thread' rows)
 -- column: step_id: int_steps.step_id ('step' rows)
--- column: wall_ns: first event start to last event end per thread; summed over threads for 'trace'; the step's duration for 'step' (ns)
--- column: launch_host_ns: self time inside launch calls (runtime and driver kernel launches, graph launches) (ns)
+-- column: threads: host threads summed in the row (threads)
+-- column: launches_kernels: the row's threads launch kernels of the trace (for 'step' rows: of the step; false for a step without kernels, whose row is its annotation's thread)
+-- column: wall_ns: first event start to last event end per thread; summed over the row's threads for 'trace' and 'other_threads'; the step's duration times its threads for 'step' (ns)
+-- column: launch_host_ns: self time inside launch calls (runtime and driver kernel launches, graph launches) that did not wait (ns)
+-- column: launch_blocked_ns: self time inside launch calls that waited (longer than max(50 us, 10 x the thread's median launch call), ours); not host work, excluded from HDBI_wall (ns)
 -- column: library_ns: self time inside cuBLAS/cuDNN API ranges, nested launches excluded (ns)
 -- column: framework_ns: self time inside framework ops, NVTX op ranges and Python functions (ns)
 -- column: sync_ns: self time inside synchronisation calls (*Synchronize*) (ns)
@@ -16,27 +19,40 @@
 -- column: host_untraced_ns: time inside the scope covered by no traced event (ns)
 -- column: unresolved_ns: time where the events are not properly nested and the innermost event is ambiguous (ns)
 WITH
-iv AS (
-    SELECT
-        event_id, thread_key AS pk, ts_ns, end_ns,
-        CASE
-            WHEN kind = 'graph_launch' THEN 1
-            WHEN kind = 'library_api' OR name ILIKE 'cublas%' OR name ILIKE 'cudnn%' THEN 2
-            WHEN kind IN ('runtime_api', 'driver_api')
-                 AND regexp_matches(name, '(?i)(launchkernel|launchcooperativekernel|^culaunch|^hiplaunch|modulelaunch|graphlaunch)')
-                THEN 1
-            WHEN kind IN ('runtime_api', 'driver_api') AND name ILIKE '%synchronize%' THEN 4
-            WHEN kind IN ('runtime_api', 'driver_api') THEN 5
-            ELSE 3
-        END AS category
+host AS (
+    SELECT event_id, thread_key, ts_ns, end_ns, dur_ns, host_call_class
     FROM stg_events
     WHERE dur_ns > 0 AND (
-        kind IN ('runtime_api', 'driver_api', 'graph_launch', 'library_api', 'framework_op', 'python_function')
-        OR (kind = 'nvtx_range' AND regexp_matches(name, '^[A-Za-z_][A-Za-z0-9_.]*::[A-Za-z_]'))
+        host_call_class IS NOT NULL OR kind IN ('framework_op', 'python_function')
+        OR (kind = 'nvtx_range' AND is_dispatcher_op)
     )
 ),
+-- a launch call waited when it is longer than max(launch_blocked_min_ns, factor x its thread's median launch call)
+launch_limit AS (
+    SELECT h.thread_key,
+           greatest(any_value(c.launch_blocked_min_ns), any_value(c.launch_blocked_median_factor) * median(h.dur_ns))
+               AS limit_ns
+    FROM host h CROSS JOIN run_config c WHERE h.host_call_class = 'launch' GROUP BY h.thread_key
+),
+iv AS (
+    SELECT
+        h.event_id, h.thread_key AS pk, h.ts_ns, h.end_ns,
+        CASE h.host_call_class
+            WHEN 'launch' THEN CASE WHEN h.dur_ns > ll.limit_ns THEN 8 ELSE 1 END
+            WHEN 'library' THEN 2
+            WHEN 'sync' THEN 4
+            WHEN 'other_runtime' THEN 5
+            ELSE 3
+        END AS category
+    FROM host h LEFT JOIN launch_limit ll USING (thread_key)
+),
+launching AS (
+    SELECT DISTINCT hash(trace_id, pid, launch_tid) AS pk FROM int_kernel_links WHERE has_launch
+),
 threads AS (
-    SELECT DISTINCT thread_key AS pk, trace_id, pid, tid FROM stg_events WHERE thread_key IN (SELECT pk FROM iv)
+    SELECT t.*, l.pk IS NOT NULL AS launches_kernels
+    FROM (SELECT DISTINCT thread_key AS pk, trace_id, pid, tid FROM stg_events WHERE thread_key IN (SELECT pk FROM iv)) t
+    LEFT JOIN launching l USING (pk)
 ),
 -- starts (+1, carrying -end in ord2 and the category) and ends (-1) of every range, one running sum ordered by
 -- (thread, time): each range nets 0, so the sum is the thread's nesting depth (see int_kernel_links).
@@ -81,6 +97,7 @@ per_thread AS (
         pk,
         sum(seg_ns) AS wall_ns,
         coalesce(sum(seg_ns) FILTER (WHERE category = 1), 0) AS launch_host_ns,
+        coalesce(sum(seg_ns) FILTER (WHERE category = 8), 0) AS launch_blocked_ns,
         coalesce(sum(seg_ns) FILTER (WHERE category = 2), 0) AS library_ns,
         coalesce(sum(seg_ns) FILTER (WHERE category = 3), 0) AS framework_ns,
         coalesce(sum(seg_ns) FILTER (WHERE category = 4), 0) AS sync_ns,
@@ -89,26 +106,34 @@ per_thread AS (
         coalesce(sum(seg_ns) FILTER (WHERE category = 7), 0) AS unresolved_ns
     FROM labelled GROUP BY pk
 ),
--- a step's window on its annotation's thread: the thread's segments clipped to it; what the clipped parts leave of
--- the window (before the thread's first event, after its last, between events) is untraced.  A segment overlapping
--- the window either starts inside it (found by ASOF per step nesting level: steps of one level do not overlap) or
--- is the one running at the step's start (found by ASOF from the step), so no segment x step cross product.
+-- a step's window on each of its launching threads (the threads that launch kernels kernel_taxbreak puts in the
+-- step; a step without kernels: its annotation's thread): the thread's segments clipped to it; what the clipped
+-- parts leave of the window (before the thread's first event, after its last, between events) is untraced.  A
+-- segment overlapping the window either starts inside it (found by ASOF per step nesting level: steps of one level
+-- do not overlap) or is the one running at the step's start (found by ASOF from the step), so no segment x step
+-- cross product.
+step_threads AS (
+    SELECT DISTINCT kt.trace_id, kt.step_id, hash(l.trace_id, l.pid, l.launch_tid) AS pk
+    FROM kernel_taxbreak kt JOIN int_kernel_links l USING (trace_id, kernel_seq)
+    WHERE kt.step_id IS NOT NULL AND l.has_launch
+),
 steps AS (
-    SELECT s.trace_id, s.step_id, s.pid, s.tid, s.step_level, s.step_ts_ns, s.step_end_ns, s.step_dur_ns,
-           hash(s.trace_id, s.pid, s.tid) AS pk
-    FROM int_steps s
+    SELECT s.trace_id, s.step_id, s.step_level, s.step_ts_ns, s.step_end_ns, s.step_dur_ns,
+           coalesce(t.pk, hash(s.trace_id, s.pid, s.tid)) AS pk, t.pk IS NOT NULL AS launches_kernels
+    FROM int_steps s LEFT JOIN step_threads t USING (trace_id, step_id)
 ),
 traced AS (
     SELECT pk, t, seg_ns, category FROM labelled WHERE category <> 6 AND pk IN (SELECT pk FROM steps)
 ),
 starting AS (
-    SELECT st.trace_id, st.step_id, l.category, least(l.t + l.seg_ns, st.step_end_ns) - l.t AS part_ns
+    SELECT st.trace_id, st.step_id, st.pk, l.category, least(l.t + l.seg_ns, st.step_end_ns) - l.t AS part_ns
     FROM (SELECT l.*, lv.step_level FROM traced l JOIN (SELECT DISTINCT pk, step_level FROM steps) lv USING (pk)) l
     ASOF JOIN steps st ON l.pk = st.pk AND l.step_level = st.step_level AND l.t >= st.step_ts_ns
     WHERE l.t < st.step_end_ns
 ),
 straddling AS (
-    SELECT st.trace_id, st.step_id, l.category, least(l.t + l.seg_ns, st.step_end_ns) - st.step_ts_ns AS part_ns
+    SELECT st.trace_id, st.step_id, st.pk, l.category,
+           least(l.t + l.seg_ns, st.step_end_ns) - st.step_ts_ns AS part_ns
     FROM steps st ASOF JOIN traced l ON st.pk = l.pk AND st.step_ts_ns > l.t
     WHERE l.t + l.seg_ns > st.step_ts_ns
 ),
@@ -116,39 +141,56 @@ clipped AS (
     SELECT trace_id, step_id, category, sum(part_ns) AS part_ns
     FROM (SELECT * FROM starting UNION ALL SELECT * FROM straddling) GROUP BY ALL
 ),
+step_walls AS (
+    SELECT trace_id, step_id, count(*) AS threads, bool_or(launches_kernels) AS launches_kernels,
+           sum(step_dur_ns) AS wall_ns
+    FROM steps GROUP BY trace_id, step_id
+),
 per_step AS (
     SELECT
-        st.trace_id, st.pid, st.tid, st.step_id, st.step_dur_ns AS wall_ns,
+        st.trace_id, st.step_id, st.threads, st.launches_kernels, st.wall_ns,
         coalesce(sum(c.part_ns) FILTER (WHERE c.category = 1), 0) AS launch_host_ns,
+        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 8), 0) AS launch_blocked_ns,
         coalesce(sum(c.part_ns) FILTER (WHERE c.category = 2), 0) AS library_ns,
         coalesce(sum(c.part_ns) FILTER (WHERE c.category = 3), 0) AS framework_ns,
         coalesce(sum(c.part_ns) FILTER (WHERE c.category = 4), 0) AS sync_ns,
         coalesce(sum(c.part_ns) FILTER (WHERE c.category = 5), 0) AS other_runtime_ns,
-        st.step_dur_ns - coalesce(sum(c.part_ns), 0) AS host_untraced_ns,
+        st.wall_ns - coalesce(sum(c.part_ns), 0) AS host_untraced_ns,
         coalesce(sum(c.part_ns) FILTER (WHERE c.category = 7), 0) AS unresolved_ns
-    FROM steps st LEFT JOIN clipped c USING (trace_id, step_id)
-    GROUP BY st.trace_id, st.pid, st.tid, st.step_id, st.step_dur_ns
+    FROM step_walls st LEFT JOIN clipped c USING (trace_id, step_id)
+    GROUP BY st.trace_id, st.step_id, st.threads, st.launches_kernels, st.wall_ns
+),
+per_thread_rows AS (
+    SELECT t.trace_id, t.pid, t.tid, t.launches_kernels,
+           -- the trace's kernel-launching threads; a trace whose threads launch nothing: every thread
+           t.launches_kernels OR NOT bool_or(t.launches_kernels) OVER (PARTITION BY t.trace_id) AS in_trace_row,
+           p.*
+    FROM per_thread p JOIN threads t USING (pk)
 )
 SELECT
-    t.trace_id,
-    CASE WHEN GROUPING(t.pid, t.tid) = 0 THEN 'thread' ELSE 'trace' END AS scope_kind,
-    t.pid,
-    t.tid,
+    trace_id,
+    CASE WHEN GROUPING(pid, tid) = 0 THEN 'thread' WHEN in_trace_row THEN 'trace' ELSE 'other_threads' END
+        AS scope_kind,
+    pid,
+    tid,
     CAST(NULL AS BIGINT) AS step_id,
-    CAST(sum(p.wall_ns) AS BIGINT) AS wall_ns,
-    CAST(sum(p.launch_host_ns) AS BIGINT) AS launch_host_ns,
-    CAST(sum(p.library_ns) AS BIGINT) AS library_ns,
-    CAST(sum(p.framework_ns) AS BIGINT) AS framework_ns,
-    CAST(sum(p.sync_ns) AS BIGINT) AS sync_ns,
-    CAST(sum(p.other_runtime_ns) AS BIGINT) AS other_runtime_ns,
-    CAST(sum(p.host_untraced_ns) AS BIGINT) AS host_untraced_ns,
-    CAST(sum(p.unresolved_ns) AS BIGINT) AS unresolved_ns
-FROM per_thread p JOIN threads t USING (pk)
-GROUP BY GROUPING SETS ((t.trace_id, t.pid, t.tid), (t.trace_id))
+    count(*) AS threads,
+    bool_or(launches_kernels) AS launches_kernels,
+    CAST(sum(wall_ns) AS BIGINT) AS wall_ns,
+    CAST(sum(launch_host_ns) AS BIGINT) AS launch_host_ns,
+    CAST(sum(launch_blocked_ns) AS BIGINT) AS launch_blocked_ns,
+    CAST(sum(library_ns) AS BIGINT) AS library_ns,
+    CAST(sum(framework_ns) AS BIGINT) AS framework_ns,
+    CAST(sum(sync_ns) AS BIGINT) AS sync_ns,
+    CAST(sum(other_runtime_ns) AS BIGINT) AS other_runtime_ns,
+    CAST(sum(host_untraced_ns) AS BIGINT) AS host_untraced_ns,
+    CAST(sum(unresolved_ns) AS BIGINT) AS unresolved_ns
+FROM per_thread_rows
+GROUP BY GROUPING SETS ((trace_id, pid, tid, in_trace_row, launches_kernels), (trace_id, in_trace_row))
 UNION ALL
 SELECT
-    trace_id, 'step', pid, tid, step_id,
-    CAST(wall_ns AS BIGINT), CAST(launch_host_ns AS BIGINT), CAST(library_ns AS BIGINT), CAST(framework_ns AS BIGINT),
-    CAST(sync_ns AS BIGINT), CAST(other_runtime_ns AS BIGINT), CAST(host_untraced_ns AS BIGINT),
-    CAST(unresolved_ns AS BIGINT)
+    trace_id, 'step', NULL, NULL, step_id, threads, launches_kernels,
+    CAST(wall_ns AS BIGINT), CAST(launch_host_ns AS BIGINT), CAST(launch_blocked_ns AS BIGINT),
+    CAST(library_ns AS BIGINT), CAST(framework_ns AS BIGINT), CAST(sync_ns AS BIGINT),
+    CAST(other_runtime_ns AS BIGINT), CAST(host_untraced_ns AS BIGINT), CAST(unresolved_ns AS BIGINT)
 FROM per_step

@@ -26,7 +26,7 @@
 -- column: op_namespace: namespace of op_name (aten, _C, vllm, ...)
 -- column: op_ts_ns: framework op start (ns)
 -- column: op_end_ns: framework op end (ns)
--- column: op_link_method: how the op was found: 'external_id' (Kineto External id, open on the launching thread at the launch) or 'containment' (innermost enclosing dispatcher op or NVTX op range)
+-- column: op_link_method: the route that linked the op: 'external_id' (Kineto cpu_op with the kernel's External id, a dispatcher op open on the launching thread at the launch), 'containment' (innermost enclosing dispatcher-op cpu_op) or 'nvtx' (innermost enclosing NVTX range named like a dispatcher op); every route applies the one dispatcher-op rule (stg_events.is_dispatcher_op)
 -- column: py_name: Python-level op name
 -- column: py_ts_ns: Python-level op start (ns)
 -- column: py_link_method: 'external_id' (python_function or non-aten op with the op's External id) or 'containment' (innermost enclosing python_function)
@@ -68,8 +68,8 @@ kl AS (
     FROM k LEFT JOIN l ON k.proc_key = l.proc_key AND k.correlation_id = l.correlation_id
 ),
 fops AS (
-    SELECT event_id, thread_key, name, ts_ns, end_ns, external_id
-    FROM stg_events WHERE kind = 'framework_op' AND external_id IS NOT NULL
+    SELECT event_id, thread_key, op_name AS name, ts_ns, end_ns, external_id
+    FROM stg_events WHERE kind = 'framework_op' AND is_dispatcher_op AND external_id IS NOT NULL
 ),
 op_by_ext_all AS (
     SELECT kl.event_id AS k_event_id, o.event_id, o.name, o.ts_ns, o.end_ns
@@ -91,17 +91,16 @@ op_by_ext AS (
 -- range of depth D that started at or before it.  Every range adds +1 and -1, so one running sum ordered by
 -- (pk, time) equals the per-pk sum.  Start rows carry -end in ord2, so a range's end needs no join.  Only threads
 -- that have both ranges and queries take part.  Sweep 1: family 1 dispatcher ops (framework ops and NVTX ranges
--- named ns::op; queried only for launches without an External-id op) and family 2 library calls.
+-- named ns::op, stg_events.is_dispatcher_op; queried only for launches without an External-id op) and family 2
+-- library calls.
 iv1 AS (
     SELECT event_id, hash(thread_key, 1) AS pk, ts_ns, end_ns
     FROM stg_events
-    WHERE kind IN ('framework_op', 'nvtx_range') AND dur_ns > 0
-      AND regexp_matches(name, '^[A-Za-z_][A-Za-z0-9_.]*::[A-Za-z_]')
+    WHERE is_dispatcher_op AND dur_ns > 0
     UNION ALL
     SELECT event_id, hash(thread_key, 2), ts_ns, end_ns
     FROM stg_events
-    WHERE dur_ns > 0 AND (kind = 'library_api'
-        OR (kind IN ('runtime_api', 'driver_api') AND (name ILIKE 'cublas%' OR name ILIKE 'cudnn%')))
+    WHERE host_call_class = 'library' AND dur_ns > 0
 ),
 q1_all AS (
     SELECT DISTINCT kl.l_event_id AS query_id, hash(kl.launch_thread_key, 1) AS pk, kl.launch_ts_ns AS t, 1 AS family
@@ -134,7 +133,7 @@ enclosing1 AS (
 enclosing AS (
     SELECT
         x.family, x.query_id, e.event_id, e.ts_ns, e.end_ns, e.kind, e.external_id,
-        CASE WHEN e.kind = 'nvtx_range' THEN trim(split_part(e.name, ',', 1)) ELSE e.name END AS iv_name
+        coalesce(e.op_name, e.name) AS iv_name
     FROM enclosing1 x JOIN stg_events e ON e.event_id = x.event_id
 ),
 kop AS (
@@ -144,8 +143,11 @@ kop AS (
         coalesce(x.name, c.iv_name) AS op_name,
         coalesce(x.ts_ns, c.ts_ns) AS op_ts_ns,
         coalesce(x.end_ns, c.end_ns) AS op_end_ns,
-        CASE WHEN x.event_id IS NOT NULL THEN 'external_id' WHEN c.event_id IS NOT NULL THEN 'containment' END
-            AS op_link_method,
+        CASE
+            WHEN x.event_id IS NOT NULL THEN 'external_id'
+            WHEN c.kind = 'nvtx_range' THEN 'nvtx'
+            WHEN c.event_id IS NOT NULL THEN 'containment'
+        END AS op_link_method,
         CASE WHEN x.event_id IS NOT NULL THEN kl.external_id ELSE c.external_id END AS op_external_id,
         lib.iv_name AS lib_name,
         lib.ts_ns AS lib_ts_ns

@@ -1,6 +1,6 @@
 -- table: int_steps
 -- grain: one row per step range (a host user annotation or NVTX range whose name matches a step pattern)
--- reads: stg_events, step_patterns, trace_meta_steps
+-- reads: stg_events, step_patterns, trace_meta_steps, run_config
 -- description: Iteration and phase ranges: ProfilerStep#N, prefill / decode annotations and configured patterns (taxbreak.analysis.STEP_PATTERNS), with phase and tokens from the pattern or from the metadata's steps (matched by name). Nested steps get increasing nesting levels; a kernel belongs to the innermost step that contains its launch call (its start when it has none).
 -- column: trace_id: trace key
 -- column: step_id: 1-based position of the step in the trace by start time
@@ -14,6 +14,9 @@
 -- column: step_end_ns: step end (ns)
 -- column: step_dur_ns: step duration (ns)
 -- column: step_level: nesting level among the trace's step ranges of the same process (1 = outermost)
+-- column: is_leaf_step: no other step range of the process lies inside this one
+-- column: is_outlier_step: the step is longer than run_config.outlier_step_factor (5) x the median duration of the other steps of its trace, process and level (ours; needs at least one other step): a first iteration spent in autotuning or warm-up, which would dominate trace-level figures
+-- column: in_outlier_step: the step is an outlier step or lies inside one; kernel_taxbreak's kernels of such steps are left out of the scope 'trace_excl_outliers'
 WITH matched AS (
     SELECT e.trace_id, e.event_id, e.name, e.pid, e.tid, e.ts_ns, e.end_ns, e.dur_ns, p.rule, p.phase
     FROM stg_events e JOIN step_patterns p ON regexp_matches(e.name, p.pattern, 'i')
@@ -30,6 +33,26 @@ levels AS (
 meta AS (
     SELECT trace_id, step_name, any_value(phase) AS phase, any_value(tokens) AS tokens
     FROM trace_meta_steps GROUP BY trace_id, step_name
+),
+-- the median of the other steps of the same trace, process and level (steps are few: a self join)
+others AS (
+    SELECT a.event_id, median(b.dur_ns) AS others_median_ns
+    FROM matched a JOIN levels la ON la.event_id = a.event_id
+    JOIN matched b ON b.trace_id = a.trace_id AND b.pid = a.pid AND b.event_id <> a.event_id
+    JOIN levels lb ON lb.event_id = b.event_id AND lb.step_level = la.step_level
+    GROUP BY a.event_id
+),
+outlier AS (
+    SELECT o.event_id, m.dur_ns > c.outlier_step_factor * o.others_median_ns AS is_outlier
+    FROM others o JOIN matched m USING (event_id) CROSS JOIN run_config c
+),
+nesting AS (
+    SELECT a.event_id,
+           bool_or(b.event_id <> a.event_id AND b.ts_ns >= a.ts_ns AND b.end_ns <= a.end_ns) AS has_inner,
+           bool_or(coalesce(o.is_outlier, false) AND b.ts_ns <= a.ts_ns AND a.end_ns <= b.end_ns) AS in_outlier
+    FROM matched a JOIN matched b ON b.trace_id = a.trace_id AND b.pid = a.pid
+    LEFT JOIN outlier o ON o.event_id = b.event_id
+    GROUP BY a.event_id
 )
 SELECT
     m.trace_id,
@@ -43,7 +66,12 @@ SELECT
     m.ts_ns AS step_ts_ns,
     m.end_ns AS step_end_ns,
     m.dur_ns AS step_dur_ns,
-    l.step_level
+    l.step_level,
+    NOT n.has_inner AS is_leaf_step,
+    coalesce(o.is_outlier, false) AS is_outlier_step,
+    n.in_outlier AS in_outlier_step
 FROM matched m
 JOIN levels l USING (event_id)
+JOIN nesting n USING (event_id)
+LEFT JOIN outlier o USING (event_id)
 LEFT JOIN meta ON meta.trace_id = m.trace_id AND meta.step_name = m.name

@@ -26,32 +26,51 @@
 -- column: t_py_ns: framework op start minus Python-level op start (ns)
 -- column: t_dispatch_ns: launch call start minus framework op start (ns)
 -- column: t_launch_obs_ns: kernel start minus launch call start; may be negative (ns)
--- column: t_dispatch_base_ns: the trace's T_dispatch_base: median (lower middle sample) t_dispatch_ns over charged linked kernels with i_lib = 0 and t_dispatch_ns > 100 (ns)
+-- column: t_dispatch_base_ns: the trace's T_dispatch_base: median t_dispatch_ns over charged linked kernels with i_lib = 0 and t_dispatch_ns > 100 (paper Eq. 5; for an even count the mean of the two middle samples, rounded to the nearest ns, halves away from zero) (ns)
 -- column: t_sys_ns: launch floor T_sys of the trace (ns)
+-- column: t_dispatch_blocked_ns: diagnostic (ours): the part of [op start, launch start) the launching thread spent inside other launch or sync calls (an op's second kernel carries its first launch's wait in t_dispatch); 0 for uncharged, NULL for orphans (ns)
 -- column: delta_ft_ns: framework translation t_py + (i_lib ? T_dispatch_base : t_dispatch); base missing: t_dispatch (ns)
 -- column: delta_ct_ns: CUDA-library translation i_lib ? max(0, t_dispatch - T_dispatch_base) : 0 (ns)
 -- column: delta_kt_ns: kernel launch path, T_sys (ns)
 -- column: delta_kt_excess_ns: max(0, t_launch_obs - T_sys), diagnostic only (ns)
 WITH
 k AS (SELECT * FROM int_kernel_links),
-lib_traces AS (
-    SELECT DISTINCT trace_id FROM stg_events
-    WHERE kind = 'library_api' OR (kind IN ('runtime_api', 'driver_api') AND (name ILIKE 'cublas%' OR name ILIKE 'cudnn%'))
+lib_traces AS (SELECT DISTINCT trace_id FROM stg_events WHERE host_call_class = 'library'),
+-- The library name rules match the kernel's own name (METHOD.md section 2), not its template arguments or
+-- parameters: a leading return type 'void ' and '(anonymous namespace)' are dropped, then the name is cut at its
+-- first '<' or '(' (`moe::dev::finalize::finalizeKernelVecLoad<..., cutlass::bfloat16_t>` is not a CUTLASS kernel).
+names AS (
+    SELECT kernel_name,
+           regexp_extract(
+               regexp_replace(replace(kernel_name, '(anonymous namespace)', 'anonymous_namespace'), '^\s*void\s+', ''),
+               '^[^<(]*') AS kernel_own_name
+    FROM (SELECT DISTINCT kernel_name FROM k)
 ),
-names AS (SELECT DISTINCT kernel_name FROM k),
 name_rule AS (
     SELECT n.kernel_name, r.i_lib, r.rule
-    FROM names n JOIN lib_kernel_rules r ON regexp_matches(n.kernel_name, r.pattern, 'i')
+    FROM names n JOIN lib_kernel_rules r ON regexp_matches(n.kernel_own_name, r.pattern, 'i')
     QUALIFY row_number() OVER (PARTITION BY n.kernel_name ORDER BY r.priority) = 1
 ),
-step_levels AS (SELECT DISTINCT trace_id, pid, step_level FROM int_steps),
+-- Steps are matched on the kernel's process; a process without steps of its own (steps recorded by another
+-- process than the launches, as in HTA's Triton example) takes the steps of the trace's process with the most
+-- steps, by time (ours).
+step_pids AS (SELECT trace_id, pid, count(*) AS n FROM int_steps GROUP BY ALL),
+main_step_pid AS (SELECT trace_id, arg_max(pid, (n, pid)) AS step_pid FROM step_pids GROUP BY trace_id),
+kernel_step_pid AS (
+    SELECT DISTINCT k.trace_id, k.pid, coalesce(sp.pid, m.step_pid) AS step_pid
+    FROM k JOIN main_step_pid m USING (trace_id) LEFT JOIN step_pids sp ON sp.trace_id = k.trace_id AND sp.pid = k.pid
+),
+step_levels AS (
+    SELECT DISTINCT p.trace_id, p.pid, p.step_pid, s.step_level
+    FROM kernel_step_pid p JOIN int_steps s ON s.trace_id = p.trace_id AND s.pid = p.step_pid
+),
 -- Correlation ids grow per process: a kernel without a launch whose id is below the first launch's was launched
 -- before the trace window (leftovers of a warm-up step, METHOD.md section 2) and belongs to no step.
 first_launch AS (
     SELECT trace_id, pid, min(correlation_id) AS first_corr FROM k WHERE launch_ts_ns IS NOT NULL GROUP BY ALL
 ),
 kq AS (
-    SELECT k.trace_id, k.kernel_seq, k.pid, s.step_level,
+    SELECT k.trace_id, k.kernel_seq, s.step_pid, s.step_level,
            CASE WHEN k.launch_ts_ns IS NOT NULL THEN k.launch_ts_ns
                 WHEN k.correlation_id < f.first_corr THEN NULL
                 ELSE k.kernel_ts_ns END AS host_ts_ns
@@ -61,7 +80,7 @@ kq AS (
 kstep AS (
     SELECT q.trace_id, q.kernel_seq, st.step_id, st.step_name, st.phase
     FROM kq q ASOF JOIN int_steps st
-      ON q.trace_id = st.trace_id AND q.pid = st.pid AND q.step_level = st.step_level AND q.host_ts_ns >= st.step_ts_ns
+      ON q.trace_id = st.trace_id AND q.step_pid = st.pid AND q.step_level = st.step_level AND q.host_ts_ns >= st.step_ts_ns
     WHERE q.host_ts_ns < st.step_end_ns
     QUALIFY row_number() OVER (PARTITION BY q.trace_id, q.kernel_seq ORDER BY st.step_level DESC) = 1
 ),
@@ -85,13 +104,39 @@ base0 AS (
 base AS (
     SELECT
         trace_id,
-        quantile_disc(t_dispatch_ns, 0.5) FILTER (WHERE is_charged AND i_lib = 0 AND t_dispatch_ns > 100)
-            AS t_dispatch_base_ns
+        CAST(quantile_cont(t_dispatch_ns, 0.5) FILTER (WHERE is_charged AND i_lib = 0 AND t_dispatch_ns > 100)
+             AS BIGINT) AS t_dispatch_base_ns
     FROM base0 GROUP BY trace_id
 ),
+-- t_dispatch_blocked_ns (METHOD.md section 2, ours): the part of [op start, launch start) the launching thread spent
+-- inside other launch or sync calls.  Such calls do not overlap on a thread, so a running sum of their durations
+-- per thread gives it with two ASOF lookups: the calls begun before the launch minus those begun before the op,
+-- each corrected for the one call that straddles the window's edge.
+calls AS (
+    SELECT thread_key, ts_ns, end_ns,
+           sum(dur_ns) OVER (PARTITION BY thread_key ORDER BY ts_ns, event_id ROWS UNBOUNDED PRECEDING) AS cum_ns
+    FROM stg_events WHERE host_call_class IN ('launch', 'sync') AND dur_ns > 0
+),
+bq AS (
+    SELECT trace_id, kernel_seq, hash(trace_id, pid, launch_tid) AS thread_key, op_ts_ns, launch_ts_ns
+    FROM base0 WHERE is_charged
+),
+b_at_launch AS (
+    SELECT q.trace_id, q.kernel_seq, c.cum_ns - greatest(0, c.end_ns - q.launch_ts_ns) AS cum_ns
+    FROM bq q ASOF JOIN calls c ON q.thread_key = c.thread_key AND q.launch_ts_ns > c.ts_ns
+),
+b_at_op AS (
+    SELECT q.trace_id, q.kernel_seq, c.cum_ns - greatest(0, c.end_ns - q.op_ts_ns) AS cum_ns
+    FROM bq q ASOF JOIN calls c ON q.thread_key = c.thread_key AND q.op_ts_ns > c.ts_ns
+),
+blocked AS (
+    SELECT bl.trace_id, bl.kernel_seq, CAST(bl.cum_ns - coalesce(bo.cum_ns, 0) AS BIGINT) AS t_dispatch_blocked_ns
+    FROM b_at_launch bl LEFT JOIN b_at_op bo USING (trace_id, kernel_seq)
+),
 x AS (
-    SELECT b0.*, b.t_dispatch_base_ns, f.t_sys_ns
+    SELECT b0.*, b.t_dispatch_base_ns, f.t_sys_ns, bk.t_dispatch_blocked_ns
     FROM base0 b0 JOIN base b USING (trace_id) JOIN trace_launch_floor f USING (trace_id)
+    LEFT JOIN blocked bk USING (trace_id, kernel_seq)
 )
 SELECT
     x.trace_id,
@@ -120,6 +165,8 @@ SELECT
     x.t_launch_obs_ns,
     x.t_dispatch_base_ns,
     x.t_sys_ns,
+    CASE WHEN NOT x.is_linked THEN NULL WHEN NOT x.is_charged THEN 0 ELSE coalesce(x.t_dispatch_blocked_ns, 0) END
+        AS t_dispatch_blocked_ns,
     CASE
         WHEN NOT x.is_linked THEN NULL
         WHEN NOT x.is_charged THEN 0

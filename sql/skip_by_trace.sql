@@ -12,7 +12,7 @@
 -- column: akd_ns: mean kernel duration (ns)
 -- column: kernel_sum_ns: sum of kernel durations (ns)
 -- column: kernel_busy_merged_ns: union of kernel intervals over all devices and streams (ns)
--- column: il_start_ns: start of the first framework op (else first launch call, else first kernel) (ns)
+-- column: il_start_ns: start of the first framework op by the dispatcher-op rule (stg_events.is_dispatcher_op: cpu_op or NVTX range named ns::op; a wrapper such as `TorchDynamo Cache Lookup` never starts IL), else first launch call, else first kernel (ns)
 -- column: il_start_basis: 'framework_op', 'launch_call' or 'kernel'
 -- column: il_end_ns: end of the last kernel (ns)
 -- column: il_ns: inference latency il_end_ns - il_start_ns (ns)
@@ -40,7 +40,7 @@ k AS (
     FROM int_kernel_links GROUP BY trace_id
 ),
 ops AS (
-    SELECT trace_id, min(ts_ns) AS first_op_ns FROM stg_events WHERE kind = 'framework_op' GROUP BY trace_id
+    SELECT trace_id, min(ts_ns) AS first_op_ns FROM stg_events WHERE is_dispatcher_op GROUP BY trace_id
 ),
 -- merged busy time of all kernels of a trace (int_busy_intervals, set 'kernels': every GPU and stream)
 merged AS (

@@ -20,6 +20,9 @@
 -- column: correlation_id: launch correlation id (unique with pid)
 -- column: external_id: Kineto External id
 -- column: graph_id: CUDA graph id of graph-launched kernels
+-- column: op_name: the dispatcher-op name of a framework op or NVTX range named like one (METHOD.md section 1: exactly ns::op or ns::op.overload, ns starting with a lowercase letter or '_'; NVTX: the range text before its first comma), NULL for every other event. The one place the dispatcher-op rule is applied: op linking on every route, the host partition and the start of IL read it
+-- column: is_dispatcher_op: op_name IS NOT NULL
+-- column: host_call_class: class of a host API call: 'launch' (kernel or graph launch), 'library' (cuBLAS/cuDNN range), 'sync' (*Synchronize*), 'other_runtime' (any other runtime or driver call); NULL for other events. The one place these predicates are written
 SELECT
     row_number() OVER () AS event_id,
     trace_id,
@@ -37,6 +40,31 @@ SELECT
     stream_id,
     correlation_id,
     external_id,
-    graph_id
-FROM read_parquet($event_files, union_by_name = true)
-WHERE kind NOT IN ('metadata', 'flow', 'instant', 'nvtx_mark', 'other')
+    graph_id,
+    op_name,
+    op_name IS NOT NULL AS is_dispatcher_op,
+    CASE
+        WHEN kind = 'graph_launch' THEN 'launch'
+        WHEN kind = 'library_api' OR (kind IN ('runtime_api', 'driver_api') AND (name ILIKE 'cublas%' OR name ILIKE 'cudnn%'))
+            THEN 'library'
+        WHEN kind IN ('runtime_api', 'driver_api')
+             AND regexp_matches(name, '(?i)(launchkernel|launchcooperativekernel|^culaunch|^hiplaunch|modulelaunch|graphlaunch)')
+            THEN 'launch'
+        WHEN kind IN ('runtime_api', 'driver_api') AND name ILIKE '%synchronize%' THEN 'sync'
+        WHEN kind IN ('runtime_api', 'driver_api') THEN 'other_runtime'
+    END AS host_call_class
+FROM (
+    SELECT
+        *,
+        CASE
+            WHEN kind = 'framework_op'
+                 AND regexp_full_match(name, '[a-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?')
+                THEN name
+            WHEN kind = 'nvtx_range'
+                 AND regexp_full_match(trim(split_part(name, ',', 1)),
+                                       '[a-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?')
+                THEN trim(split_part(name, ',', 1))
+        END AS op_name
+    FROM read_parquet($event_files, union_by_name = true)
+    WHERE kind NOT IN ('metadata', 'flow', 'instant', 'nvtx_mark', 'other')
+)

@@ -1,10 +1,10 @@
 -- table: taxbreak_by_scope
--- grain: one row per trace and scope: the whole trace, each step, each phase, each framework op name, each kernel name
--- reads: kernel_taxbreak, run_config
--- description: TaxBreak aggregates (METHOD.md section 2): T_Orchestrate = sum(delta_ft + delta_ct) + N * T_sys over linked launches, T_DeviceActive = sum of kernel durations in scope, HDBI = T_DeviceActive / (T_DeviceActive + T_Orchestrate) (NULL when 0 / 0), HDBI_linked over linked kernels only, with coverage. Kernels outside every step form the step scope 'outside_steps' (excluded from per-step figures; the trace scope includes them).
+-- grain: one row per trace and scope: the whole trace, the trace without its outlier steps (only where it has some), each step, each phase, each framework op name, each kernel name
+-- reads: kernel_taxbreak, int_kernel_links, int_steps, host_partition, run_config
+-- description: TaxBreak aggregates (METHOD.md section 2): T_Orchestrate = sum(delta_ft + delta_ct) + N * T_sys over linked launches, T_DeviceActive = sum of kernel durations in scope, HDBI = T_DeviceActive / (T_DeviceActive + T_Orchestrate) (NULL when 0 / 0), HDBI_linked over linked kernels only, with coverage. Beside them the exact host partition of the threads that launch the scope's kernels (host_partition, METHOD.md section 3) and HDBI_wall = T_DeviceActive / (T_DeviceActive + launch + library + framework host time) (ours), with flags where T_Orchestrate exceeds that wall time (naming the top contributing kernels) and where blocked launch or sync time dominates the dispatch terms. Kernels outside every step form the step scope 'outside_steps' (excluded from per-step figures; the trace scope includes them). Wall terms exist for 'trace', 'trace_excl_outliers', 'step' and 'phase' scopes; NULL for the others.
 -- column: trace_id: trace key
--- column: scope_kind: 'trace', 'step', 'phase', 'op' (framework op name) or 'kernel' (kernel name)
--- column: scope_key: the scope's key: trace id, step_id as text ('outside_steps' for kernels in no step), phase ('unknown' when not known), op name ('(no op)' for kernels without one), kernel name
+-- column: scope_kind: 'trace', 'trace_excl_outliers' (the trace without the kernels and host time of its outlier steps, int_steps.is_outlier_step; only for traces with outlier steps), 'step', 'phase', 'op' (framework op name) or 'kernel' (kernel name)
+-- column: scope_key: the scope's key: trace id (both trace scopes), step_id as text ('outside_steps' for kernels in no step), phase ('unknown' when not known), op name ('(no op)' for kernels without one), kernel name
 -- column: step_name: step name for step scopes
 -- column: phase: phase for step and phase scopes
 -- column: kernels: kernel invocations in scope (kernels)
@@ -28,7 +28,33 @@
 -- column: t_device_active_linked_ns: sum of durations of linked kernels (ns)
 -- column: hdbi: T_DeviceActive / (T_DeviceActive + T_Orchestrate); NULL when both are 0
 -- column: hdbi_linked: linked device time / (linked device time + T_Orchestrate); NULL when both are 0
-WITH agg AS (
+-- column: t_dispatch_blocked_ns: sum over charged kernels of the dispatch time spent inside other launch or sync calls (kernel_taxbreak.t_dispatch_blocked_ns, ours) (ns)
+-- column: dispatch_blocked_flag: t_dispatch_blocked_ns exceeds run_config.dispatch_blocked_share (0.5) of delta_ft + delta_ct: the dispatch terms are mostly waiting, not translation (ours)
+-- column: host_threads: kernel-launching host threads whose partition the wall terms sum (threads)
+-- column: host_wall_ns: wall time of those threads in the scope (their whole traced span for the trace; the step window per thread for a step; summed over the leaf steps of a phase) (ns)
+-- column: host_launch_ns: their self time in launch calls that did not wait (ns)
+-- column: host_launch_blocked_ns: their self time in launch calls that waited; not in HDBI_wall (ns)
+-- column: host_library_ns: their self time in cuBLAS/cuDNN calls (ns)
+-- column: host_framework_ns: their self time in framework ops and Python functions (ns)
+-- column: host_sync_ns: their self time in synchronisation calls; not in HDBI_wall (ns)
+-- column: host_other_runtime_ns: their self time in other runtime calls; not in HDBI_wall (ns)
+-- column: host_untraced_ns: their time under no traced event (ns)
+-- column: hdbi_wall: T_DeviceActive / (T_DeviceActive + host_launch + host_library + host_framework) (METHOD.md section 3, ours): never counts more host time than the launching threads spent; NULL when both are 0 or the scope has no wall terms
+-- column: orchestrate_exceeds_wall: T_Orchestrate is larger than host_wall_ns: the paper's per-kernel prefixes count the same host time more than once (METHOD.md section 2, known property)
+-- column: top_orchestrate_kernels: where orchestrate_exceeds_wall, the three kernels with the largest delta_ft + delta_ct: kernel_seq, kernel_name, op_name, py_name (the Python op whose prefix they carry) and orchestrate_ns; NULL otherwise
+-- column: is_outlier_step: for step scopes, int_steps.is_outlier_step; for the trace scope, whether the trace has outlier steps
+WITH
+kt AS (
+    SELECT k.*, false AS excl_outliers FROM kernel_taxbreak k
+    UNION ALL
+    -- the trace once more without the kernels of its outlier steps, for traces that have some
+    SELECT k.*, true FROM kernel_taxbreak k JOIN int_steps s USING (trace_id, step_id)
+    WHERE NOT s.in_outlier_step AND k.trace_id IN (SELECT trace_id FROM int_steps WHERE is_outlier_step)
+    UNION ALL
+    SELECT k.*, true FROM kernel_taxbreak k
+    WHERE k.step_id IS NULL AND k.trace_id IN (SELECT trace_id FROM int_steps WHERE is_outlier_step)
+),
+agg0 AS (
     SELECT
         trace_id,
         CASE
@@ -36,8 +62,11 @@ WITH agg AS (
             WHEN GROUPING(phase) = 0 THEN 'phase'
             WHEN GROUPING(op_name) = 0 THEN 'op'
             WHEN GROUPING(kernel_name) = 0 THEN 'kernel'
+            WHEN excl_outliers THEN 'trace_excl_outliers'
             ELSE 'trace'
         END AS scope_kind,
+        excl_outliers,
+        step_id AS g_step_id,
         CASE
             WHEN GROUPING(step_id) = 0 THEN coalesce(CAST(step_id AS VARCHAR), 'outside_steps')
             WHEN GROUPING(phase) = 0 THEN coalesce(phase, 'unknown')
@@ -57,14 +86,94 @@ WITH agg AS (
         any_value(t_sys_ns) AS t_sys_ns,
         coalesce(sum(t_py_ns) FILTER (WHERE is_charged), 0) AS t_py_ns,
         coalesce(sum(t_dispatch_ns) FILTER (WHERE is_charged), 0) AS t_dispatch_ns,
+        coalesce(sum(t_dispatch_blocked_ns) FILTER (WHERE is_charged), 0) AS t_dispatch_blocked_ns,
         coalesce(sum(delta_ft_ns), 0) AS delta_ft_ns,
         coalesce(sum(delta_ct_ns), 0) AS delta_ct_ns,
         coalesce(sum(delta_kt_ns), 0) AS delta_kt_ns,
         coalesce(sum(delta_kt_excess_ns), 0) AS delta_kt_excess_ns,
         coalesce(sum(kernel_dur_ns), 0) AS t_device_active_ns,
         coalesce(sum(kernel_dur_ns) FILTER (WHERE is_linked), 0) AS t_device_active_linked_ns
-    FROM kernel_taxbreak
-    GROUP BY GROUPING SETS ((trace_id), (trace_id, step_id), (trace_id, phase), (trace_id, op_name), (trace_id, kernel_name))
+    FROM kt
+    GROUP BY GROUPING SETS (
+        (trace_id, excl_outliers), (trace_id, excl_outliers, step_id), (trace_id, excl_outliers, phase),
+        (trace_id, excl_outliers, op_name), (trace_id, excl_outliers, kernel_name)
+    )
+),
+agg AS (SELECT * FROM agg0 WHERE NOT excl_outliers OR scope_kind = 'trace_excl_outliers'),
+-- host wall terms per scope: the trace's launching threads; a step's launching threads in its window; a phase's
+-- leaf steps; the trace without its outermost outlier steps
+hp_trace AS (SELECT * FROM host_partition WHERE scope_kind = 'trace'),
+hp_step AS (
+    SELECT h.*, s.phase, s.is_leaf_step, s.is_outlier_step, s.in_outlier_step,
+           s.is_outlier_step AND NOT EXISTS (
+               SELECT 1 FROM int_steps o WHERE o.trace_id = s.trace_id AND o.pid = s.pid AND o.is_outlier_step
+                 AND o.step_id <> s.step_id AND o.step_ts_ns <= s.step_ts_ns AND s.step_end_ns <= o.step_end_ns
+           ) AS is_outermost_outlier
+    FROM host_partition h JOIN int_steps s USING (trace_id, step_id) WHERE h.scope_kind = 'step'
+),
+wall AS (
+    SELECT trace_id, 'trace' AS scope_kind, trace_id AS scope_key, threads, wall_ns, launch_host_ns, launch_blocked_ns,
+           library_ns, framework_ns, sync_ns, other_runtime_ns, host_untraced_ns
+    FROM hp_trace
+    UNION ALL
+    SELECT t.trace_id, 'trace_excl_outliers', t.trace_id, t.threads,
+           t.wall_ns - sum(o.wall_ns), t.launch_host_ns - sum(o.launch_host_ns),
+           t.launch_blocked_ns - sum(o.launch_blocked_ns), t.library_ns - sum(o.library_ns),
+           t.framework_ns - sum(o.framework_ns), t.sync_ns - sum(o.sync_ns), t.other_runtime_ns - sum(o.other_runtime_ns),
+           t.host_untraced_ns - sum(o.host_untraced_ns)
+    FROM hp_trace t JOIN hp_step o ON o.trace_id = t.trace_id AND o.is_outermost_outlier
+    GROUP BY t.trace_id, t.threads, t.wall_ns, t.launch_host_ns, t.launch_blocked_ns, t.library_ns, t.framework_ns,
+             t.sync_ns, t.other_runtime_ns, t.host_untraced_ns
+    UNION ALL
+    SELECT trace_id, 'step', CAST(step_id AS VARCHAR), threads, wall_ns, launch_host_ns, launch_blocked_ns, library_ns,
+           framework_ns, sync_ns, other_runtime_ns, host_untraced_ns
+    FROM hp_step
+    UNION ALL
+    SELECT trace_id, 'phase', phase, max(threads), sum(wall_ns), sum(launch_host_ns), sum(launch_blocked_ns),
+           sum(library_ns), sum(framework_ns), sum(sync_ns), sum(other_runtime_ns), sum(host_untraced_ns)
+    FROM hp_step WHERE is_leaf_step AND phase IS NOT NULL GROUP BY trace_id, phase
+),
+-- the kernels that contribute most to T_Orchestrate, per trace and per step
+contrib AS (
+    SELECT k.trace_id, k.step_id, k.kernel_seq, k.kernel_name, k.op_name, l.py_name,
+           k.delta_ft_ns + k.delta_ct_ns AS orchestrate_ns
+    FROM kernel_taxbreak k JOIN int_kernel_links l USING (trace_id, kernel_seq)
+    WHERE k.is_charged
+),
+top_trace AS (
+    SELECT trace_id, list({'kernel_seq': kernel_seq, 'kernel_name': kernel_name, 'op_name': op_name,
+                           'py_name': py_name, 'orchestrate_ns': orchestrate_ns} ORDER BY orchestrate_ns DESC, kernel_seq)
+                         [1:3] AS top_kernels
+    FROM contrib GROUP BY trace_id
+),
+top_step AS (
+    SELECT trace_id, CAST(step_id AS VARCHAR) AS scope_key,
+           list({'kernel_seq': kernel_seq, 'kernel_name': kernel_name, 'op_name': op_name,
+                 'py_name': py_name, 'orchestrate_ns': orchestrate_ns} ORDER BY orchestrate_ns DESC, kernel_seq)
+               [1:3] AS top_kernels
+    FROM contrib WHERE step_id IS NOT NULL GROUP BY trace_id, step_id
+),
+outl AS (
+    SELECT trace_id, CAST(step_id AS VARCHAR) AS scope_key, is_outlier_step FROM int_steps
+),
+x AS (
+    SELECT
+        a.*,
+        CAST(a.delta_ft_ns + a.delta_ct_ns + a.delta_kt_ns AS BIGINT) AS t_orchestrate,
+        w.threads AS host_threads, w.wall_ns AS host_wall_ns, w.launch_host_ns AS host_launch_ns,
+        w.launch_blocked_ns AS host_launch_blocked_ns, w.library_ns AS host_library_ns,
+        w.framework_ns AS host_framework_ns, w.sync_ns AS host_sync_ns, w.other_runtime_ns AS host_other_runtime_ns,
+        w.host_untraced_ns AS host_untraced_ns,
+        CASE a.scope_kind WHEN 'trace' THEN tt.top_kernels WHEN 'step' THEN ts.top_kernels END AS top_kernels,
+        CASE a.scope_kind
+            WHEN 'step' THEN coalesce(o.is_outlier_step, false)
+            WHEN 'trace' THEN a.trace_id IN (SELECT trace_id FROM int_steps WHERE is_outlier_step)
+        END AS is_outlier_step
+    FROM agg a
+    LEFT JOIN wall w ON w.trace_id = a.trace_id AND w.scope_kind = a.scope_kind AND w.scope_key = a.scope_key
+    LEFT JOIN top_trace tt ON tt.trace_id = a.trace_id
+    LEFT JOIN top_step ts ON ts.trace_id = a.trace_id AND ts.scope_key = a.scope_key
+    LEFT JOIN outl o ON o.trace_id = a.trace_id AND o.scope_key = a.scope_key
 )
 SELECT
     a.trace_id,
@@ -88,10 +197,25 @@ SELECT
     CAST(a.delta_ct_ns AS BIGINT) AS delta_ct_ns,
     CAST(a.delta_kt_ns AS BIGINT) AS delta_kt_ns,
     CAST(a.delta_kt_excess_ns AS BIGINT) AS delta_kt_excess_ns,
-    CAST(a.delta_ft_ns + a.delta_ct_ns + a.delta_kt_ns AS BIGINT) AS t_orchestrate_ns,
+    a.t_orchestrate AS t_orchestrate_ns,
     CAST(a.t_device_active_ns AS BIGINT) AS t_device_active_ns,
     CAST(a.t_device_active_linked_ns AS BIGINT) AS t_device_active_linked_ns,
-    a.t_device_active_ns / nullif(a.t_device_active_ns + a.delta_ft_ns + a.delta_ct_ns + a.delta_kt_ns, 0) AS hdbi,
-    a.t_device_active_linked_ns
-        / nullif(a.t_device_active_linked_ns + a.delta_ft_ns + a.delta_ct_ns + a.delta_kt_ns, 0) AS hdbi_linked
-FROM agg a CROSS JOIN run_config c
+    a.t_device_active_ns / nullif(a.t_device_active_ns + a.t_orchestrate, 0) AS hdbi,
+    a.t_device_active_linked_ns / nullif(a.t_device_active_linked_ns + a.t_orchestrate, 0) AS hdbi_linked,
+    CAST(a.t_dispatch_blocked_ns AS BIGINT) AS t_dispatch_blocked_ns,
+    a.t_dispatch_blocked_ns > c.dispatch_blocked_share * (a.delta_ft_ns + a.delta_ct_ns) AS dispatch_blocked_flag,
+    a.host_threads,
+    a.host_wall_ns,
+    a.host_launch_ns,
+    a.host_launch_blocked_ns,
+    a.host_library_ns,
+    a.host_framework_ns,
+    a.host_sync_ns,
+    a.host_other_runtime_ns,
+    a.host_untraced_ns,
+    a.t_device_active_ns
+        / nullif(a.t_device_active_ns + a.host_launch_ns + a.host_library_ns + a.host_framework_ns, 0) AS hdbi_wall,
+    a.t_orchestrate > a.host_wall_ns AS orchestrate_exceeds_wall,
+    CASE WHEN a.t_orchestrate > a.host_wall_ns THEN a.top_kernels END AS top_orchestrate_kernels,
+    a.is_outlier_step
+FROM x a CROSS JOIN run_config c
