@@ -7,28 +7,16 @@ rebuilds the warehouse tables for those traces under the same writer lock the pi
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from taxbreak.config import S3Settings
 from taxbreak.ingest import IngestResult, Lake
 from taxbreak.pipeline.bucket import bucket_for_url, ingest_from
+from taxbreak.warehouse import warehouse_lock, writer
 
-
-@contextlib.contextmanager
-def warehouse_lock(db: Path) -> Iterator[None]:
-    """The exclusive lock every writer of the DuckDB file holds (pipeline steps, exports, retries)."""
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+__all__ = ["cmd_retry", "rebuild_tables", "retry_row", "select_failed", "warehouse_lock"]
 
 
 @dataclass
@@ -61,11 +49,12 @@ def retry_row(row: dict, lake: Lake, cache_dir: Path | None = None) -> RetryOutc
 
 
 def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str]) -> dict[str, int]:
-    """Every sql/ file for ``trace_ids`` (``taxbreak.analysis.materialize``) under the writer lock; rows per table."""
+    """Every sql/ file for ``trace_ids`` (``taxbreak.analysis.materialize``) under the one writer rule
+    (``taxbreak.warehouse.writer``: lock, one transaction, readers' snapshot); rows per table."""
     from taxbreak.analysis import materialize
 
-    with warehouse_lock(warehouse):
-        return materialize(warehouse, lake_root, trace_ids)
+    with writer(warehouse) as con:
+        return materialize(warehouse, lake_root, trace_ids, con=con)
 
 
 def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.cli

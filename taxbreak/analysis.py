@@ -26,12 +26,13 @@ every other, which costs little: its inputs are trace-level rows).  Such a state
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import sys
 import tempfile
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ import pyarrow as pa
 
 from taxbreak.ingest.lake import Lake
 from taxbreak.meta import find_meta
+from taxbreak.warehouse import fault_point
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 try:  # installed layout: taxbreak.sql is the sql/ folder
@@ -94,6 +96,16 @@ class RunConfig:
     lib_kernel_rules: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(LIB_KERNEL_RULES))
     step_patterns: list[tuple[int, str, str | None, str]] = field(default_factory=lambda: list(STEP_PATTERNS))
     t_sys_defaults: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(T_SYS_DEFAULTS))
+    # A launch floor the user set (``analysis.t_sys_ns``: ``--t-sys-ns``, $TAXBREAK_T_SYS_NS or taxbreak.toml):
+    # every trace uses it, provenance 'user_setting' (run_config.t_sys_override_ns; sql/trace_launch_floor.sql).
+    t_sys_override_ns: int | None = None
+
+    @classmethod
+    def from_settings(cls, t_sys_ns: int | None = None) -> RunConfig:
+        """The defaults above with the user's settings (``taxbreak.config``) applied; ``t_sys_ns``: an option."""
+        from taxbreak.config import setting
+
+        return cls(t_sys_override_ns=setting("analysis.t_sys_ns", t_sys_ns).value)
 
 
 @dataclass
@@ -171,16 +183,18 @@ def sql_files(sql_dir: Path | None = None) -> list[SqlFile]:
     return order
 
 
-MEMORY_ENV = "TAXBREAK_DUCKDB_MEMORY"
-DEFAULT_MEMORY_LIMIT = "2GB"
+MEMORY_ENV = "TAXBREAK_DUCKDB_MEMORY"  # the environment variable of the analysis.duckdb_memory setting
 
 
 def memory_limit() -> str:
-    """DuckDB's memory_limit for the analyses: $TAXBREAK_DUCKDB_MEMORY (a DuckDB size such as '4GB'), else 2GB.
+    """DuckDB's memory_limit for the analyses: the ``analysis.duckdb_memory`` setting ($TAXBREAK_DUCKDB_MEMORY or
+    taxbreak.toml, a DuckDB size such as '4GB'; default 2GB).
 
     Operators that can spill (sorts, windows, hash joins and aggregates, the run's temporary tables) spill to the
     connection's temp_directory beyond it."""
-    return os.environ.get(MEMORY_ENV, "").strip() or DEFAULT_MEMORY_LIMIT
+    from taxbreak.config import setting
+
+    return str(setting("analysis.duckdb_memory").value)
 
 
 def connect(warehouse_path: str | os.PathLike[str] | None) -> duckdb.DuckDBPyConnection:
@@ -225,7 +239,7 @@ def prepare(
     Creates views ``events`` and ``catalogue`` over the whole lake (for ad-hoc queries) and temporary tables
     ``selected_traces``, ``stg_catalogue``, ``stg_meta_raw``, ``run_config``, ``lib_kernel_rules``,
     ``step_patterns`` and ``t_sys_defaults``."""
-    cfg = config or RunConfig()
+    cfg = config or RunConfig.from_settings()
     lake = Lake(lake_root)
     lake.register_filesystem(con)  # an s3:// lake: DuckDB reads it through fsspec
     cat = lake.catalogue()
@@ -270,6 +284,9 @@ def prepare(
         {"ps": cfg.fusion_ps_threshold, "minc": cfg.fusion_min_count, "cov": cfg.coverage_threshold,
          "warm": cfg.null_kernel_warmup},
     )
+    # the user's launch floor, NULL when unset (taxbreak.config analysis.t_sys_ns; sql/trace_launch_floor.sql)
+    con.execute("CREATE OR REPLACE TEMP TABLE run_config AS SELECT *, $tsys::BIGINT AS t_sys_override_ns "
+                "FROM run_config", {"tsys": cfg.t_sys_override_ns})
     for table, cols, data in (
         ("lib_kernel_rules", ("priority", "pattern", "i_lib", "rule"), cfg.lib_kernel_rules),
         ("step_patterns", ("priority", "pattern", "phase", "rule"), cfg.step_patterns),
@@ -356,15 +373,23 @@ def _build_cross_trace(
     target = f"{_q(catalog)}.main.{_q(sf.name)}"
     con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(sf.name)}")
     con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(sf.name)}")
-    # A second connection to the same database does not see this connection's temporary tables and views (the
-    # run's rows only), so the statement's names resolve to the warehouse tables, which hold every trace's rows.
-    cur = con.cursor()
+    # The statement's names must resolve to the warehouse tables (every trace's rows), not to this run's temporary
+    # tables and views of the same names (the run's rows only): those step aside for it, renamed, and come back.
+    # (A second connection would not see the rows this run has published but not yet committed.)
+    shadows: list[tuple[str, str]] = []
+    for dep in sf.reads:
+        for kind, listing, col in (("TABLE", "duckdb_tables()", "table_name"), ("VIEW", "duckdb_views()", "view_name")):
+            if con.execute(f"SELECT count(*) FROM {listing} WHERE database_name = 'temp' AND {col} = $t",
+                           {"t": dep}).fetchone()[0]:
+                con.execute(f"ALTER {kind} temp.main.{_q(dep)} RENAME TO {_q('_xt_' + dep)}")
+                shadows.append((kind, dep))
     try:
-        cur.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", {p: state[p] for p in sf.params})
-        _comment(cur, target, sf, [c for c, _t in _columns(cur, catalog, sf.name)])
-        return cur.execute(f"SELECT count(*) FROM {target}").fetchone()[0]
+        con.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", {p: state[p] for p in sf.params})
+        _comment(con, target, sf, [c for c, _t in _columns(con, catalog, sf.name)])
+        return con.execute(f"SELECT count(*) FROM {target}").fetchone()[0]
     finally:
-        cur.close()
+        for kind, dep in shadows:
+            con.execute(f"ALTER {kind} temp.main.{_q('_xt_' + dep)} RENAME TO {_q(dep)}")
 
 
 def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], files: dict[str, SqlFile]) -> int:
@@ -417,40 +442,113 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
     return n
 
 
+_IN_PUBLICATION: set[int] = set()  # ids of connections inside ``publication``
+
+
+@contextlib.contextmanager
+def publication(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Everything a run writes to the warehouse as one transaction: committed whole when the block ends, rolled back
+    on an exception, and absent after a crash (DuckDB replays only committed transactions).  Re-entrant: an inner
+    block joins the outer one (the Dagster step wraps its tables; ``materialize`` wraps its own)."""
+    key = id(con)
+    if key in _IN_PUBLICATION:
+        yield con
+        return
+    con.execute("BEGIN TRANSACTION")
+    _IN_PUBLICATION.add(key)
+    try:
+        yield con
+    except BaseException:
+        _IN_PUBLICATION.discard(key)
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+    _IN_PUBLICATION.discard(key)
+    fault_point("before_commit")
+    con.execute("COMMIT")
+    fault_point("after_commit")
+
+
+def plan_tables(tables: list[str] | None = None) -> list[str]:
+    """The files a run of ``tables`` (None: all) computes, in dependency order; ValueError names unknown ones."""
+    files = {f.name: f for f in sql_files()}  # dependency order
+    names = list(files)
+    if not tables:
+        return names
+    unknown = sorted(set(tables) - set(names))
+    if unknown:
+        raise ValueError(f"unknown table(s): {', '.join(unknown)}; known: {', '.join(names)}")
+    need: set[str] = set()
+    stack = list(tables)
+    while stack:
+        t = stack.pop()
+        if t in need:
+            continue
+        need.add(t)
+        stack.extend(d for d in files[t].reads if d in files)
+    return [n for n in names if n in need]
+
+
 def materialize(
     warehouse_path: str | os.PathLike[str] | None, lake_root: str | os.PathLike[str],
     trace_ids: list[str] | None = None, tables: list[str] | None = None, config: RunConfig | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
+    progress: Callable[[str, int, int, int | None], None] | None = None,
 ) -> dict[str, int]:
     """(Re)compute the tables for ``trace_ids`` (default: every ingested trace); returns rows per table.
 
-    ``tables`` limits the run to those tables and what they read."""
+    ``tables`` limits the run to those tables and what they read.  The whole run is one publication (one
+    transaction): a crash leaves every table as it was.  ``progress(name, index, total, rows)`` is called before
+    each file is computed (rows None) and after it (its row count); 'prepare' (index 0) is the loading of the
+    inputs.  Write a warehouse file through ``taxbreak.warehouse.writer`` (the lock and the readers' snapshot)."""
+    names = plan_tables(tables)
     own = con is None
     con = con or connect(warehouse_path)
     try:
-        params = prepare(con, lake_root, trace_ids, config)
-        if not params["trace_ids"]:
-            return {}
-        files = {f.name: f for f in sql_files()}  # dependency order
-        names = list(files)
-        if tables:
-            unknown = sorted(set(tables) - set(names))
-            if unknown:
-                raise ValueError(f"unknown table(s): {', '.join(unknown)}; known: {', '.join(names)}")
-            need: set[str] = set()
-            stack = list(tables)
-            while stack:
-                t = stack.pop()
-                if t in need:
-                    continue
-                need.add(t)
-                stack.extend(d for d in files[t].reads if d in files)
-            names = [n for n in names if n in need]
-        state = _run_state(con)
-        return {name: _build(con, name, state, files) for name in names}
+        with publication(con):
+            if progress is not None:
+                progress("prepare", 0, len(names), None)
+            params = prepare(con, lake_root, trace_ids, config)
+            if not params["trace_ids"]:
+                return {}
+            files = {f.name: f for f in sql_files()}
+            state = _run_state(con)
+            out: dict[str, int] = {}
+            for i, name in enumerate(names, 1):
+                if progress is not None:
+                    progress(name, i, len(names), None)
+                out[name] = _build(con, name, state, files)
+                fault_point(f"publish:{name}")
+                if progress is not None:
+                    progress(name, i, len(names), out[name])
+            return out
     finally:
         if own:
             con.close()
+
+
+def forget_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[str, int]:
+    """Delete ``trace_ids``' rows from every warehouse table with a trace_id column and recompute the cross-trace
+    tables without them, in one publication; returns the rows deleted per table."""
+    catalog = _catalog(con)
+    files = {f.name: f for f in sql_files()}
+    deleted: dict[str, int] = {}
+    with publication(con):
+        tables = [r[0] for r in con.execute(
+            "SELECT DISTINCT table_name FROM duckdb_columns() WHERE database_name = $db AND schema_name = 'main' "
+            "AND column_name = 'trace_id' ORDER BY 1", {"db": catalog}).fetchall()]
+        for table in tables:
+            if table in files and files[table].scope == "cross_trace":
+                continue
+            (n,) = con.execute(
+                f"DELETE FROM {_q(catalog)}.main.{_q(table)} WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))",
+                {"ids": trace_ids}).fetchone()
+            deleted[table] = int(n)
+        state = {"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False}
+        for sf in files.values():
+            if sf.scope == "cross_trace" and _exists(con, catalog, sf.name):
+                _build_cross_trace(con, sf, state, files)
+    return deleted
 
 
 # -- summary (data) and the CLI edges ------------------------------------------------------------------------------
@@ -608,57 +706,3 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("  assumed / caveats:")
         lines += [f"    - {a}" for a in s["assumptions"]]
     return "\n".join(lines)
-
-
-def cmd_analyze(args: Any) -> int:
-    from taxbreak.config import Paths
-
-    paths = Paths.from_args(args)
-    trace_ids = None
-    if args.trace:
-        cat = Lake(paths.lake).catalogue().to_pylist()
-        trace_ids = sorted({r["trace_id"] for r in cat for p in args.trace
-                            if r["trace_id"].startswith(p) or r["file_name"] == p})
-        if not trace_ids:
-            print("no trace in the catalogue matches: " + " ".join(args.trace))
-            return 2
-    import time
-
-    t0 = time.perf_counter()
-    counts = materialize(paths.warehouse, paths.lake, trace_ids=trace_ids, tables=args.table or None)
-    if not counts:
-        print("nothing to analyse: no ingested trace in the lake (run `taxbreak ingest PATH`)")
-        return 0
-    scope = "all traces" if trace_ids is None else f"{len(trace_ids)} trace(s)"
-    print(f"analysed {scope} into {paths.warehouse} in {time.perf_counter() - t0:.1f} s")
-    for name, n in counts.items():
-        print(f"  {name:<28} {n:>12,} rows")
-    return 0
-
-
-def cmd_summary(args: Any) -> int:
-    from taxbreak.config import Paths
-    from taxbreak.query import open_for_cli
-
-    paths = Paths.from_args(args)
-    if not Path(paths.warehouse).exists():
-        print(f"summary: no warehouse at {paths.warehouse}: ingest traces (`taxbreak ingest PATH`) and run "
-              "`taxbreak analyze` first, or pass --warehouse PATH", file=sys.stderr)
-        return 2
-    opened = open_for_cli(args, "summary")  # like sql/compare/report: the snapshot while a writer holds the file
-    if opened is None:
-        return 2
-    if opened.source != "warehouse":
-        print(f"note: the warehouse file is busy; reading the {opened.source} at {opened.path}", file=sys.stderr)
-    try:
-        s = summary(paths.warehouse, args.trace, top_k=args.top, con=opened.con)
-    except (LookupError, duckdb.Error) as exc:
-        print(f"summary: {opened.path}: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        opened.con.close()
-    if args.json:
-        print(json.dumps(s, indent=2, default=str))
-    else:
-        print(format_summary(s))
-    return 0

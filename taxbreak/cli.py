@@ -1,43 +1,155 @@
-"""The ``taxbreak`` command. Each subcommand has its own ``_add_*`` function with help text."""
+"""The ``taxbreak`` command (argparse, the standard library's parser, for every subcommand).
+
+The command table is ``COMMANDS``: one ``_add_*`` function per subcommand, each adding its parser with help text
+and ``func``; a new subcommand is one more function in that list.  Options every subcommand shares are added by
+``build_parser`` to each of them: ``-q/--quiet`` (results only: no progress, no notes) and ``-v/--verbose`` (timings
+and details); ``--version`` is global.
+
+Output rules: results go to stdout, progress and notes to stderr.  Progress bars (``tqdm``) are drawn only on a
+terminal and never with ``-q``; elsewhere each finished step prints one plain line.  Names read from traces
+(kernels, ops, files) are passed through ``taxbreak.query.printable`` before they reach a terminal.  A reader
+that goes away (``taxbreak traces --json | head``) ends the command quietly with the status a SIGPIPE gives.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
-from taxbreak.config import Paths, add_path_args
+from taxbreak.config import ConfigError, Paths, add_path_args, describe_origin
+from taxbreak.query import printable
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
 
-class _Progress:
-    """A one-line progress bar on stderr for files above ``min_bytes``."""
+def version() -> str:
+    try:
+        from importlib.metadata import version as _v
 
-    def __init__(self, label: str, min_bytes: int = 32 << 20) -> None:
+        return _v("taxbreak")
+    except Exception:  # noqa: BLE001 - a source checkout without install metadata
+        from taxbreak import __version__
+
+        return __version__
+
+
+def emit(text: str = "", *, err: bool = False) -> None:
+    """Print ``text`` with its terminal control characters escaped (names come from untrusted traces)."""
+    print(printable(text), file=sys.stderr if err else sys.stdout)
+
+
+def note(args: argparse.Namespace, text: str) -> None:
+    """A line on stderr that ``-q`` silences."""
+    if not getattr(args, "quiet", False):
+        emit(text, err=True)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str)  # ASCII-escaped: no control character reaches the terminal
+
+
+# -- progress ------------------------------------------------------------------------------------------------------
+def _bars_on(args: argparse.Namespace) -> bool:
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+
+
+class PhaseBar:
+    """One tqdm bar on stderr whose description names the current phase; a phase with no counter updates still
+    shows its elapsed time (a ticker thread refreshes the bar).  Does nothing when ``enabled`` is false."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
         self.label = label
-        self.min_bytes = min_bytes
-        self.last = 0.0
-        self.shown = False
+        self.enabled = enabled
+        self.bar = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
-    def __call__(self, done: int, total: int) -> None:
-        if total < self.min_bytes:
+    def phase(self, name: str, total: int | None = None, unit: str = "it", unit_scale: bool = False) -> None:
+        if not self.enabled:
             return
-        now = time.monotonic()
-        if now - self.last < 0.25 and done < total:
-            return
-        self.last = now
-        self.shown = True
-        frac = done / total if total else 1.0
-        bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\r{self.label[-40:]:<40} [{bar:<30}] {frac:6.1%} {done / 1e6:,.0f}/{total / 1e6:,.0f} MB")
-        sys.stderr.flush()
+        from tqdm import tqdm
+
+        with self._lock:
+            if self.bar is not None:
+                self.bar.close()
+            self.bar = tqdm(total=total, desc=f"{self.label} {name}", unit=unit, unit_scale=unit_scale,
+                            file=sys.stderr, leave=False, dynamic_ncols=True, mininterval=0.2)
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                if self.bar is not None:
+                    self.bar.refresh()
+
+    def update_to(self, done: int) -> None:
+        if self.bar is not None:
+            with self._lock:
+                self.bar.update(done - self.bar.n)
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None:
+            with self._lock:
+                self.bar.update(n)
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\n")
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=2)
+        with self._lock:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
 
 
+class IngestProgress(PhaseBar):
+    """An ingest's phases: read (bytes, from the adapter's ``progress(done, total)``), parse (until the first batch
+    of events), write (events written to the lake)."""
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None or not self.bar.desc.endswith(" read"):
+            self.phase("read", total=total, unit="B", unit_scale=True)
+        self.update_to(done)
+
+
+class _ObservedLake:
+    """The lake ``ingest_file`` writes to, observed for the progress of its parse and write phases (the adapters
+    parse lazily, as the lake pulls batches of events)."""
+
+    def __init__(self, lake: Any, bar: IngestProgress) -> None:
+        self._lake = lake
+        self._bar = bar
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lake, name)
+
+    def write_events(self, trace_id: str, batches: Iterable[Any], info: Any, **kwargs: Any) -> dict:
+        bar = self._bar
+        bar.phase("parse")
+
+        def counted() -> Iterator[Any]:
+            first = True
+            for batch in batches:
+                if first:
+                    bar.phase("write", unit=" events", unit_scale=True)
+                    first = False
+                yield batch
+                bar.advance(batch.num_rows)
+
+        return self._lake.write_events(trace_id, counted(), info, **kwargs)
+
+
+# -- ingest and traces ---------------------------------------------------------------------------------------------
 def format_trace_summary(row: dict) -> str:
     """One trace's ingest summary, from its catalogue row (and a few counts from the lake)."""
     counts = json.loads(row.get("event_counts_json") or "{}")
@@ -79,6 +191,24 @@ def format_ingest_result(paths: Paths, res: Any, label: str = "") -> str:
     return f"[{tag}]{label} " + format_trace_summary(row)
 
 
+_JSON_COLUMNS = ("tool_versions_json", "gpu_names_json", "event_counts_json", "skipped_counts_json", "metadata_json")
+
+
+def catalogue_json(row: dict) -> dict:
+    """A catalogue row for JSON output: the ``*_json`` text columns as the objects they hold, under their names
+    without the suffix (``event_counts``), so the JSON is not encoded twice."""
+    out = {}
+    for key, value in row.items():
+        if key in _JSON_COLUMNS:
+            try:
+                out[key[: -len("_json")]] = json.loads(value) if value is not None else None
+            except ValueError:
+                out[key] = value
+        else:
+            out[key] = value
+    return out
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from taxbreak.ingest import Lake, ingest_file, iter_trace_files
 
@@ -86,47 +216,276 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     lake = Lake(paths.lake)
     files = iter_trace_files(args.paths)
     if not files:
-        print("no trace files found in: " + " ".join(args.paths), file=sys.stderr)
+        emit("no trace files found in: " + " ".join(args.paths), err=True)
         return 2
+    note(args, f"ingesting {len(files)} file(s) into the lake {paths.lake}")
     failed = 0
-    for f in files:
-        bar = _Progress(str(f))
+    results = []
+    for i, f in enumerate(files, 1):
+        bar = IngestProgress(f"[{i}/{len(files)}] {Path(f).name[-40:]}", _bars_on(args))
+        t0 = time.perf_counter()
         try:
-            res = ingest_file(f, lake, force=args.force, cache_dir=paths.cache, progress=bar)
+            res = ingest_file(f, _ObservedLake(lake, bar), force=args.force, cache_dir=paths.cache, progress=bar)
         finally:
             bar.close()
+        seconds = time.perf_counter() - t0
+        if args.json:
+            results.append({"file": str(f), "trace_id": res.trace_id, "status": res.status, "error": res.error,
+                            "seconds": round(seconds, 3),
+                            "catalogue": catalogue_json(res.row) if res.row is not None else None})
         if res.status == "failed":
             failed += 1
-            print(f"FAILED {res.error}", file=sys.stderr)
+            if not args.json:
+                emit(f"FAILED {res.error}", err=True)
             continue
-        print(format_ingest_result(paths, res))
+        if not args.json:
+            emit(format_ingest_result(paths, res) + (f"\n  ({seconds:.1f} s)" if args.verbose else ""))
+    if args.json:
+        print(_dumps({"lake": str(paths.lake), "files": results, "failed": failed}))
     if failed:
         rest = "; the others went through" if failed < len(files) else ""
-        print(f"{failed} of {len(files)} file(s) failed{rest}", file=sys.stderr)
+        emit(f"{failed} of {len(files)} file(s) failed{rest}", err=True)
     return 1 if failed else 0
 
 
 def cmd_traces(args: argparse.Namespace) -> int:
     from taxbreak.ingest import Lake
 
-    table = Lake(Paths.from_args(args).lake).catalogue()
+    paths = Paths.from_args(args)
+    table = Lake(paths.lake).catalogue()
     rows = sorted(table.to_pylist(), key=lambda r: r["ingested_at_ns"])
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(_dumps([catalogue_json(r) for r in rows]))
         return 0
     if not rows:
-        print("the catalogue is empty: run `taxbreak ingest PATH`")
+        origin = "--lake" if getattr(args, "lake", None) else describe_origin(paths.origins()["lake"])
+        emit(f"the catalogue at {paths.lake} is empty (that lake path comes from {origin}; run from the project "
+             "folder, pass --lake, or set TAXBREAK_LAKE / taxbreak.toml): run `taxbreak ingest PATH` to fill it")
         return 0
-    print(f"{'trace_id':<16}  {'status':<8}  {'format':<11}  {'events':>10}  {'GPUs':>4}  file / error")
+    emit(f"{'trace_id':<16}  {'status':<8}  {'format':<11}  {'events':>10}  {'GPUs':>4}  file / error")
     for r in rows:
         tail = r["file_name"] if r["status"] == "ingested" else f"{r['file_name']}: {r['error']}"
-        print(
+        emit(
             f"{r['trace_id'][:16]}  {r['status']:<8}  {(r['source_format'] or '-'):<11}  "
-            f"{r['event_count']:>10,}  {r['gpu_count']:>4}  {tail}"
+            f"{r['event_count']:>10,}  {r['gpu_count']:>4}  {printable(tail, cell=True)}"
         )
+    note(args, f"({len(rows)} trace(s) in {paths.lake})")
     return 0
 
 
+# -- analyze, summary, forget --------------------------------------------------------------------------------------
+def _match_traces(rows: list[dict], wanted: list[str]) -> tuple[list[str], list[str]]:
+    """Trace ids matching each id prefix or file name, and the patterns that matched none."""
+    ids: set[str] = set()
+    missing = []
+    for p in wanted:
+        hit = {r["trace_id"] for r in rows if r["trace_id"].startswith(p.lower()) or r["file_name"] == p}
+        if not hit:
+            missing.append(p)
+        ids |= hit
+    return sorted(ids), missing
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from taxbreak.analysis import RunConfig, materialize, plan_tables
+    from taxbreak.ingest import Lake
+    from taxbreak.warehouse import WarehouseBusy, snapshot_path, writer
+
+    paths = Paths.from_args(args)
+    try:
+        names = plan_tables(args.table or None)
+    except ValueError as exc:
+        emit(f"taxbreak analyze: {exc}", err=True)
+        return 2
+    config = RunConfig.from_settings(t_sys_ns=args.t_sys_ns)
+    trace_ids = None
+    if args.trace:
+        rows = Lake(paths.lake).catalogue().to_pylist()
+        trace_ids, missing = _match_traces(rows, args.trace)
+        if missing:
+            emit(f"taxbreak analyze: no trace in the catalogue at {paths.lake} matches: " + " ".join(missing)
+                 + " (`taxbreak traces` lists them)", err=True)
+            return 2
+    scope = "all traces" if trace_ids is None else f"{len(trace_ids)} trace(s)"
+    if not args.json:
+        note(args, f"analysing {scope} of {paths.lake} into {paths.warehouse} ({len(names)} tables"
+             + (f", T_sys set to {config.t_sys_override_ns} ns" if config.t_sys_override_ns is not None else "")
+             + ")")
+    bars = _bars_on(args)
+    plain_lines = not args.json and not args.quiet
+    bar = PhaseBar("analyze", bars)
+    started: dict[str, float] = {}
+
+    def progress(name: str, index: int, total: int, rows: int | None) -> None:
+        if rows is None:
+            started[name] = time.perf_counter()
+            if bars:
+                bar.phase(f"{name} ({index}/{total})")
+            return
+        if plain_lines:
+            took = f"  {time.perf_counter() - started[name]:6.1f} s" if args.verbose else ""
+            line = f"  {name:<28} {rows:>12,} rows{took}"
+            if bar.bar is not None:
+                from tqdm import tqdm
+
+                tqdm.write(line, file=sys.stdout)
+            else:
+                print(line, flush=True)
+
+    t0 = time.perf_counter()
+    try:
+        with writer(paths.warehouse, on_wait=lambda m: note(args, m)) as con:
+            counts = materialize(paths.warehouse, paths.lake, trace_ids=trace_ids, tables=args.table or None,
+                                 config=config, con=con, progress=progress)
+    except WarehouseBusy as exc:
+        emit(f"taxbreak analyze: {exc}", err=True)
+        return 3
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - t0
+    if args.json:
+        print(_dumps({"warehouse": str(paths.warehouse), "lake": str(paths.lake), "scope": scope,
+                      "trace_ids": trace_ids, "t_sys_override_ns": config.t_sys_override_ns,
+                      "seconds": round(seconds, 3), "snapshot": str(snapshot_path(paths.warehouse)) if counts else None,
+                      "tables": counts}))
+        return 0
+    if not counts:
+        emit(f"nothing to analyse: no ingested trace in the lake {paths.lake} (run `taxbreak ingest PATH`)")
+        return 0
+    emit(f"analysed {scope} into {paths.warehouse} in {seconds:.1f} s; readers' snapshot "
+         f"{snapshot_path(paths.warehouse)}")
+    return 0
+
+
+def _explain_unmatched(args: argparse.Namespace, paths: Paths, opened_path: Path) -> str:
+    """Why ``summary TRACE`` found no analysed trace: never ingested, failed, or ingested but not analysed."""
+    try:
+        from taxbreak.ingest import Lake
+
+        rows = Lake(paths.lake).catalogue().to_pylist()
+    except Exception:  # noqa: BLE001 - the lake may be elsewhere or gone; say what we know
+        rows = []
+    ids, _missing = _match_traces(rows, [args.trace])
+    if not ids:
+        return (f"no trace matches {args.trace!r}: it is in neither the warehouse {opened_path} nor the catalogue "
+                f"at {paths.lake} (`taxbreak traces` lists the catalogue; `taxbreak ingest PATH` adds a trace)")
+    if len(ids) > 1:
+        return f"{args.trace!r} matches {len(ids)} traces in the catalogue; give more of the trace id"
+    row = next(r for r in rows if r["trace_id"] == ids[0])
+    if row["status"] != "ingested":
+        return f"trace {ids[0][:16]} ({row['file_name']}) failed to ingest: {row['error']}"
+    return (f"trace {ids[0][:16]} ({row['file_name']}) is ingested but not analysed in {opened_path}: run "
+            f"`taxbreak analyze --trace {ids[0][:16]}`")
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from taxbreak.analysis import format_summary, summary
+    from taxbreak.query import open_for_cli
+
+    paths = Paths.from_args(args)
+    opened = open_for_cli(args, "summary")  # like sql/compare/report: the snapshot while a writer holds the file
+    if opened is None:
+        return 2
+    try:
+        s = summary(paths.warehouse, args.trace, top_k=args.top, con=opened.con)
+    except LookupError as exc:
+        msg = str(exc) if "matches" in str(exc) and "traces" in str(exc) else _explain_unmatched(args, paths,
+                                                                                                  opened.path)
+        emit(f"summary: {msg}", err=True)
+        return 2
+    except duckdb.Error as exc:
+        emit(f"summary: {opened.path}: {exc}", err=True)
+        return 2
+    finally:
+        opened.con.close()
+    if args.json:
+        print(_dumps(s))
+    else:
+        emit(format_summary(s))
+    return 0
+
+
+def forget_in_lake(lake: Any, trace_id: str) -> list[str]:
+    """Remove a trace's catalogue row, then its events partition (a local partition is first renamed out of
+    ``events/``, so no reader sees part of it); returns what was removed."""
+    import shutil
+    import uuid
+
+    import pyarrow.fs as pafs
+
+    removed = []
+    cat = lake.catalogue_path(trace_id)
+    if lake.fs.get_file_info(lake._key(cat)).type == pafs.FileType.File:
+        lake.fs.delete_file(lake._key(cat))
+        removed.append(str(cat))
+    events = lake.events_dir(trace_id)
+    if lake.is_object_store:
+        if lake.fs.get_file_info(lake._key(events)).type != pafs.FileType.NotFound:
+            lake.fs.delete_dir(lake._key(events))
+            removed.append(str(events))
+    elif Path(events).exists():
+        trash = Path(lake.root) / "_staging" / f"forget-{uuid.uuid4().hex}"
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(events, trash)
+        shutil.rmtree(trash)
+        removed.append(str(events))
+    return removed
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    from taxbreak.analysis import forget_traces
+    from taxbreak.ingest import Lake
+    from taxbreak.ingest.lake import EVENTS_DIR
+    from taxbreak.warehouse import WarehouseBusy, writer
+
+    paths = Paths.from_args(args)
+    lake = Lake(paths.lake)
+    rows = lake.catalogue().to_pylist()
+    if not lake.is_object_store:  # an events partition whose catalogue row an interrupted forget removed
+        known = {r["trace_id"] for r in rows}
+        for d in sorted((Path(lake.root) / EVENTS_DIR).glob("trace_id=*")):
+            tid = d.name.split("=", 1)[1]
+            if tid not in known:
+                rows.append({"trace_id": tid, "file_name": "(events only)", "status": "orphan"})
+    ids: list[str] = []
+    for pattern in args.traces:
+        hit, _ = _match_traces(rows, [pattern])
+        if not hit:
+            emit(f"forget: no trace in the catalogue at {paths.lake} matches {pattern!r}", err=True)
+            return 2
+        if len(hit) > 1 and not args.all_matching:
+            emit(f"forget: {pattern!r} matches {len(hit)} traces; give more of the trace id or --all-matching",
+                 err=True)
+            return 2
+        ids += [t for t in hit if t not in ids]
+    out: dict[str, Any] = {"trace_ids": ids, "warehouse_rows_deleted": {}, "lake_removed": []}
+    try:
+        if Path(paths.warehouse).exists():  # the tables first: a trace still in the lake can be analysed again
+            with writer(paths.warehouse, on_wait=lambda m: note(args, m)) as con:
+                out["warehouse_rows_deleted"] = forget_traces(con, ids)
+    except WarehouseBusy as exc:
+        emit(f"forget: {exc}", err=True)
+        return 3
+    for tid in ids:
+        out["lake_removed"] += forget_in_lake(lake, tid)
+    if args.json:
+        print(_dumps(out))
+        return 0
+    names = {r["trace_id"]: r["file_name"] for r in rows}
+    for tid in ids:
+        emit(f"forgot {tid[:16]}  {names.get(tid, '')}")
+    deleted = sum(out["warehouse_rows_deleted"].values())
+    emit(f"  {deleted:,} warehouse row(s) deleted from {paths.warehouse}; {len(out['lake_removed'])} lake "
+         f"object(s) removed from {paths.lake}")
+    if args.verbose:
+        for table, n in out["warehouse_rows_deleted"].items():
+            emit(f"    {table:<28} {n:>12,} rows")
+    return 0
+
+
+# -- the command table ---------------------------------------------------------------------------------------------
 def _add_ingest(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "ingest",
@@ -137,6 +496,8 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="+", help="trace files or folders (searched recursively)")
     p.add_argument("--force", action="store_true", help="re-ingest content already in the lake or failed before")
+    p.add_argument("--json", action="store_true", help="print one JSON document: every file's outcome and "
+                   "catalogue row")
     add_path_args(p)
     p.set_defaults(func=cmd_ingest)
 
@@ -161,18 +522,19 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "analyze",
         help="(re)compute the analysis tables (sql/*.sql) in the DuckDB warehouse",
         description="Compute the TaxBreak decomposition, host-time partition, kernels per token, SKIP metrics and "
-        "fusion candidates for all ingested traces, or only the selected ones (their rows are replaced).",
+        "fusion candidates for all ingested traces, or only the selected ones (their rows are replaced). "
+        "Takes the warehouse's writer lock (waiting for another writer), publishes every table in one transaction "
+        "(an interrupted run changes nothing) and then the readers' snapshot exports/snapshot.duckdb. "
+        "Exit 2 on a bad option, 3 when the warehouse stayed busy.",
     )
     p.add_argument("--trace", action="append", help="trace id prefix or file name (repeatable; default: all)")
     p.add_argument("--table", action="append", help="only this table and what it reads (repeatable)")
+    p.add_argument("--t-sys-ns", type=int, metavar="N",
+                   help="launch floor T_sys in ns for every trace, instead of the measured or default one; recorded "
+                   "as t_sys_source 'user_setting' (also $TAXBREAK_T_SYS_NS, taxbreak.toml [analysis] t_sys_ns)")
+    p.add_argument("--json", action="store_true", help="print the outcome (rows per table) as JSON")
     add_path_args(p)
-
-    def run(args: argparse.Namespace) -> int:
-        from taxbreak.analysis import cmd_analyze
-
-        return cmd_analyze(args)
-
-    p.set_defaults(func=run)
+    p.set_defaults(func=cmd_analyze)
 
 
 def _add_summary(sub: argparse._SubParsersAction) -> None:
@@ -186,25 +548,22 @@ def _add_summary(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=5, help="how many top kernels / fusion candidates (default 5)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_path_args(p)
-
-    def run(args: argparse.Namespace) -> int:
-        from taxbreak.analysis import cmd_summary
-
-        return cmd_summary(args)
-
-    p.set_defaults(func=run)
+    p.set_defaults(func=cmd_summary)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="taxbreak",
-        description="Where the host-side time of GPU LLM inference goes (TaxBreak decomposition, HDBI, "
-        "kernels per token, SKIP metrics) from Nsight Systems and PyTorch profiler traces.",
+def _add_forget(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "forget",
+        help="remove traces from the warehouse tables, the catalogue and the lake",
+        description="Deletes each trace's rows from every warehouse table (one transaction under the writer lock, "
+        "cross-trace tables recomputed, snapshot republished), then its catalogue row and its events partition. "
+        "The trace file itself is not touched; ingesting it again brings the trace back.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in ADDERS:
-        add(sub)
-    return parser
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace id prefix or file name")
+    p.add_argument("--all-matching", action="store_true", help="forget every trace a prefix matches")
+    p.add_argument("--json", action="store_true", help="print what was removed as JSON")
+    add_path_args(p)
+    p.set_defaults(func=cmd_forget)
 
 
 def _add_nsys_check(sub: argparse._SubParsersAction) -> None:
@@ -258,13 +617,75 @@ def _add_sql(sub: argparse._SubParsersAction) -> None:
     add_sql_parser(sub)
 
 
-ADDERS = [_add_ingest, _add_traces, _add_capture, _add_nsys_check, _add_retry, _add_report, _add_compare, _add_sql,
-          _add_analyze, _add_summary]
+def _add_requests(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.requests import add_requests_parser
+
+    add_requests_parser(sub)
+
+
+# The command table: one function per subcommand, in the order `taxbreak --help` lists them.
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_ingest, _add_traces, _add_analyze, _add_summary, _add_report, _add_compare, _add_sql, _add_forget,
+    _add_retry, _add_nsys_check, _add_capture, _add_requests,
+]
+ADDERS = COMMANDS  # the earlier name
+
+
+def _add_common(p: argparse.ArgumentParser, top: bool) -> None:
+    # on a subcommand the defaults are suppressed, so `taxbreak -q CMD` and `taxbreak CMD -q` both work
+    default: Any = False if top else argparse.SUPPRESS
+    p.add_argument("-q", "--quiet", action="store_true", default=default,
+                   help="print results only: no progress bars, no notes")
+    p.add_argument("-v", "--verbose", action="store_true", default=default,
+                   help="print timings and details")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="taxbreak",
+        description="Where the host-side time of GPU LLM inference goes (TaxBreak decomposition, HDBI, "
+        "kernels per token, SKIP metrics) from Nsight Systems and PyTorch profiler traces. Paths and settings: "
+        "options, then TAXBREAK_* environment variables, then taxbreak.toml (found from the working directory "
+        "upward), then the defaults under warehouse/.",
+    )
+    parser.add_argument("--version", action="version", version=f"taxbreak {version()}")
+    _add_common(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    for p in sub.choices.values():
+        if not any(a.dest == "quiet" for a in p._actions):
+            _add_common(p, top=False)
+    return parser
+
+
+def _silence_stdout() -> None:
+    """After the reader of stdout left: send what is still buffered nowhere, so the exit's flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a captured stdout without a descriptor
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    if args.quiet and args.verbose:
+        emit("taxbreak: -q and -v exclude each other", err=True)
+        return 2
+    try:
+        rc = int(args.func(args) or 0)
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except ConfigError as exc:
+        emit(f"taxbreak: {exc}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        emit("taxbreak: interrupted", err=True)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,4 +1,17 @@
-"""Where things live. Every path has an embedded default and an environment override.
+"""Where things live and the settings a user may change: each defined once here (``SETTINGS``).
+
+Every setting is looked up in this order: the command's option (``--lake``, ``--t-sys-ns`` ...), its environment
+variable, the ``taxbreak.toml`` found from the working directory upward (or named by ``$TAXBREAK_CONFIG``), then
+the embedded default.  Relative paths in ``taxbreak.toml`` are relative to the folder holding it.  A path not set
+anywhere is ``<home>/<leaf>``, home being ``$TAXBREAK_HOME``, the file's ``[paths] home`` or ``warehouse``::
+
+    # taxbreak.toml
+    [paths]
+    home = "warehouse"            # lake/, taxbreak.duckdb, inbox/, cache/ under it unless set one by one
+    lake = "/data/lake"           # or s3://bucket/prefix
+    [analysis]
+    t_sys_ns = 4400               # your own launch floor T_sys for every trace (provenance user_setting)
+    duckdb_memory = "4GB"
 
 The lake may be an ``s3://bucket/prefix`` URL (``TAXBREAK_LAKE``); ``Paths.lake`` then holds it as a ``Path``
 (``s3:/bucket/prefix``, one slash), which ``taxbreak.ingest.Lake`` accepts and turns back into the URL.
@@ -8,8 +21,134 @@ from __future__ import annotations
 
 import argparse
 import os
+import tomllib
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
+
+CONFIG_FILE_NAME = "taxbreak.toml"
+CONFIG_ENV = "TAXBREAK_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A taxbreak.toml or a setting's value that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str  # "<table>.<name>" in taxbreak.toml
+    env: str  # the environment variable
+    kind: type  # str, int, float or bool
+    default: Any  # None: unset (the code that reads it has its own documented default)
+    help: str
+
+
+# Every user setting, once.  Paths default to <home>/<leaf> (see the module doc).
+SETTINGS: dict[str, Setting] = {s.key: s for s in (
+    Setting("paths.home", "TAXBREAK_HOME", str, "warehouse", "folder holding every path not set one by one"),
+    Setting("paths.lake", "TAXBREAK_LAKE", str, None, "the Parquet lake (a folder or s3://bucket/prefix)"),
+    Setting("paths.warehouse", "TAXBREAK_WAREHOUSE", str, None, "the DuckDB warehouse file"),
+    Setting("paths.inbox", "TAXBREAK_INBOX", str, None, "the local bucket the pipeline watches"),
+    Setting("paths.cache", "TAXBREAK_CACHE", str, None, "exports of .nsys-rep reports"),
+    Setting("analysis.t_sys_ns", "TAXBREAK_T_SYS_NS", int, None,
+            "launch floor T_sys (ns) for every trace, instead of the measured or default one"),
+    Setting("analysis.duckdb_memory", "TAXBREAK_DUCKDB_MEMORY", str, "2GB", "DuckDB memory_limit of the analyses"),
+    Setting("analysis.writer_wait_s", "TAXBREAK_WRITER_WAIT_S", float, 600.0,
+            "how long a writer waits for the warehouse (another writer, or a reader holding the file)"),
+    Setting("sql.unrestricted", "TAXBREAK_SQL_UNRESTRICTED", bool, False,
+            "let `taxbreak sql` read and write files outside the warehouse, lake and exports"),
+    Setting("ingest.max_gzip_ratio", "TAXBREAK_MAX_GZIP_RATIO", float, 200.0,
+            "a gzip trace may expand to at most this many times its size (beyond 64 MiB); more fails it"),
+    Setting("ingest.max_temp_bytes", "TAXBREAK_MAX_TEMP_BYTES", int, 32 << 30,
+            "bytes of JSON one ingest may write to its temporary folder (it needs about twice that at peak)"),
+    Setting("ingest.max_json_depth", "TAXBREAK_MAX_JSON_DEPTH", int, 128,
+            "deepest nesting of arrays and objects accepted in a Kineto trace"),
+)}
+_PATH_LEAVES = {"lake": "lake", "warehouse": "taxbreak.duckdb", "inbox": "inbox", "cache": "cache"}
+
+
+def find_config_file(start: Path | None = None) -> Path | None:
+    """``$TAXBREAK_CONFIG`` when set, else the first ``taxbreak.toml`` in ``start`` (the working directory) or
+    a folder above it."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigError(f"${CONFIG_ENV} names {path}, which is not a file")
+        return path.resolve()
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_FILE_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@lru_cache(maxsize=16)
+def _read_toml(path: Path, mtime_ns: int) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    flat: dict[str, Any] = {}
+    for table, values in data.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: '{table}' must be a table such as [paths] or [analysis]")
+        for name, value in values.items():
+            key = f"{table}.{name}"
+            if key not in SETTINGS:
+                raise ConfigError(f"{path}: unknown setting '{key}'; known: {', '.join(SETTINGS)}")
+            flat[key] = value
+    return flat
+
+
+def _convert(setting: Setting, value: Any, where: str) -> Any:
+    kind = setting.kind
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(value)
+        if kind is int and isinstance(value, float | bool):
+            raise ValueError(value)
+        out = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {setting.key} must be {kind.__name__}, got {value!r}") from None
+    if kind in (int, float) and out < 0:
+        raise ConfigError(f"{where}: {setting.key} must not be negative, got {value!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class Resolved:
+    value: Any
+    origin: str  # 'option', '$ENV', the taxbreak.toml path, or 'default'
+
+
+def setting(key: str, option: Any = None, start: Path | None = None) -> Resolved:
+    """The value of setting ``key`` and where it came from (option > environment > taxbreak.toml > default)."""
+    s = SETTINGS[key]
+    if option is not None:
+        return Resolved(_convert(s, option, "option"), "option")
+    env = os.environ.get(s.env)
+    if env is not None and env.strip() != "":
+        return Resolved(_convert(s, env.strip(), f"${s.env}"), f"${s.env}")
+    path = find_config_file(start)
+    if path is not None:
+        values = _read_toml(path, path.stat().st_mtime_ns)
+        if key in values:
+            value = _convert(s, values[key], str(path))
+            if key.startswith("paths.") and isinstance(value, str) and not is_s3_url(value):
+                value = str(path.parent / value) if not Path(value).is_absolute() else value
+            return Resolved(value, str(path))
+    return Resolved(s.default, "default")
 
 
 @dataclass(frozen=True)
@@ -21,17 +160,19 @@ class Paths:
 
     @classmethod
     def from_env(cls, base: Path | None = None) -> Paths:
-        root = Path(base) if base is not None else Path(os.environ.get("TAXBREAK_HOME", "warehouse"))
-        return cls(
-            lake=Path(os.environ.get("TAXBREAK_LAKE", root / "lake")),
-            warehouse=Path(os.environ.get("TAXBREAK_WAREHOUSE", root / "taxbreak.duckdb")),
-            inbox=Path(os.environ.get("TAXBREAK_INBOX", root / "inbox")),
-            cache=Path(os.environ.get("TAXBREAK_CACHE", root / "cache")),
-        )
+        """Every path: ``base``/<leaf> when given, else each setting's value (environment, taxbreak.toml, home)."""
+        if base is not None:
+            return cls(**{name: Path(base) / leaf for name, leaf in _PATH_LEAVES.items()})
+        home = Path(setting("paths.home").value)
+        out = {}
+        for name, leaf in _PATH_LEAVES.items():
+            value = setting(f"paths.{name}").value
+            out[name] = Path(value) if value is not None else home / leaf
+        return cls(**out)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Paths:
-        """The environment's paths, with a command's ``--lake`` / ``--warehouse`` options applied."""
+        """The configured paths, with a command's ``--lake`` / ``--warehouse`` options applied."""
         paths = cls.from_env()
         if getattr(args, "lake", None):
             paths = replace(paths, lake=Path(args.lake))
@@ -39,13 +180,22 @@ class Paths:
             paths = replace(paths, warehouse=Path(args.warehouse))
         return paths
 
+    def origins(self) -> dict[str, str]:
+        """Where each path was configured (for messages that must say which path they read and why)."""
+        return {name: setting(f"paths.{name}").origin for name in _PATH_LEAVES}
+
+
+def describe_origin(origin: str) -> str:
+    return {"default": "the default", "option": "the command line"}.get(origin, origin)
+
 
 def add_path_args(p: argparse.ArgumentParser, *, lake: bool = True, warehouse: bool = True) -> None:
     """The ``--lake`` / ``--warehouse`` options every subcommand that touches them shares."""
     if lake:
-        p.add_argument("--lake", help="lake root (default $TAXBREAK_LAKE or warehouse/lake)")
+        p.add_argument("--lake", help="lake root (default $TAXBREAK_LAKE, taxbreak.toml, or warehouse/lake)")
     if warehouse:
-        p.add_argument("--warehouse", help="DuckDB file (default $TAXBREAK_WAREHOUSE or warehouse/taxbreak.duckdb)")
+        p.add_argument("--warehouse", help="DuckDB file (default $TAXBREAK_WAREHOUSE, taxbreak.toml, or "
+                       "warehouse/taxbreak.duckdb)")
 
 
 S3_ENDPOINT_ENV = ("TAXBREAK_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")

@@ -1,26 +1,53 @@
-"""``taxbreak sql``: ad-hoc queries over the warehouse, also while the pipeline writes it.
+"""``taxbreak sql``: ad-hoc queries over the warehouse, also while a writer works on it.
 
-Opening order (``open_readonly``):
-1. the DuckDB warehouse file, read-only;
-2. when a writer holds it (DuckDB lets no other process open a file one process holds read-write), the snapshot
-   the pipeline publishes beside it (``exports/snapshot.duckdb``), read-only;
-3. else views over the Parquet exports (``exports/<table>.parquet``).
+Opening order (``open_readonly``; the writer side is ``taxbreak.warehouse``):
+1. the snapshot every writer publishes when it finishes (``exports/snapshot.duckdb``), when it is at least as new
+   as the warehouse file: a reader then never holds the file a writer needs, and sees the state after the last
+   completed write;
+2. else the DuckDB warehouse file, read-only;
+3. when a writer holds it (DuckDB lets no other process open a file one process holds read-write), the older
+   snapshot, read-only;
+4. else views over the Parquet exports (``exports/<table>.parquet``).
 In every case the lake is attached as views ``events`` and ``catalogue`` when it exists.
+
+``taxbreak sql`` runs the user's SQL in a sandbox unless ``--unrestricted`` (or the ``sql.unrestricted`` setting)
+lifts it: DuckDB may open only the warehouse, its snapshot, the lake and the exports (``allowed_directories``,
+``allowed_paths``), no other file, database or extension (``enable_external_access = false``), and the query
+cannot change that (``lock_configuration``).  Text printed to a terminal has its control characters escaped
+(``printable``), so a kernel or file name cannot send escape sequences to it.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
-from taxbreak.config import Paths, add_path_args
+from taxbreak.config import Paths, add_path_args, is_s3_url, setting
+from taxbreak.warehouse import SNAPSHOT_NAME, exports_dir, snapshot_is_current
 
-SNAPSHOT_NAME = "snapshot.duckdb"
+__all__ = ["SNAPSHOT_NAME", "Opened", "WarehouseUnavailable", "exports_dir", "open_readonly", "printable"]
+
+# C0 controls but tab and newline, DEL, C1 controls, zero-width and bidirectional formatting characters
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_CELL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(text: str, *, cell: bool = False) -> str:
+    """``text`` with the characters a terminal would act on (escape sequences, carriage returns, bidirectional
+    overrides) written as ``\\xNN`` / ``\\uNNNN``; newlines and tabs are kept unless ``cell``."""
+    return (_UNSAFE_CELL if cell else _UNSAFE).sub(_escape, text)
 
 
 class WarehouseUnavailable(RuntimeError):
@@ -32,10 +59,7 @@ class Opened:
     con: duckdb.DuckDBPyConnection
     source: str  # 'warehouse', 'snapshot' or 'exports'
     path: Path
-
-
-def exports_dir(warehouse: Path) -> Path:
-    return Path(warehouse).parent / "exports"
+    note: str | None = None  # why an older copy is read (the warehouse held by a writer, or missing)
 
 
 def _sq(text: str) -> str:
@@ -43,8 +67,18 @@ def _sq(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _ro(path: Path) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(str(path), read_only=True)  # default config: shares an instance this process has open
+def _ro(path: Path, sandbox: bool = False) -> duckdb.DuckDBPyConnection:
+    if sandbox:  # an instance of its own (the sandbox's settings are the instance's), the file attached read-only
+        con = duckdb.connect(":memory:")
+        name = re.sub(r"\W", "_", path.stem) or "warehouse"
+        try:
+            con.execute(f"ATTACH {_sq(str(path))} AS \"{name}\" (READ_ONLY)")
+        except duckdb.Error:
+            con.close()
+            raise
+        con.execute(f'USE "{name}"')
+    else:
+        con = duckdb.connect(str(path), read_only=True)  # default config: shares an instance this process has open
     con.execute("SET autoinstall_known_extensions = false")
     return con
 
@@ -76,17 +110,49 @@ def _attach_lake(con: duckdb.DuckDBPyConnection, lake: Path | str | None) -> Non
                     + _sq(store.catalogue_glob()) + ", union_by_name = true)")
 
 
-def open_readonly(warehouse: Path, lake: Path | None = None, prefer: str = "auto") -> Opened:
+def restrict(con: duckdb.DuckDBPyConnection, opened_path: Path, warehouse: Path, lake: Path | str | None) -> None:
+    """The sandbox of ``taxbreak sql`` (module doc): only the warehouse, its snapshot, the lake and the exports."""
+    paths = [str(Path(p).resolve()) for p in (opened_path, warehouse, exports_dir(warehouse) / SNAPSHOT_NAME)]
+    dirs = [str(exports_dir(warehouse).resolve()) + "/"]
+    if lake is not None:
+        text = str(lake)
+        if is_s3_url(text):
+            from taxbreak.config import normalise_s3_url
+
+            dirs.append(normalise_s3_url(text) + "/")
+        else:
+            dirs.append(str(Path(text).resolve()) + "/")
+    con.execute("SET allowed_paths = $p", {"p": paths})
+    con.execute("SET allowed_directories = $d", {"d": dirs})
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def open_readonly(
+    warehouse: Path, lake: Path | None = None, prefer: str = "auto", *, sandbox: bool = False,
+) -> Opened:
     """A read-only connection to the warehouse, its snapshot or its Parquet exports (see the module doc).
 
-    ``prefer``: 'auto' (that order), 'warehouse', 'snapshot' or 'exports' (only that source)."""
-    warehouse = Path(warehouse)
+    ``prefer``: 'auto' (that order), 'warehouse', 'snapshot' or 'exports' (only that source).
+    ``sandbox``: restrict the connection to the warehouse, lake and exports (``restrict``)."""
+    opened = _open_readonly(Path(warehouse), lake, prefer, sandbox)
+    if sandbox:
+        restrict(opened.con, opened.path, Path(warehouse), lake)
+    return opened
+
+
+def _open_readonly(warehouse: Path, lake: Path | None, prefer: str, sandbox: bool) -> Opened:
     exp = exports_dir(warehouse)
     errors: list[str] = []
+    snap = exp / SNAPSHOT_NAME
+    if prefer == "auto" and snapshot_is_current(warehouse):
+        opened = Opened(_ro(snap, sandbox), "snapshot", snap)
+        _attach_lake(opened.con, lake)
+        return opened
     if prefer in ("auto", "warehouse"):
         if warehouse.exists():
             try:
-                opened = Opened(_ro(warehouse), "warehouse", warehouse)
+                opened = Opened(_ro(warehouse, sandbox), "warehouse", warehouse)
                 _attach_lake(opened.con, lake)
                 return opened
             except duckdb.Error as exc:
@@ -95,10 +161,9 @@ def open_readonly(warehouse: Path, lake: Path | None = None, prefer: str = "auto
                 errors.append(f"{warehouse} is held by a writer")
         else:
             errors.append(f"{warehouse} does not exist")
-    snap = exp / SNAPSHOT_NAME
     if prefer in ("auto", "snapshot"):
         if snap.exists():
-            opened = Opened(_ro(snap), "snapshot", snap)
+            opened = Opened(_ro(snap, sandbox), "snapshot", snap, "; ".join(errors) or None)
             _attach_lake(opened.con, lake)
             return opened
         errors.append(f"{snap} does not exist")
@@ -109,7 +174,7 @@ def open_readonly(warehouse: Path, lake: Path | None = None, prefer: str = "auto
             for p in parquet:
                 con.execute(f'CREATE VIEW "{p.stem}" AS SELECT * FROM read_parquet({_sq(str(p))})')
             _attach_lake(con, lake)
-            return Opened(con, "exports", exp)
+            return Opened(con, "exports", exp, "; ".join(errors) or None)
         errors.append(f"no Parquet exports in {exp}")
     raise WarehouseUnavailable(
         "no warehouse to query: " + "; ".join(errors)
@@ -117,23 +182,41 @@ def open_readonly(warehouse: Path, lake: Path | None = None, prefer: str = "auto
     )
 
 
+def _json_value(v: object) -> object:
+    if isinstance(v, bytes | bytearray | memoryview):
+        return bytes(v).hex()
+    return str(v)
+
+
 def write_result(rel: duckdb.DuckDBPyRelation, fmt: str, output: str | None, max_rows: int = 200) -> int:
-    """Write a query result as 'table' (aligned text), 'csv' or 'parquet'; returns the row count."""
+    """Write a query result as 'table' (aligned text), 'csv', 'json' (an array of objects) or 'parquet'; returns the
+    row count.  Files are written by this process, not by DuckDB (which the sandbox keeps to the warehouse)."""
     if fmt == "parquet":
         if not output:
             raise ValueError("--format parquet needs --output FILE")
-        rel.write_parquet(output)
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(output).metadata.num_rows
+        reader = rel.to_arrow_reader()
+        n = 0
+        with pq.ParquetWriter(output, reader.schema) as w:
+            for batch in reader:
+                w.write_batch(batch)
+                n += batch.num_rows
+        return n
     cols = rel.columns
     rows = rel.fetchall()
     out = open(output, "w", newline="", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    tty = not output and hasattr(out, "isatty") and out.isatty()
     try:
         if fmt == "csv":
             w = csv.writer(out)
             w.writerow(cols)
+            if tty:  # a terminal would act on escape sequences in the values; a file keeps them exactly
+                rows = [[printable(v, cell=True) if isinstance(v, str) else v for v in r] for r in rows]
             w.writerows(rows)
+        elif fmt == "json":
+            json.dump([dict(zip(cols, r, strict=True)) for r in rows], out, default=_json_value)  # ASCII-escaped
+            out.write("\n")
         else:
             out.write(format_table(cols, rows, max_rows) + "\n")
     finally:
@@ -149,7 +232,7 @@ def _cell(v: object) -> str:
         return f"{v:.6g}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}" if abs(v) >= 10000 else str(v)
-    s = str(v)
+    s = printable(str(v), cell=True)
     return s if len(s) <= 60 else s[:57] + "..."
 
 
@@ -178,7 +261,8 @@ def interactive(opened: Opened, stdin=None, fmt: str = "table") -> int:  # noqa:
     stdin = stdin or sys.stdin
     tty = hasattr(stdin, "isatty") and stdin.isatty()
     if tty:
-        print(f"taxbreak sql on the {opened.source} ({opened.path}); end statements with ';', .tables, .quit")
+        print(f"taxbreak sql on the {opened.source} ({printable(str(opened.path))}); end statements with ';', "
+              ".tables, .quit")
     buf: list[str] = []
     while True:
         if tty:
@@ -201,36 +285,42 @@ def interactive(opened: Opened, stdin=None, fmt: str = "table") -> int:  # noqa:
             try:
                 run_query(opened.con, "".join(buf), fmt)
             except duckdb.Error as exc:
-                print(f"error: {exc}", file=sys.stderr)
+                print(printable(f"error: {exc}"), file=sys.stderr)
             buf = []
     return 0
 
 
-def open_for_cli(args: argparse.Namespace, command: str, prefer: str = "auto") -> Opened | None:
-    """``open_readonly`` for a subcommand: paths from its options, and None after printing why it can't."""
+def open_for_cli(args: argparse.Namespace, command: str, prefer: str = "auto", sandbox: bool = False) -> Opened | None:
+    """``open_readonly`` for a subcommand: paths from its options, and None after printing why it can't.
+    Says on stderr when it reads an older copy than the warehouse (unless the command's ``-q``)."""
     paths = Paths.from_args(args)
     try:
         # the lake's views only for commands with a --lake option (sql), as before
-        return open_readonly(paths.warehouse, paths.lake if hasattr(args, "lake") else None, prefer=prefer)
-    except WarehouseUnavailable as exc:
-        print(f"taxbreak {command}: {exc}", file=sys.stderr)
+        opened = open_readonly(paths.warehouse, paths.lake if hasattr(args, "lake") else None, prefer=prefer,
+                               sandbox=sandbox)
+    except (WarehouseUnavailable, duckdb.Error) as exc:
+        print(printable(f"taxbreak {command}: {exc}"), file=sys.stderr)
         return None
+    if opened.note and not getattr(args, "quiet", False):
+        print(printable(f"note: {opened.note}; reading the {opened.source} at {opened.path}"), file=sys.stderr)
+    return opened
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    opened = open_for_cli(args, "sql", prefer=args.source)
+    unrestricted = bool(setting("sql.unrestricted", True if args.unrestricted else None).value)
+    opened = open_for_cli(args, "sql", prefer=args.source, sandbox=not unrestricted)
     if opened is None:
         return 2
-    if opened.source != "warehouse":
-        print(f"note: the warehouse file is busy or missing; reading the {opened.source} at {opened.path}",
-              file=sys.stderr)
     try:
         if args.query is None:
             return interactive(opened, fmt=args.format)
         try:
             n = run_query(opened.con, args.query, args.format, args.output)
-        except (duckdb.Error, ValueError) as exc:
-            print(f"taxbreak sql: {exc}", file=sys.stderr)
+        except (duckdb.Error, ValueError, OSError) as exc:
+            hint = ""
+            if isinstance(exc, duckdb.PermissionException) and not unrestricted:
+                hint = " (taxbreak sql reads only the warehouse, lake and exports; --unrestricted lifts that)"
+            print(printable(f"taxbreak sql: {exc}{hint}"), file=sys.stderr)
             return 1
         if args.output:
             print(f"wrote {n} row(s) to {args.output}", file=sys.stderr)
@@ -243,14 +333,21 @@ def add_sql_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sql",
         help="run SQL over the warehouse (one query, or an interactive prompt without one)",
-        description="Query the analysis tables (and the lake as views `events`, `catalogue`). Works while the "
-        "pipeline writes: when the DuckDB file is held by a writer, the snapshot or Parquet exports are read. "
-        "See docs/warehouse.md for every table and example queries.",
+        description="Query the analysis tables (and the lake as views `events`, `catalogue`). Works while a "
+        "writer works: the snapshot published by the last completed write is read (else the DuckDB file, else the "
+        "Parquet exports). The query may read only the warehouse, the lake and the exports, and write no file "
+        "elsewhere (DuckDB's enable_external_access, allowed_directories, lock_configuration); --unrestricted "
+        "lifts that. See docs/warehouse.md for every table and example queries.",
     )
     p.add_argument("query", nargs="?", help="the SQL statement; omit for an interactive prompt")
-    p.add_argument("--format", choices=("table", "csv", "parquet"), default="table", help="output format")
+    p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table",
+                   help="output format (json: an array of row objects)")
     p.add_argument("-o", "--output", help="write the result to this file (required for parquet)")
     p.add_argument("--source", choices=("auto", "warehouse", "snapshot", "exports"), default="auto",
-                   help="which copy to read (default: the warehouse, else the snapshot, else the exports)")
+                   help="which copy to read (default: the current snapshot, else the warehouse, else an older "
+                   "snapshot, else the exports)")
+    p.add_argument("--unrestricted", action="store_true",
+                   help="let the query read, attach and write any file, and load extensions (also the "
+                   "sql.unrestricted setting, $TAXBREAK_SQL_UNRESTRICTED=1)")
     add_path_args(p)
     p.set_defaults(func=cmd_sql)

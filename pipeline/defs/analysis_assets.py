@@ -92,7 +92,8 @@ def markdown_preview(con, table: str, limit: int = PREVIEW_ROWS) -> str:  # noqa
 SETTINGS_TABLES = {
     "lib_kernel_rules": ("lib_kernel_rules",), "step_patterns": ("step_patterns",),
     "t_sys_defaults": ("t_sys_defaults",),
-    "run_config": ("fusion_ps_threshold", "fusion_min_count", "coverage_threshold", "null_kernel_warmup"),
+    "run_config": ("fusion_ps_threshold", "fusion_min_count", "coverage_threshold", "null_kernel_warmup",
+                   "t_sys_override_ns"),
 }
 
 
@@ -113,7 +114,7 @@ def code_version(name: str, files: dict) -> str:
                 settings_read.add(r)
 
     visit(name)
-    cfg = RunConfig()
+    cfg = RunConfig.from_settings()  # the user's settings (taxbreak.toml, environment) are part of the computation
     for table in sorted(settings_read):  # only the settings it reads: a rule edit leaves the other tables current
         parts.append(table + "=" + repr([getattr(cfg, attr) for attr in SETTINGS_TABLES[table]]))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
@@ -146,7 +147,7 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     def analysis_tables(
         context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource
     ):  # noqa: ANN202 - yields MaterializeResult
-        from taxbreak.analysis import materialize_table
+        from taxbreak.analysis import materialize_table, publication
 
         trace_ids = trace_ids_for_run(context, config.full_rebuild)
         if trace_ids is not None:
@@ -159,18 +160,22 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                 return
         selected = {k.path[-1] for k in context.selected_asset_keys}
         scope = "all traces" if trace_ids is None else f"trace {trace_ids[0][:16]}"
+        results = []
         with warehouse.writer() as con:
             # Every file the selection needs, in dependency order, each with the run's traces: a table's
-            # inputs then already exist in the connection when it is computed.
-            for name in needed_files(selected):
-                computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.get())
-                if name not in selected:
-                    continue
-                (row_count,) = con.table(name).count("*").fetchall()[0]
-                yield dg.MaterializeResult(asset_key=name, metadata={
-                    "dagster/row_count": int(row_count), "rows_computed": int(computed), "scope": scope,
-                    "preview": dg.MetadataValue.md(markdown_preview(con, name)),
-                })
+            # inputs then already exist in the connection when it is computed.  One publication (one transaction):
+            # a step that dies leaves every table as it was; the results are reported once it is committed.
+            with publication(con):
+                for name in needed_files(selected):
+                    computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.get())
+                    if name not in selected:
+                        continue
+                    (row_count,) = con.table(name).count("*").fetchall()[0]
+                    results.append(dg.MaterializeResult(asset_key=name, metadata={
+                        "dagster/row_count": int(row_count), "rows_computed": int(computed), "scope": scope,
+                        "preview": dg.MetadataValue.md(markdown_preview(con, name)),
+                    }))
+        yield from results
 
     return [analysis_tables]
 

@@ -27,7 +27,6 @@ import dagster as dg
 
 from taxbreak.config import Paths, S3Settings, is_s3_url, normalise_s3_url
 from taxbreak.pipeline.bucket import Bucket, bucket_for_url, open_bucket
-from taxbreak.pipeline.retry import warehouse_lock
 
 if TYPE_CHECKING:
     import duckdb
@@ -106,26 +105,17 @@ class WarehouseResource(dg.ConfigurableResource):
 
     @contextlib.contextmanager
     def writer(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The one connection to the file, held briefly under an exclusive file lock.
+        """The one connection to the file, under the one writer rule of ``taxbreak.warehouse.writer``.
 
         DuckDB lets no other process open a file that one process holds read-write, so every step (writers,
         checks, exports) takes the lock; the ``duckdb_writer`` pool (limit 1) keeps steps of concurrent runs
-        from queueing on it, and the lock also covers the CLI and a second instance sharing the file.
+        from queueing on it, and the lock also covers the CLI and a second instance sharing the file.  A writing
+        step publishes the readers' snapshot when it ends.
         """
-        import duckdb
+        from taxbreak.warehouse import writer
 
-        from taxbreak.analysis import connect
-
-        db = self.file()
-        with warehouse_lock(db):
-            if read_only:
-                con = duckdb.connect(str(db), read_only=True, config={"autoinstall_known_extensions": "false"})
-            else:
-                con = connect(db)
-            try:
-                yield con
-            finally:
-                con.close()
+        with writer(self.file(), read_only=read_only) as con:
+            yield con
 
 
 @dg.definitions

@@ -77,3 +77,62 @@ def build_tiny_export(path: Path) -> Path:
     con.commit()
     con.close()
     return path
+
+
+# -- exports as they exist in the wild (issue 11 §6) and hostile values (issue 13) -------------------------------
+# TARGET_INFO_SYSTEM_ENV in the name/value layout the adapter reads (the columns it needs; real exports have more).
+SYSTEM_ENV_DDL = "CREATE TABLE TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT, name TEXT, value TEXT)"
+# The older name of META_DATA_EXPORT (name/value records), as 2021-2022 exports such as DLProf's 2022.1 have it.
+EXPORT_META_DATA_DDL = "CREATE TABLE EXPORT_META_DATA (name TEXT NOT NULL, value TEXT)"
+BLOB = b"\x00\x9f\x92\x96\xff binary"  # not UTF-8 (0x9f cannot start a character, 0xff never appears)
+BAD_SHORT_NAME = "ge" + "\ufffd" + "mm"  # StringIds 4 after repair: b"ge\xffmm" with 0xff replaced
+
+
+def build_wild_export(path: Path) -> Path:
+    """The tiny export as an old DLProf-written one looks: no META_DATA_EXPORT but EXPORT_META_DATA with the
+    version; TARGET_INFO_SYSTEM_ENV with a binary blob in its TEXT value column (after the Hostname row); the
+    kernel short name (StringIds 4) with a byte that is not UTF-8; an NVTX text that is not UTF-8; a blob in the
+    kernel's TEXT column tensorSizeMinusOneElements (an args_json column)."""
+    build_tiny_export(path)
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE META_DATA_EXPORT")
+    con.execute(EXPORT_META_DATA_DDL)
+    insert(con, "EXPORT_META_DATA", name="EXPORT_PRODUCT_VERSION", value="2022.1.1.61-1d07dc0")
+    insert(con, "EXPORT_META_DATA", name="EXPORT_SCHEMA_VERSION", value="2.7.1")
+    con.execute(SYSTEM_ENV_DDL)
+    insert(con, "TARGET_INFO_SYSTEM_ENV", globalVid=1, devStateName="x", name="Hostname", value="dgx-1")
+    insert(con, "TARGET_INFO_SYSTEM_ENV", globalVid=1, devStateName="x", name="DLPROF_BLOB", value=BLOB)
+    con.execute("UPDATE StringIds SET value = CAST(X'6765ff6d6d' AS TEXT) WHERE id = 4")
+    con.execute("UPDATE NVTX_EVENTS SET text = CAST(X'73746570fe' AS TEXT) WHERE text = 'step'")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET tensorSizeMinusOneElements = X'00ff' WHERE correlationId = 11")
+    con.commit()
+    con.close()
+    return path
+
+
+INT64_MAX = (1 << 63) - 1
+
+
+def build_impossible_export(path: Path) -> Path:
+    """Runtime and kernel tables whose start/end may be NULL (a hostile file's DDL need not say NOT NULL).
+
+    Kept: launches [1000, 1100] and [2000, 2100] (correlations 1, 2), kernels [1500, 1600] (1) and [2500, 2700]
+    (2).  Skipped: kernel end < start (3: [3000, 2990]); kernel start NULL (4); kernel start = INT64_MAX (5);
+    kernel end = INT64_MAX (6: [3100, INT64_MAX]); kernel start negative (7); runtime end NULL (8); an NVTX range
+    with end < start; an NVTX mark (no end) at 900 is kept and is the earliest stored event."""
+    con = sqlite3.connect(path)
+    for t in ("StringIds", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS"):
+        con.execute(ddl(t).replace("start INTEGER NOT NULL", "start INTEGER").replace("end INTEGER NOT NULL",
+                                                                                        "end INTEGER"))
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", list(STRINGS.items()))
+    rt = dict(eventClass=0, globalTid=GTID, returnValue=0, callchainId=None, nameId=1)
+    for corr, start, end in ((1, 1000, 1100), (2, 2000, 2100), (8, 2200, None)):
+        insert(con, "CUPTI_ACTIVITY_KIND_RUNTIME", start=start, end=end, correlationId=corr, **rt)
+    for corr, start, end in ((1, 1500, 1600), (2, 2500, 2700), (3, 3000, 2990), (4, None, 3000),
+                             (5, INT64_MAX, INT64_MAX), (6, 3100, INT64_MAX), (7, -5, 100)):
+        insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", **kernel_row(start, end, corr, 7, 3, 4))
+    insert(con, "NVTX_EVENTS", start=900, end=None, eventType=34, text="mark", globalTid=GTID)
+    insert(con, "NVTX_EVENTS", start=1200, end=1100, eventType=59, text="backwards", globalTid=GTID)
+    con.commit()
+    con.close()
+    return path

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,10 +33,11 @@ def test_analyze_then_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert data["taxbreak"]["t_orchestrate_ns"] == 60260
     assert data["launch_floor"]["t_sys_is_default"] is True
     assert main(["summary", "nope", *common]) == 2
-    assert "no analysed trace matches" in capsys.readouterr().err
+    assert "no trace matches 'nope': it is in neither the warehouse" in capsys.readouterr().err
     missing = tmp_path / "absent.duckdb"
     assert main(["summary", "nope", "--lake", str(tmp_path / "lake"), "--warehouse", str(missing)]) == 2
-    assert f"no warehouse at {missing}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{missing} does not exist" in err and "taxbreak analyze" in err
 
 
 def test_summary_reads_the_snapshot_while_a_writer_holds_the_warehouse(
@@ -46,8 +47,12 @@ def test_summary_reads_the_snapshot_while_a_writer_holds_the_warehouse(
     wh = tmp_path / "wh.duckdb"
     common = ["--lake", str(tmp_path / "lake"), "--warehouse", str(wh)]
     assert main(["analyze", *common]) == 0
-    (tmp_path / "exports").mkdir()
-    shutil.copyfile(wh, tmp_path / "exports" / "snapshot.duckdb")
+    snap = tmp_path / "exports" / "snapshot.duckdb"
+    assert snap.stat().st_mtime_ns >= wh.stat().st_mtime_ns  # analyze published it: readers read it, silently
+    capsys.readouterr()
+    assert main(["summary", "mixed.json", "--json", *common]) == 0
+    assert json.loads(capsys.readouterr().out)["taxbreak"]["t_orchestrate_ns"] == 60260
+    os.utime(snap, ns=(wh.stat().st_mtime_ns - 10**9,) * 2)  # a snapshot older than the file: the file is read
     capsys.readouterr()
     holder = subprocess.Popen(
         [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); "

@@ -1,0 +1,188 @@
+"""The one rule for writing the DuckDB warehouse, and the consistent copy readers use while it is written.
+
+Every writer (``taxbreak analyze``, ``taxbreak forget``, ``taxbreak retry``, each Dagster step that writes) goes
+through ``writer(db)``:
+
+1. it takes the exclusive lock ``<db>.lock`` (``flock``), waiting for another writer;
+2. it opens the file read-write, waiting while a reader still holds it (DuckDB lets no process write a file that
+   another process has open);
+3. the work runs; each publication inside it is one transaction (``taxbreak.analysis.publication``), so a killed
+   writer leaves the tables as they were before it or as they are after it, never a mix;
+4. on success it checkpoints, closes the file and publishes ``exports/snapshot.duckdb``: a copy written beside it
+   and renamed into place, so a reader sees the old snapshot or the new one;
+5. it releases the lock.
+
+Both waits are bounded by the ``analysis.writer_wait_s`` setting (``taxbreak.config``); past it the writer fails
+with a message naming the file, instead of a DuckDB lock traceback.
+
+Readers (``taxbreak sql``, ``summary``, ``report``, ``compare``: ``taxbreak.query.open_readonly``) read the
+snapshot when it is at least as new as the warehouse file, so they never hold the file a writer needs; else the
+file itself (read-only), else the snapshot, else the Parquet exports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+
+SNAPSHOT_NAME = "snapshot.duckdb"
+FAULT_ENV = "TAXBREAK_FAULT_POINT"
+
+
+class WarehouseBusy(RuntimeError):
+    """The writer lock or the file stayed held past the wait; the message says by what."""
+
+
+def exports_dir(warehouse: str | os.PathLike[str]) -> Path:
+    return Path(warehouse).parent / "exports"
+
+
+def snapshot_path(warehouse: str | os.PathLike[str]) -> Path:
+    return exports_dir(warehouse) / SNAPSHOT_NAME
+
+
+def lock_path(warehouse: str | os.PathLike[str]) -> Path:
+    db = Path(warehouse)
+    return db.with_name(db.name + ".lock")
+
+
+def fault_point(name: str) -> None:
+    """Crash-test hook: SIGKILL this process at the named point when ``$TAXBREAK_FAULT_POINT`` lists it
+    (comma-separated).  Points: ``publish:<table>`` (a table written, its transaction open), ``before_commit``,
+    ``after_commit`` (before the snapshot), ``snapshot_copied`` (the copy written, not yet renamed into place)."""
+    wanted = os.environ.get(FAULT_ENV)
+    if wanted and name in {w.strip() for w in wanted.split(",")}:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait_s() -> float:
+    from taxbreak.config import setting
+
+    return float(setting("analysis.writer_wait_s").value)
+
+
+@contextlib.contextmanager
+def warehouse_lock(
+    db: str | os.PathLike[str], wait_s: float | None = None, on_wait: Callable[[str], None] | None = None,
+) -> Iterator[None]:
+    """The exclusive lock every writer of the DuckDB file holds; waits up to ``wait_s`` (default: the setting)."""
+    db = Path(db)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    path = lock_path(db)
+    deadline = time.monotonic() + (_wait_s() if wait_s is None else wait_s)
+    with open(path, "a+b") as lock:
+        told = False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise WarehouseBusy(
+                        f"{db}: another writer (taxbreak analyze/forget/retry or a pipeline step) still holds "
+                        f"{path}; try again when it has finished") from None
+                if not told and on_wait is not None:
+                    on_wait(f"waiting for another writer of {db} (it holds {path})")
+                    told = True
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    return "lock" in str(exc).lower()
+
+
+def connect_writer(
+    db: Path, deadline: float, on_wait: Callable[[str], None] | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """``taxbreak.analysis.connect(db)``, retried while another process (a reader) has the file open."""
+    from taxbreak.analysis import connect
+
+    told = False
+    delay = 0.05
+    while True:
+        try:
+            return connect(db)
+        except duckdb.Error as exc:
+            if not _is_lock_error(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise WarehouseBusy(
+                    f"{db}: another process keeps the file open (a `taxbreak sql` prompt on the warehouse file?); "
+                    f"close it and try again ({exc})") from None
+            if not told and on_wait is not None:
+                on_wait(f"waiting for a reader to close {db}")
+                told = True
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def publish_snapshot(db: Path) -> Path:
+    """Copy the (closed, checkpointed) warehouse file to ``exports/snapshot.duckdb`` by write-then-rename."""
+    dest = snapshot_path(db)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        shutil.copyfile(db, tmp)
+        fault_point("snapshot_copied")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+@contextlib.contextmanager
+def writer(
+    db: str | os.PathLike[str], *, snapshot: bool = True, read_only: bool = False,
+    on_wait: Callable[[str], None] | None = None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The warehouse opened for writing under the one writer rule (see the module doc).
+
+    ``read_only``: the same lock, a read-only connection and no snapshot (checks that must see the file as the
+    writers leave it).  The snapshot is published only when the block ends without an exception."""
+    db = Path(db)
+    wait = _wait_s()
+    deadline = time.monotonic() + wait
+    with warehouse_lock(db, wait, on_wait):
+        if read_only:
+            con = duckdb.connect(str(db), read_only=True, config={"autoinstall_known_extensions": "false"})
+        else:
+            con = connect_writer(db, deadline, on_wait)
+        try:
+            yield con
+        except BaseException:
+            con.close()
+            raise
+        if read_only or not snapshot:
+            con.close()
+            return
+        con.execute("CHECKPOINT")
+        con.close()
+        publish_snapshot(db)
+
+
+def snapshot_is_current(warehouse: str | os.PathLike[str]) -> bool:
+    """The snapshot exists and is at least as new as the warehouse file (and its write-ahead log)."""
+    db = Path(warehouse)
+    snap = snapshot_path(db)
+    try:
+        snap_ns = snap.stat().st_mtime_ns
+    except OSError:
+        return False
+    newest = 0
+    for p in (db, db.with_name(db.name + ".wal")):
+        with contextlib.suppress(OSError):
+            newest = max(newest, p.stat().st_mtime_ns)
+    return snap_ns >= newest
