@@ -34,8 +34,10 @@ import json
 import math
 import os
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -969,3 +971,315 @@ def run_scenarios(g: Graph, scenarios: list[Scenario]) -> list[dict[str, Any]]:
     obs = observed(g)
     own = [figures(g, obs, sd) for sd in scopes(g)]
     return [run_scenario(g, sc, own) for sc in scenarios]
+
+
+# --- warehouse tables ------------------------------------------------------------------------------------------------
+TABLE_DOCS = {
+    "whatif_results": """\
+-- table: whatif_results
+-- grain: one row per trace, what-if scenario and scope (the trace, each step, each phase)
+-- reads: int_kernel_links, kernel_taxbreak, int_steps, trace_launch_floor, skip_by_trace, fusion_candidates, (lake) events
+-- description: What-if replay (docs/method.md, "What-if replay", ours): the trace's dependency graph replayed under a scenario, with the scope's figures in the trace itself (*_own) and in the replay (*_replay), computed the same way. Written by taxbreak.whatif (the Dagster asset whatif_tables computes the default scenarios for every trace; `taxbreak whatif TRACE --save` adds others). IL of a step runs from the step annotation's start to the step's last kernel end.
+-- column: trace_id: trace key
+-- column: scenario: scenario name ('identity', 'host_x1.5', 'gpu_x2', 'cuda_graph_decode', 'fuse_top5', or the CLI's)
+-- column: scenario_json: every scenario setting as a JSON object (host_speedup, t_sys_ns, t_sys_scale, gpu_speedup, cuda_graph, graph_keep_framework, graph_gap_ns, fuse_top)
+-- column: host_speedup: host speed-up factor s: every host duration / s
+-- column: t_sys_replay_ns: launch floor used by the replay (the trace's T_sys times the scenario's factor) (ns)
+-- column: gpu_speedup: kernel durations / g
+-- column: scope_kind: 'trace', 'step' or 'phase'
+-- column: scope_key: 'trace', int_steps.step_id as text, or the phase name
+-- column: kernels: kernels in the scope (kernels)
+-- column: il_own_ns: IL in the trace: last kernel end - scope start (the trace: skip_by_trace's IL) (ns)
+-- column: il_replay_ns: IL in the replay (ns)
+-- column: il_ratio: il_replay_ns / il_own_ns
+-- column: hdbi_own: HDBI of the scope's kernels in the trace
+-- column: hdbi_replay: HDBI in the scenario: T_DeviceActive / (T_DeviceActive + T_Orchestrate), dFT + dCT / s, N' launches x T_sys'
+-- column: hdbi_wall_own: T_DeviceActive / (T_DeviceActive + launch + library + framework host time of the launching threads in the scope), blocked launches not separated
+-- column: hdbi_wall_replay: the same in the replay
+-- column: gpu_idle_own_ns: IL - merged kernel busy time inside the IL window, in the trace (ns)
+-- column: gpu_idle_replay_ns: the same in the replay (ns)
+-- column: tklqt_own_ns: sum of non-negative launch-to-start samples, one per launch call, in the trace (ns)
+-- column: tklqt_replay_ns: the same in the replay (ns)
+-- column: t_orchestrate_replay_ns: T_Orchestrate in the scenario (ns)
+-- column: t_device_active_replay_ns: sum of kernel durations in the scenario (ns)
+-- column: replay_s: wall time of the replay pass (s)
+""",  # noqa: E501 - header lines as in sql/*.sql
+    "critical_path": """\
+-- table: critical_path
+-- grain: one row per trace, what-if scenario and scope (as whatif_results)
+-- reads: whatif_results
+-- description: The critical path of the scope in the (replayed) trace, walked back from the scope's last kernel end to its start along the edges that bound each start (docs/method.md, ours); its time split into host parts (framework, library, launch call, launch path, sync wake-up, other runtime, untraced) and device parts (kernel, memcpy, memset, GPU-side gap). cp_host_share is the boundedness that HDBI approximates. Scenario 'identity' is the trace's own critical path.
+-- column: trace_id: trace key
+-- column: scenario: scenario name
+-- column: scope_kind: 'trace', 'step' or 'phase'
+-- column: scope_key: as in whatif_results
+-- column: cp_total_ns: critical path length = the scope's IL (ns)
+-- column: cp_host_ns: host parts on the path (ns)
+-- column: cp_device_ns: device parts on the path (ns)
+-- column: cp_framework_ns: framework op / Python self time on the path (ns)
+-- column: cp_library_ns: cuBLAS/cuDNN call self time on the path (ns)
+-- column: cp_launch_ns: launch call self time on the path (ns)
+-- column: cp_launch_path_ns: launch call start to kernel start on launch-bound edges (T_sys and its excess) (ns)
+-- column: cp_sync_ns: synchronisation calls on the path: non-waiting calls and the wake-up after awaited work (ns)
+-- column: cp_other_runtime_ns: other CUDA/HIP runtime calls on the path (ns)
+-- column: cp_untraced_ns: untraced host time on the path (ns)
+-- column: cp_kernel_ns: kernel time on the path (ns)
+-- column: cp_memcpy_ns: memcpy time on the path (ns)
+-- column: cp_memset_ns: memset time on the path (ns)
+-- column: cp_gpu_gap_ns: GPU-side gaps between stream-ordered ops on the path (ns)
+-- column: cp_unattributed_ns: path time no part explains (where the walk stopped early) (ns)
+-- column: cp_host_share: cp_host_ns / cp_total_ns
+-- column: cp_host_orchestration_share: (framework + library + launch + launch path) / cp_total_ns
+""",  # noqa: E501 - header lines as in sql/*.sql
+}
+
+
+def table_docs() -> list[Any]:
+    """The tables' header docs as taxbreak.analysis.SqlFile objects (for docgen and COMMENT ON)."""
+    from taxbreak.analysis import _HEADER, SqlFile
+
+    out = []
+    for name, text in TABLE_DOCS.items():
+        sf = SqlFile(name=name, path=Path(__file__), text=text)
+        for line in text.splitlines():
+            m = _HEADER.match(line.strip())
+            if not m:
+                continue
+            key, val = m.group(1), m.group(2).strip()
+            if key == "grain":
+                sf.grain = val
+            elif key == "reads":
+                sf.reads = [r.strip() for r in val.split(",")]
+            elif key == "description":
+                sf.description = val
+            elif key == "column":
+                col, _, desc = val.partition(":")
+                sf.columns[col.strip()] = desc.strip()
+        out.append(sf)
+    return out
+
+
+_CP_COLS = ["cp_total_ns", "cp_host_ns", "cp_device_ns"] + [f"cp_{p}_ns" for p in CP_PARTS] + [
+    "cp_unattributed_ns", "cp_host_share", "cp_host_orchestration_share"]
+
+
+def result_rows(results: list[dict[str, Any]]) -> tuple[pa.Table, pa.Table]:
+    """(whatif_results, critical_path) rows of scenario results."""
+    rr: list[dict[str, Any]] = []
+    cr: list[dict[str, Any]] = []
+    for res in results:
+        sc: Scenario = res["scenario"]
+        t_sys_rep = sc.t_sys_ns if sc.t_sys_ns is not None else res["t_sys_ns"] * sc.t_sys_scale
+        for s in res["scopes"]:
+            o, r = s["own"], s["replay"]
+            rr.append({
+                "trace_id": res["trace_id"], "scenario": sc.name, "scenario_json": sc.as_json(),
+                "host_speedup": float(sc.host_speedup), "t_sys_replay_ns": int(round(t_sys_rep)),
+                "gpu_speedup": float(sc.gpu_speedup), "scope_kind": s["scope_kind"], "scope_key": s["scope_key"],
+                "kernels": s["kernels"], "il_own_ns": o.get("il_ns"), "il_replay_ns": r["il_ns"],
+                "il_ratio": r["il_ns"] / o["il_ns"] if o.get("il_ns") else None,
+                "hdbi_own": o.get("hdbi"), "hdbi_replay": r["hdbi"], "hdbi_wall_own": o.get("hdbi_wall"),
+                "hdbi_wall_replay": r["hdbi_wall"], "gpu_idle_own_ns": o.get("gpu_idle_ns"),
+                "gpu_idle_replay_ns": r["gpu_idle_ns"], "tklqt_own_ns": o.get("tklqt_ns"),
+                "tklqt_replay_ns": r["tklqt_ns"], "t_orchestrate_replay_ns": r["t_orchestrate_ns"],
+                "t_device_active_replay_ns": r["t_device_active_ns"], "replay_s": res["replay_s"],
+            })
+            cp = s["critical_path"]
+            cr.append({"trace_id": res["trace_id"], "scenario": sc.name, "scope_kind": s["scope_kind"],
+                       "scope_key": s["scope_key"], **{c: cp.get(c) for c in _CP_COLS}})
+    rschema = pa.schema([
+        ("trace_id", pa.string()), ("scenario", pa.string()), ("scenario_json", pa.string()),
+        ("host_speedup", pa.float64()), ("t_sys_replay_ns", pa.int64()), ("gpu_speedup", pa.float64()),
+        ("scope_kind", pa.string()), ("scope_key", pa.string()), ("kernels", pa.int64()), ("il_own_ns", pa.int64()),
+        ("il_replay_ns", pa.int64()), ("il_ratio", pa.float64()), ("hdbi_own", pa.float64()),
+        ("hdbi_replay", pa.float64()), ("hdbi_wall_own", pa.float64()), ("hdbi_wall_replay", pa.float64()),
+        ("gpu_idle_own_ns", pa.int64()), ("gpu_idle_replay_ns", pa.int64()), ("tklqt_own_ns", pa.int64()),
+        ("tklqt_replay_ns", pa.int64()), ("t_orchestrate_replay_ns", pa.int64()),
+        ("t_device_active_replay_ns", pa.int64()), ("replay_s", pa.float64()),
+    ])
+    cschema = pa.schema([("trace_id", pa.string()), ("scenario", pa.string()), ("scope_kind", pa.string()),
+                         ("scope_key", pa.string())]
+                        + [(c, pa.float64() if c.endswith("share") else pa.int64()) for c in _CP_COLS])
+    return pa.Table.from_pylist(rr, schema=rschema), pa.Table.from_pylist(cr, schema=cschema)
+
+
+def write_tables(con: duckdb.DuckDBPyConnection, results: list[dict[str, Any]]) -> dict[str, int]:
+    """Publish scenario results into the warehouse on ``con``: each (trace, scenario)'s old rows are replaced, in
+    one transaction (nothing half-written)."""
+    from taxbreak.analysis import _comment, _q
+
+    res_t, cp_t = result_rows(results)
+    docs = {sf.name: sf for sf in table_docs()}
+    keys = sorted({(r["trace_id"], r["scenario"].name) for r in results})
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for name, tbl in (("whatif_results", res_t), ("critical_path", cp_t)):
+            con.register("_wi_rows", tbl)
+            con.execute(f"CREATE TABLE IF NOT EXISTS main.{_q(name)} AS SELECT * FROM _wi_rows LIMIT 0")
+            for tid, scn in keys:
+                con.execute(f"DELETE FROM main.{_q(name)} WHERE trace_id = $t AND scenario = $s", {"t": tid, "s": scn})
+            con.execute(f"INSERT INTO main.{_q(name)} SELECT * FROM _wi_rows")
+            con.unregister("_wi_rows")
+            _comment(con, f"main.{_q(name)}", docs[name], tbl.column_names)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return {"whatif_results": res_t.num_rows, "critical_path": cp_t.num_rows}
+
+
+def compute_and_write(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str], trace_ids: list[str],
+                      scenarios: list[Scenario] | None = None) -> dict[str, int]:
+    """Build each trace's graph from the warehouse on ``con`` and the lake, replay the scenarios (default:
+    ``default_scenarios()``) and publish the rows. Traces without kernels give no rows."""
+    out = {"whatif_results": 0, "critical_path": 0}
+    for tid in trace_ids:
+        g = build_graph(con, lake_root, tid)
+        if not (g.d_kind == 0).any():
+            continue
+        n = write_tables(con, run_scenarios(g, scenarios or default_scenarios()))
+        for k, v in n.items():
+            out[k] += v
+    return out
+
+
+# --- command line ----------------------------------------------------------------------------------------------------
+WAREHOUSE_TABLES = ("trace_meta", "int_kernel_links", "kernel_taxbreak", "int_steps", "trace_launch_floor",
+                    "skip_by_trace", "fusion_candidates", "taxbreak_by_scope", "host_partition")
+
+
+def open_warehouse_readonly(path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection with the warehouse attached read-only and its analysis tables as views."""
+    con = duckdb.connect()
+    con.execute("ATTACH $p AS wh (READ_ONLY)", {"p": str(path)})
+    have = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'wh'").fetchall()}
+    for t in WAREHOUSE_TABLES:
+        if t in have:
+            con.execute(f'CREATE TEMP VIEW "{t}" AS SELECT * FROM wh.main."{t}"')
+    return con
+
+
+def scenario_from_args(args: Any) -> Scenario:
+    fuse = 0
+    if args.fuse:
+        m = re.fullmatch(r"top:(\d+)", args.fuse)
+        if not m:
+            raise ValueError(f"--fuse {args.fuse!r}: use top:N")
+        fuse = int(m.group(1))
+    return Scenario(name=args.name or "cli", host_speedup=args.host_speedup, t_sys_ns=args.t_sys_ns,
+                    t_sys_scale=args.t_sys_scale, gpu_speedup=args.gpu_speedup, cuda_graph=args.cuda_graph,
+                    graph_keep_framework=not args.graph_drop_framework, graph_gap_ns=args.graph_gap_ns,
+                    fuse_top=fuse)
+
+
+def _fmt_ratio(a: float | None) -> str:
+    return "n/a" if a is None else f"{a:.3f}"
+
+
+def format_result(res: dict[str, Any], steps: str | None = None) -> str:
+    sc = res["scenario"]
+    lines = [f"trace {res['trace_id'][:16]}  scenario {sc.name}: host x{sc.host_speedup:g}, T_sys "
+             f"{'x' + format(sc.t_sys_scale, 'g') if sc.t_sys_ns is None else str(sc.t_sys_ns) + ' ns'}, GPU "
+             f"x{sc.gpu_speedup:g}" + (f", CUDA graphs for {sc.cuda_graph}" if sc.cuda_graph else "")
+             + (f", fuse top {sc.fuse_top}" if sc.fuse_top else "") + f"   (replay {res['replay_s'] * 1000:.1f} ms)"]
+    lines.append(f"  {'scope':<16} {'IL own ms':>11} {'IL replay':>11} {'ratio':>7} {'HDBI':>13} {'HDBI_wall':>13} "
+                 f"{'GPU idle ms':>17} {'TKLQT ms':>17}  CP host share")
+    want = None if steps is None else set(steps.split(","))
+    for s in res["scopes"]:
+        if s["scope_kind"] == "step" and (want is None or s["scope_key"] not in want):
+            continue
+        o, r, cp = s["own"], s["replay"], s["critical_path"]
+        lines.append(
+            f"  {s['scope_kind'] + ' ' + s['scope_key'] if s['scope_kind'] != 'trace' else 'trace':<16} "
+            f"{o['il_ns'] / 1e6:>11.3f} {r['il_ns'] / 1e6:>11.3f} {r['il_ns'] / o['il_ns'] if o['il_ns'] else 0:>7.3f} "
+            f"{_fmt_ratio(o['hdbi'])}->{_fmt_ratio(r['hdbi'])} {_fmt_ratio(o['hdbi_wall'])}->"
+            f"{_fmt_ratio(r['hdbi_wall'])} {o['gpu_idle_ns'] / 1e6:>8.3f}->{r['gpu_idle_ns'] / 1e6:<8.3f} "
+            f"{o['tklqt_ns'] / 1e6:>8.3f}->{r['tklqt_ns'] / 1e6:<8.3f}  {_fmt_ratio(cp.get('cp_host_share'))}")
+    tr = res["scopes"][0]["critical_path"] if res["scopes"] else {}
+    if tr:
+        parts = ", ".join(f"{p} {tr[f'cp_{p}_ns'] / 1e6:.3f}" for p in CP_PARTS if tr[f"cp_{p}_ns"])
+        lines.append(f"  critical path of the trace (ms): {parts}")
+    return "\n".join(lines)
+
+
+def cmd_whatif(args: Any) -> int:
+    from taxbreak.config import Paths
+
+    paths = Paths.from_args(args)
+    if not Path(paths.warehouse).exists():
+        print(f"whatif: no warehouse at {paths.warehouse}: run `taxbreak ingest` and `taxbreak analyze` first",
+              file=sys.stderr)
+        return 2
+    try:
+        sc = scenario_from_args(args)
+        con = open_warehouse_readonly(paths.warehouse)
+    except (ValueError, duckdb.Error) as exc:
+        print(f"whatif: {exc}", file=sys.stderr)
+        return 2
+    try:
+        rows = con.execute("SELECT trace_id FROM trace_meta WHERE starts_with(trace_id, $p) OR file_name = $p",
+                           {"p": args.trace}).fetchall() if _table_exists(con, "trace_meta") else []
+        if len(rows) != 1:
+            print(f"whatif: {args.trace!r} matches {len(rows)} analysed traces in {paths.warehouse}"
+                  + (": give more of the trace id" if rows else ": run `taxbreak analyze` first"), file=sys.stderr)
+            return 2
+        tid = rows[0][0]
+        g = build_graph(con, paths.lake, tid)
+        if not (g.d_kind == 0).any():
+            print(f"whatif: trace {tid[:16]} has no kernels: nothing to replay", file=sys.stderr)
+            return 2
+        scs = [sc]
+        if args.sweep:
+            scs += [replace(sc, name=f"{sc.name}_host_x{s:g}", host_speedup=s) for s in SWEEP_SPEEDUPS]
+        results = run_scenarios(g, scs)
+    except (LookupError, duckdb.Error) as exc:
+        print(f"whatif: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        con.close()
+    if args.save:
+        from taxbreak.analysis import connect
+
+        wcon = connect(paths.warehouse)
+        try:
+            write_tables(wcon, results)
+        finally:
+            wcon.close()
+    if args.json:
+        out = []
+        for r in results:
+            out.append({**{k: v for k, v in r.items() if k != "scenario"}, "scenario": asdict(r["scenario"])})
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        for r in results:
+            print(format_result(r, args.step))
+    return 0
+
+
+def add_whatif_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "whatif", help="replay an analysed trace under a faster host, another launch floor, CUDA graphs or fusion",
+        description="Build the trace's dependency graph (host threads, launches, stream order, waiting syncs), "
+        "replay it under the scenario and print IL, HDBI, HDBI_wall, GPU idle and TKLQT per scope beside the "
+        "trace's own values, and the critical path's host share (docs/method.md, 'What-if replay').")
+    p.add_argument("trace", help="trace id prefix or file name")
+    p.add_argument("--host-speedup", type=float, default=1.0, help="every host duration / S (default 1)")
+    p.add_argument("--t-sys-ns", type=int, default=None, help="a new launch floor T_sys' in ns")
+    p.add_argument("--t-sys-scale", type=float, default=1.0, help="or scale the launch path by this factor")
+    p.add_argument("--gpu-speedup", type=float, default=1.0, help="kernel durations / G (default 1)")
+    p.add_argument("--cuda-graph", default=None, metavar="PHASE|all|step:N,M",
+                   help="replay a phase (e.g. decode), all steps or the listed steps as one graph launch per step")
+    p.add_argument("--graph-drop-framework", action="store_true",
+                   help="with --cuda-graph: drop the framework/library/untraced host time of those steps too")
+    p.add_argument("--graph-gap-ns", type=int, default=None,
+                   help="with --cuda-graph: GPU gap between graph kernels (default: the stream's smallest gap)")
+    p.add_argument("--fuse", default=None, metavar="top:N", help="fuse the top N fusion candidates")
+    p.add_argument("--step", default=None, help="print only these step ids (comma-separated)")
+    p.add_argument("--sweep", action="store_true", help="also sweep the host speed-up over 1x..4x")
+    p.add_argument("--name", default=None, help="scenario name (default 'cli')")
+    p.add_argument("--save", action="store_true", help="write the results into whatif_results / critical_path")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    from taxbreak.config import add_path_args
+
+    add_path_args(p)
+    p.set_defaults(func=cmd_whatif)

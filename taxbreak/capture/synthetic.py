@@ -90,6 +90,7 @@ class SyntheticConfig:
     host_name: str = "synthetic-host"
     cuda_graphs: bool = False
     seed: int = 0
+    host_speed: float = 1.0  # every host duration / host_speed (same draws): the what-if ground truth (whatif.py)
     python_gap: Dist = field(default_factory=lambda: Dist("lognormal", 2500, 0.3))  # between framework ops
     dispatch: Dist = field(default_factory=lambda: Dist("lognormal", 5500, 0.25))  # op start -> launch call
     library: Dist = field(default_factory=lambda: Dist("lognormal", 4000, 0.3))  # extra cuBLAS front-end time
@@ -100,6 +101,8 @@ class SyntheticConfig:
     def __post_init__(self) -> None:
         if self.model_kind not in ("dense", "moe"):
             raise ValueError(f"model_kind must be dense or moe, not {self.model_kind!r}")
+        if not self.host_speed > 0:
+            raise ValueError(f"host_speed must be > 0, not {self.host_speed!r}")
         if self.output_tokens < 1 or self.n_layers < 1 or self.batch_size < 1 or self.prompt_len < 1:
             raise ValueError("output_tokens, n_layers, batch_size and prompt_len must be at least 1")
 
@@ -111,6 +114,7 @@ class SyntheticConfig:
 
     def label(self) -> str:
         g = "_graphs" if self.cuda_graphs else ""
+        g += f"_host{self.host_speed:g}x" if self.host_speed != 1.0 else ""
         shape = f"L{self.n_layers}_bs{self.batch_size}_sl{self.prompt_len}_m{self.output_tokens}"
         return f"synthetic_{self.model_kind}_{shape}{g}"
 
@@ -319,6 +323,11 @@ Record = tuple
 def simulate(cfg: SyntheticConfig, start_ns: int = 0) -> Iterator[Record]:
     """Yield the run's records in host order; times are ns from ``start_ns``; deterministic for a seed."""
     rng = random.Random(cfg.seed)
+    hs = cfg.host_speed
+
+    def h(ns: float) -> int:  # a host duration at this host speed (GPU-side times and launch latency stay)
+        return round(ns / hs)
+
     kernels = _kernels(cfg.gpu_name)
     host = start_ns + 10_000
     gpu_free = start_ns
@@ -338,8 +347,8 @@ def simulate(cfg: SyntheticConfig, start_ns: int = 0) -> Iterator[Record]:
         if graph:
             corr += 1
             gcorr = corr
-            launch_ts = host + cfg.dispatch.sample(rng)
-            launch_dur = cfg.launch_api.sample(rng) * 3
+            launch_ts = host + h(cfg.dispatch.sample(rng))
+            launch_dur = h(cfg.launch_api.sample(rng) * 3)
             yield ("rt", "cudaGraphLaunch", "cuda_runtime", launch_ts, launch_dur, gcorr, step_ext)
             ktime = max(launch_ts + cfg.launch_latency.sample(rng), gpu_free + 400)
             for op in plan:
@@ -349,20 +358,20 @@ def simulate(cfg: SyntheticConfig, start_ns: int = 0) -> Iterator[Record]:
                 first_kernel = ktime if first_kernel is None else first_kernel
                 ktime += dur + 600 + rng.randrange(400)
             gpu_free = ktime
-            host = launch_ts + launch_dur + cfg.python_gap.sample(rng)
+            host = launch_ts + launch_dur + h(cfg.python_gap.sample(rng))
             plan = [Op("aten::argmax", "", sync=True)]  # the token still reaches the host
         for op in plan:
             ext += 1
             op_ts = host
-            t = op_ts + cfg.dispatch.sample(rng)
+            t = op_ts + h(cfg.dispatch.sample(rng))
             records: list[Record] = []
             if op.kernel:
                 spec = kernels[op.kernel]
                 if spec.lib:
-                    t += cfg.library.sample(rng)
+                    t += h(cfg.library.sample(rng))
                 corr += 1
                 api, cat = ("cuLaunchKernel", "cuda_driver") if spec.lib else ("cudaLaunchKernel", "cuda_runtime")
-                launch_dur = cfg.launch_api.sample(rng)
+                launch_dur = h(cfg.launch_api.sample(rng))
                 records.append(("rt", api, cat, t, launch_dur, corr, ext))
                 kts = max(t + cfg.launch_latency.sample(rng), gpu_free + 300)
                 dur = _kernel_ns(spec, tokens, cfg, rng)
@@ -372,20 +381,21 @@ def simulate(cfg: SyntheticConfig, start_ns: int = 0) -> Iterator[Record]:
                 t += launch_dur
             if op.sync:
                 corr += 1
-                call = cfg.launch_api.sample(rng)
-                records.append(("rt", "cudaMemcpyAsync", "cuda_runtime", t + 300, call, corr, ext))
-                mts = max(t + 300 + cfg.launch_latency.sample(rng), gpu_free + 300)
+                call = h(cfg.launch_api.sample(rng))
+                records.append(("rt", "cudaMemcpyAsync", "cuda_runtime", t + h(300), call, corr, ext))
+                mts = max(t + h(300) + cfg.launch_latency.sample(rng), gpu_free + 300)
                 records.append(("mc", mts, 1400, corr, ext, 8 * cfg.batch_size))
                 gpu_free = mts + 1400
-                t += 300 + call
+                t += h(300) + call
                 corr += 1
-                sync_end = max(t + 800, gpu_free + 1500)
-                records.append(("rt", "cudaStreamSynchronize", "cuda_runtime", t + 200, sync_end - t - 200, corr, ext))
+                sync_end = max(t + h(800), gpu_free + h(1500))
+                records.append(("rt", "cudaStreamSynchronize", "cuda_runtime", t + h(200), sync_end - t - h(200), corr,
+                                ext))
                 t = sync_end
-            op_end = t + 400
+            op_end = t + h(400)
             yield ("op", op.aten, op_ts, op_end - op_ts, ext)
             yield from records
-            host = op_end + cfg.python_gap.sample(rng)
+            host = op_end + h(cfg.python_gap.sample(rng))
         yield ("ann", name, step_start, host - step_start, step_ext)
         if first_kernel is not None:
             yield_after.append(("gann", name, first_kernel, gpu_free - first_kernel, step_ext))
