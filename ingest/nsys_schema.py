@@ -427,5 +427,14 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 EVENT_TABLES: tuple[str, ...] = tuple(REQUIRED_COLUMNS)
 OSRT_TABLE = "OSRT_API"
+# Export metadata (name/value records): newer exports write META_DATA_EXPORT, older ones (such as the 2022.1 export
+# NVIDIA DLProf writes) EXPORT_META_DATA; nsys 2022.4 writes neither. Both are read; when a file has both, a record
+# of META_DATA_EXPORT wins.
+EXPORT_META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+# Version records in them (tool_versions key <- record names, first present wins).
+EXPORT_VERSION_KEYS: dict[str, tuple[str, ...]] = {
+    "nsys_export": ("EXPORT_PRODUCT_VERSION", "PRODUCT_VERSION", "NSYS_VERSION"),
+    "export_schema": ("EXPORT_SCHEMA_VERSION", "SCHEMA_VERSION"),
+}
 # Tables whose presence marks a file as an Nsight export.
-NSYS_MARKER_TABLES = ("StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "META_DATA_EXPORT")
+NSYS_MARKER_TABLES = ("StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", *EXPORT_META_TABLES)

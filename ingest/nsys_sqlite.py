@@ -21,6 +21,18 @@ stored events, the catalogue's ``start_epoch_ns = TARGET_INFO_SESSION_START_TIME
 ``pid``/``tid`` decoded from ``globalTid``; device-side rows (kernel, memcpy, memset, sync, graph trace) carry
 the launching process from ``globalPid`` and the stream id as ``tid``, so ``(pid, correlation_id)`` joins a
 kernel to its launch call.  Columns the schema has no field for go to ``args_json`` unchanged.
+
+Hostile or damaged content never fails the ingest for one value:
+- Text that is not valid UTF-8 (a binary blob in a TEXT column, as NVIDIA DLProf's 2022.1 exports have in
+  ``TARGET_INFO_SYSTEM_ENV``; bad bytes in ``StringIds``) is decoded with each undecodable byte replaced by U+FFFD;
+  the catalogue's ``metadata_json`` counts the repaired values per ``table.column`` (``text_repairs``) and says so in
+  ``notes``.  A blob in a TEXT column that goes to ``args_json`` is written there as ``"0x<hex>"`` (lossless).
+- Rows with impossible times are skipped and counted per table and reason in ``skipped_counts_json``
+  (``<table>:start_null``, ``start_out_of_range``, ``end_null``, ``end_out_of_range``, ``end_before_start``):
+  a time must lie in ``[0, MAX_TIMESTAMP_NS]`` (nsys times are ns since the session start or, in some modes, since
+  the epoch; both are far below it, and no shift or difference of such values overflows int64), and an event must
+  not end before it starts.  ``origin`` is the earliest start among the rows kept (``_valid_sql``; ``_invalid``
+  is the same rule in Arrow, applied per batch only where a cheap check finds a bad row).
 """
 
 from __future__ import annotations
@@ -60,6 +72,121 @@ SYSTEM_ENV_KEYS = (
 )
 MASK = S.GLOBAL_ID_MASK
 SHIFT = S.GLOBAL_ID_SHIFT
+MAX_TIMESTAMP_NS = 1 << 62  # about 146 years of ns: no real nsys time comes near it (see the module docstring)
+# Tables whose rows may legitimately have no end (NVTX marks; NVTX ranges without an end are left out by the
+# plan's WHERE and counted by _nvtx_skips).
+END_OPTIONAL_TABLES = ("NVTX_EVENTS",)
+
+
+class _Tally:
+    """Counts shared by the reader threads (skipped rows per reason, repaired text values per column)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+
+    def add(self, key: str, n: int) -> None:
+        if n:
+            with self._lock:
+                self.counts[key] = self.counts.get(key, 0) + int(n)
+
+
+def _utf8(arr: pa.Array) -> tuple[pa.Array, int]:
+    """``arr`` (string or binary) as valid UTF-8 strings, and how many values needed repair: each undecodable byte
+    becomes U+FFFD.  Valid input (the usual case) costs one validation pass and is returned as it is."""
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        try:
+            arr.validate(full=True)
+            return arr, 0
+        except pa.ArrowInvalid:
+            arr = arr.view(pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary())
+    if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+        return arr, 0
+    try:
+        return arr.cast(pa.string()), 0  # the cast validates UTF-8
+    except pa.ArrowInvalid:
+        pass
+    out: list[str | None] = []
+    bad = 0
+    for raw in arr.to_pylist():
+        if raw is None:
+            out.append(None)
+            continue
+        try:
+            out.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append(raw.decode("utf-8", errors="replace"))
+            bad += 1
+    return pa.array(out, pa.string()), bad
+
+
+def _repair_text(batch: pa.RecordBatch, table: str, tally: _Tally | None) -> pa.RecordBatch:
+    """Every string column of a source batch as valid UTF-8 (repairs counted as ``table.column``)."""
+    cols = list(batch.columns)
+    changed = False
+    for i, f in enumerate(batch.schema):
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+            fixed, bad = _utf8(cols[i])
+            if bad:
+                cols[i] = fixed.cast(f.type)
+                changed = True
+                if tally is not None:
+                    tally.add(f"{table}.{'args_json' if f.name == '__args' else f.name}", bad)
+    return pa.RecordBatch.from_arrays(cols, schema=batch.schema) if changed else batch
+
+
+def _is_text_affinity(decl_type: str) -> bool:
+    t = (decl_type or "").upper()
+    return "CHAR" in t or "CLOB" in t or "TEXT" in t
+
+
+def _as_text_sql(expr: str) -> str:
+    """A TEXT column read raw: a blob stored in it is read as its bytes taken as text (repaired in Arrow)."""
+    return f"CASE WHEN typeof({expr}) = 'blob' THEN CAST({expr} AS TEXT) ELSE {expr} END"
+
+
+def _valid_sql(table: str) -> str:
+    """SQL: the row's times are possible (the rule of ``_invalid``); used where the origin is found."""
+    end = '"end"'
+    end_rule = f"({end} IS NULL OR {end} BETWEEN \"start\" AND {MAX_TIMESTAMP_NS})" if table in END_OPTIONAL_TABLES \
+        else f"{end} BETWEEN \"start\" AND {MAX_TIMESTAMP_NS}"
+    return f'"start" BETWEEN 0 AND {MAX_TIMESTAMP_NS} AND {end_rule}'
+
+
+def _invalid(table: str, start: pa.Array, end: pa.Array) -> list[tuple[str, pa.Array]]:
+    """Arrow: (reason, mask) per rule of ``_valid_sql``, in order; a row is counted under its first reason."""
+    def out_of_range(x: pa.Array) -> pa.Array:
+        return pc.or_(pc.less(x, 0), pc.greater(x, MAX_TIMESTAMP_NS))
+
+    rules = [("start_null", pc.is_null(start)), ("start_out_of_range", out_of_range(start))]
+    if table not in END_OPTIONAL_TABLES:
+        rules.append(("end_null", pc.is_null(end)))
+    rules += [("end_out_of_range", out_of_range(end)), ("end_before_start", pc.less(end, start))]
+    return [(reason, pc.fill_null(mask, False)) for reason, mask in rules]
+
+
+def _drop_impossible(table: str, batch: pa.RecordBatch, tally: _Tally | None) -> pa.RecordBatch:
+    """``batch`` without the rows whose times are impossible (counted per reason as ``table:reason``).
+
+    The usual batch has none: one min/max/null-count check decides that without building any mask.
+    """
+    start = batch.column("start").cast(pa.int64())
+    end = batch.column("end").cast(pa.int64())
+    lo_s, hi_s = pc.min_max(start).values()
+    if not start.null_count and (end.null_count == 0 or table in END_OPTIONAL_TABLES) and lo_s.is_valid \
+            and lo_s.as_py() >= 0 and hi_s.as_py() <= MAX_TIMESTAMP_NS:
+        lo_e, hi_e = pc.min_max(end).values()
+        if (not lo_e.is_valid or (lo_e.as_py() >= 0 and hi_e.as_py() <= MAX_TIMESTAMP_NS)) \
+                and not pc.any(pc.less(end, start)).as_py():
+            return batch
+    taken = pa.array([False] * batch.num_rows, pa.bool_())  # rows already counted under an earlier reason
+    for reason, mask in _invalid(table, start, end):
+        hit = pc.and_(mask, pc.invert(taken))
+        n = pc.sum(hit).as_py() or 0
+        if n and tally is not None:
+            tally.add(f"{table}:{reason}", n)
+        taken = pc.or_(taken, hit)
+    return batch.filter(pc.invert(taken))
 
 
 def _q(ident: str) -> str:
@@ -67,27 +194,30 @@ def _q(ident: str) -> str:
     return '"' + ident.replace('"', '""') + '"'
 
 
-def check_sqlite_file(path: Path) -> None:
-    """Refuse files that are not SQLite databases or are shorter than their header says."""
+def check_sqlite_file(path: Path, name: str | None = None) -> None:
+    """Refuse files that are not SQLite databases or are shorter than their header says (messages name ``name``,
+    default ``path``)."""
+    path = Path(path)
+    path_name = name or str(path)
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
             head = fh.read(100)
     except OSError as exc:
-        raise IngestError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+        raise IngestError(f"{path_name}: cannot read the file ({exc.strerror or exc})") from None
     if not head.startswith(SQLITE_MAGIC):
         raise IngestError(
-            f"{path}: not a SQLite database (no 'SQLite format 3' header); expected an nsys SQLite export"
+            f"{path_name}: not a SQLite database (no 'SQLite format 3' header); expected an nsys SQLite export"
         )
     if len(head) < 100:
-        raise IngestError(f"{path}: truncated SQLite file ({size} bytes, shorter than the 100-byte header)")
+        raise IngestError(f"{path_name}: truncated SQLite file ({size} bytes, shorter than the 100-byte header)")
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     page_count = int.from_bytes(head[28:32], "big")
     header_count_valid = head[24:28] == head[92:96]
     if header_count_valid and page_count and size < page_size * page_count:
         raise IngestError(
-            f"{path}: truncated SQLite file: the header says {page_count} pages of {page_size} bytes "
+            f"{path_name}: truncated SQLite file: the header says {page_count} pages of {page_size} bytes "
             f"({page_size * page_count} bytes) but the file has {size} bytes"
         )
 
@@ -112,18 +242,20 @@ class NsysDb:
     and with it pandas, 0.3 s and 40 MB of every ingest process.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, name: str | None = None, tally: _Tally | None = None) -> None:
         self.path = path
+        self.name = name or str(path)  # what messages call the file (the user's .nsys-rep for a converted report)
+        self.repairs = tally if tally is not None else _Tally()  # text values repaired, per table.column
         self._statements: list[adbc.AdbcStatement] = []  # a stream lives only as long as its statement
         try:
             self.db = adbc_driver_sqlite.connect(sqlite_ro_uri(path))
         except Exception as exc:  # noqa: BLE001 - any driver error is a bad input
-            raise IngestError(f"{path}: cannot open as SQLite: {exc}") from None
+            raise IngestError(f"{self.name}: cannot open as SQLite: {exc}") from None
         try:
             self.conn = adbc.AdbcConnection(self.db)
         except Exception as exc:  # noqa: BLE001
             self.db.close()
-            raise IngestError(f"{path}: cannot open as SQLite: {exc}") from None
+            raise IngestError(f"{self.name}: cannot open as SQLite: {exc}") from None
         self._columns: dict[str, list[tuple[str, str]]] = {}
 
     def close(self) -> None:
@@ -145,13 +277,24 @@ class NsysDb:
         handle, _ = st.execute_query()
         return st, pa.RecordBatchReader._import_from_c(handle.address)
 
-    def rows(self, sql: str) -> list[tuple]:
+    def rows(self, sql: str, label: str = "query") -> list[tuple]:
+        """The rows of ``sql``; text and blob values come back as ``str`` (undecodable bytes as U+FFFD, counted as
+        ``label.column``)."""
         st, reader = self._execute(sql)
         table = reader.read_all()
         del reader  # the stream is released before its statement
         self._statements.remove(st)
         st.close()
-        return list(zip(*(c.to_pylist() for c in table.columns), strict=True))
+        cols = []
+        for f, col in zip(table.schema, table.columns, strict=True):
+            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_binary(f.type) \
+                    or pa.types.is_large_binary(f.type):
+                fixed, bad = _utf8(col.combine_chunks())
+                self.repairs.add(f"{label}.{f.name}", bad)
+                cols.append(fixed.to_pylist())
+            else:
+                cols.append(col.to_pylist())
+        return list(zip(*cols, strict=True))
 
     def tables(self) -> set[str]:
         return {r[0] for r in self.rows("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -174,7 +317,8 @@ class NsysDb:
         """
         cols = [(c, t) for c, t in self.columns(table) if only is None or c in only]
         sentinel = "".join(f", {_sentinel(t)} AS {_q(c)}" for c, t in cols)
-        names = "".join(f", __t.{_q(c)}" for c, _ in cols)
+        names = "".join(f", {_as_text_sql('__t.' + _q(c)) if _is_text_affinity(t) else '__t.' + _q(c)} AS {_q(c)}"
+                        for c, t in cols)
         if args_sql is not None:
             sentinel += ", '' AS __args"
             names += f", {args_sql} AS __args"
@@ -188,10 +332,20 @@ class NsysDb:
         return self._execute(sql, BATCH_ROWS)[1]
 
     def small_table(self, table: str) -> list[dict[str, Any]]:
-        """A small table (metadata, names) as a list of dicts."""
+        """A small table (metadata, names) as a list of dicts; text as ``str`` (repairs counted as ``table.column``).
+
+        Read through ``stream`` (typed sentinel row, blobs in TEXT columns read as text) so a column that starts
+        with NULLs or holds a blob among its text cannot break the driver's type inference."""
         cols = [c for c, _ in self.columns(table)]
-        names = ", ".join(_q(c) for c in cols)
-        return [dict(zip(cols, r, strict=True)) for r in self.rows(f"SELECT {names} FROM {_q(table)}")]
+        data = self.stream(table).read_all()
+        data = data.filter(pc.equal(data.column("__s"), 1))
+        out = []
+        for c in cols:
+            col = data.column(c).combine_chunks()
+            fixed, bad = _utf8(col)
+            self.repairs.add(f"{table}.{c}", bad)
+            out.append(fixed.to_pylist())
+        return [dict(zip(cols, r, strict=True)) for r in zip(*out, strict=True)]
 
 
 class _Cols:
@@ -417,7 +571,13 @@ def _source(plan: _TablePlan, cols: list[tuple[str, str]]) -> _Source:
     """
     args = [(c, t) for c, t in cols if c not in plan.mapped or c in plan.keep_in_args]
     raw_args = [c for c, t in args if not _json_safe(t)]
-    pairs = [f"'{c.replace(chr(39), chr(39) * 2)}', __t.{_q(c)}" for c, t in args if _json_safe(t)]
+
+    def value(c: str, t: str) -> str:  # json_object refuses blobs: one in a TEXT column is written as "0x<hex>"
+        col = f"__t.{_q(c)}"
+        return f"CASE WHEN typeof({col}) = 'blob' THEN '0x' || hex({col}) ELSE {col} END" if _is_text_affinity(t) \
+            else col
+
+    pairs = [f"'{c.replace(chr(39), chr(39) * 2)}', {value(c, t)}" for c, t in args if _json_safe(t)]
     raw = [c for c, _ in cols if c in plan.reads or c in raw_args]
     return _Source(raw, raw_args, "json_object(" + ", ".join(pairs) + ")" if pairs else None)
 
@@ -443,7 +603,7 @@ def _kv(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _validate(db: NsysDb, path: Path, tables: set[str], read_tables: list[str]) -> None:
+def _validate(db: NsysDb, path: str, tables: set[str], read_tables: list[str]) -> None:
     if not tables & set(S.NSYS_MARKER_TABLES):
         raise IngestError(
             f"{path}: a SQLite database but not an Nsight Systems export (no StringIds, NVTX_EVENTS, "
@@ -462,15 +622,30 @@ def _validate(db: NsysDb, path: Path, tables: set[str], read_tables: list[str]) 
                 raise IngestError(f"{path}: table {t} lacks required column {col!r} (columns: {sorted(have)})")
 
 
+def _export_records(db: NsysDb, table: str) -> dict[str, Any]:
+    """The export's own records: name/value rows (both tables' layout); a table of other columns is read as
+    one record per column of its first row."""
+    rows = db.small_table(table)
+    if not rows:
+        return {}
+    if {"name", "value"} <= set(rows[0]):
+        return _kv(rows)
+    return {k: v for k, v in rows[0].items() if v is not None}
+
+
 def _trace_info(db: NsysDb, tables: set[str]) -> TraceInfo:
     info = TraceInfo(source_format=SOURCE_FORMAT)
     meta: dict[str, Any] = {}
-    if "META_DATA_EXPORT" in tables:
-        export = _kv(db.small_table("META_DATA_EXPORT"))
+    export: dict[str, Any] = {}
+    for table in reversed(S.EXPORT_META_TABLES):  # META_DATA_EXPORT last: its records win
+        if table in tables:
+            export.update(_export_records(db, table))
+    if export:
         meta["export"] = export
-        for key, name in (("EXPORT_PRODUCT_VERSION", "nsys_export"), ("EXPORT_SCHEMA_VERSION", "export_schema")):
-            if export.get(key):
-                info.tool_versions[name] = export[key]
+        for name, keys in S.EXPORT_VERSION_KEYS.items():
+            found = next((export[k] for k in keys if export.get(k) not in (None, "")), None)
+            if found is not None:
+                info.tool_versions[name] = found
     if "META_DATA_CAPTURE" in tables:
         capture = _kv(db.small_table("META_DATA_CAPTURE"))
         capture = {k: v for k, v in capture.items() if not k.endswith("ENVIRONMENT_VARIABLE")}
@@ -512,7 +687,7 @@ def _trace_info(db: NsysDb, tables: set[str]) -> TraceInfo:
         meta["thread_names"] = {
             f"{(g >> SHIFT) & MASK}/{g & MASK}": n
             for g, n in db.rows("SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId "
-                                "WHERE t.globalTid IS NOT NULL")
+                                "WHERE t.globalTid IS NOT NULL", "StringIds")
         }
     info.metadata = meta
     return info
@@ -532,6 +707,7 @@ def _origin(dbs: list[NsysDb], read_tables: list[str], counts: dict[str, int]) -
         out = []
         for t in tables:
             where = _plan(t, {c for c, _ in db.columns(t)}).where if t == "NVTX_EVENTS" else ""
+            where = f"{where} AND {_valid_sql(t)}" if where else f"WHERE {_valid_sql(t)}"
             (lo,) = db.rows(f'SELECT min("start") FROM {_q(t)} {where}')[0]
             if lo is not None:
                 out.append(int(lo))
@@ -545,7 +721,7 @@ def _origin(dbs: list[NsysDb], read_tables: list[str], counts: dict[str, int]) -
 def _nvtx_skips(db: NsysDb) -> dict[str, int]:
     skipped: dict[str, int] = {}
     for etype, no_end, n in db.rows(
-        "SELECT \"eventType\", \"end\" IS NULL, count(*) FROM NVTX_EVENTS GROUP BY 1, 2"
+        "SELECT \"eventType\", \"end\" IS NULL, count(*) FROM NVTX_EVENTS GROUP BY 1, 2", "NVTX_EVENTS"
     ):
         if etype in S.NVTX_MARK_TYPES or (etype in S.NVTX_RANGE_TYPES and not no_end):
             continue
@@ -594,7 +770,9 @@ def _build_lookups(db: NsysDb, tables: set[str]) -> dict[str, Lookup]:
         ids = db.stream("StringIds").read_all()
         ids = ids.filter(pc.equal(ids.column("__s"), 1))
         keys = ids.column("id").combine_chunks().cast(pa.int64())
-        values = ids.column("value").combine_chunks().cast(pa.string())
+        values, bad = _utf8(ids.column("value").combine_chunks())
+        db.repairs.add("StringIds.value", bad)
+        values = values.cast(pa.string())
     else:
         keys, values = pa.array([], pa.int64()), pa.array([], pa.string())
     plain = pc.replace_substring_regex(values, r"_v[0-9]+$", "")
@@ -627,34 +805,52 @@ def _build_lookups(db: NsysDb, tables: set[str]) -> dict[str, Lookup]:
         sql = ("SELECT n.domainId, COALESCE(n.text, s.value) FROM NVTX_EVENTS n "
                "LEFT JOIN StringIds s ON s.id = n.textId "
                if has_text_id and "StringIds" in tables else "SELECT n.domainId, n.text FROM NVTX_EVENTS n ")
-        for dom, name in db.rows(sql + f"WHERE n.eventType = {int(S.NVTX_DOMAIN_CREATE)}"):
+        for dom, name in db.rows(sql + f"WHERE n.eventType = {int(S.NVTX_DOMAIN_CREATE)}", "NVTX_EVENTS"):
             if dom is not None and name is not None:
                 domains[int(dom)] = str(name)
     out["domains"] = _lookup(domains)
     return out
 
 
-def read_nsys_sqlite(path: Path, trace_id: str, *, include_osrt: bool | None = None) -> AdapterOutput:
-    """Stream an nsys SQLite export as EVENT_SCHEMA batches; ``info`` is complete when they are exhausted."""
+def read_nsys_sqlite(path: Path, trace_id: str, *, include_osrt: bool | None = None,
+                     source_name: str | None = None) -> AdapterOutput:
+    """Stream an nsys SQLite export as EVENT_SCHEMA batches; ``info`` is complete when they are exhausted.
+
+    ``source_name`` is what error messages call the file (default: ``path``); a converted report passes the user's
+    ``.nsys-rep``, not the cached export."""
     path = Path(path)
-    check_sqlite_file(path)
-    db = NsysDb(path)
+    name = source_name or str(path)
+    check_sqlite_file(path, name)
+    db = NsysDb(path, name)
     try:
         try:
             tables = db.tables()
         except Exception as exc:  # noqa: BLE001 - a corrupt file surfaces as a driver error here
-            raise IngestError(f"{path}: not a readable SQLite database ({exc})") from None
+            raise IngestError(f"{name}: not a readable SQLite database ({exc})") from None
         osrt = _osrt_enabled(include_osrt)
         read_tables = [t for t in S.EVENT_TABLES if t in tables and (t != S.OSRT_TABLE or osrt)]
-        _validate(db, path, tables, read_tables)
+        _validate(db, name, tables, read_tables)
         info = _trace_info(db, tables)
+        _note_repairs(info, db.repairs)
     except IngestError:
         db.close()
         raise
     except Exception as exc:  # noqa: BLE001 - malformed pages surface as driver errors
         db.close()
-        raise IngestError(f"{path}: cannot read the export ({exc})") from None
-    return AdapterOutput(info=info, batches=_batches(db, path, trace_id, tables, read_tables, info, osrt))
+        raise IngestError(f"{name}: cannot read the export ({exc})") from None
+    return AdapterOutput(info=info, batches=_batches(db, name, trace_id, tables, read_tables, info, osrt))
+
+
+def _note_repairs(info: TraceInfo, repairs: _Tally) -> None:
+    """Say in the catalogue (``metadata_json``) which text values had undecodable bytes replaced."""
+    if not repairs.counts:
+        return
+    counts = dict(sorted(repairs.counts.items()))
+    info.metadata["text_repairs"] = counts
+    note = (f"{sum(counts.values()):,} text value(s) held bytes that are not UTF-8; each undecodable byte was "
+            "replaced by U+FFFD (" + ", ".join(f"{k} {v:,}" for k, v in counts.items()) + ")")
+    notes = [n for n in info.metadata.get("notes", []) if "not UTF-8" not in n]
+    info.metadata["notes"] = [*notes, note]
 
 
 class _Prefetch:
@@ -726,8 +922,11 @@ class _Stopped(Exception):
 
 
 def _events(plan: _TablePlan, src: _Source, batch: pa.RecordBatch, lookups: dict[str, Lookup], origin: int,
-            trace_id: str, duck: Callable[[], duckdb.DuckDBPyConnection]) -> pa.RecordBatch:
-    """One source batch as EVENT_SCHEMA rows, in Arrow (``duck`` only for REAL/BLOB args columns)."""
+            trace_id: str, duck: Callable[[], duckdb.DuckDBPyConnection], skipped: _Tally | None = None,
+            repairs: _Tally | None = None) -> pa.RecordBatch:
+    """One source batch as EVENT_SCHEMA rows, in Arrow (``duck`` only for REAL/BLOB args columns); rows with
+    impossible times are left out (counted in ``skipped``), text is made valid UTF-8 (counted in ``repairs``)."""
+    batch = _repair_text(_drop_impossible(plan.table, batch, skipped), plan.table, repairs)
     c = _Cols(batch, lookups)
     out = plan.build(c)
     start = c.int("start")
@@ -761,9 +960,11 @@ def _duck_args(con: duckdb.DuckDBPyConnection, src: _Source, batch: pa.RecordBat
 
 
 def _batches(
-    db: NsysDb, path: Path, trace_id: str, tables: set[str], read_tables: list[str], info: TraceInfo, osrt: bool,
+    db: NsysDb, path: str, trace_id: str, tables: set[str], read_tables: list[str], info: TraceInfo, osrt: bool,
 ) -> Iterator[pa.RecordBatch]:
+    """``path`` names the file in messages (the user's file); the connections read ``db.path``."""
     extra_dbs: list[NsysDb] = []
+    dropped = _Tally()  # rows with impossible times, per table:reason (from the reader threads)
     try:
         skipped: dict[str, int] = {}
         counts = {t: int(db.rows(f"SELECT count(*) FROM {_q(t)}")[0][0]) for t in read_tables}
@@ -775,7 +976,8 @@ def _batches(
                 skipped["OSRT_API:not_requested"] = n
         if "NVTX_EVENTS" in read_tables:
             skipped.update(_nvtx_skips(db))
-        dbs = [db] + [NsysDb(path) for _ in range(READERS - 1)]  # read-only connections, one per reader thread
+        # read-only connections, one per reader thread, sharing the repair counts
+        dbs = [db] + [NsysDb(db.path, db.name, db.repairs) for _ in range(READERS - 1)]
         extra_dbs.extend(dbs[1:])
         origin = _origin(dbs, read_tables, counts)
         start = info.metadata.get("session_start", {}).get("utcEpochNs")
@@ -830,7 +1032,10 @@ def _batches(
                                         raise IngestError(f"{path}: {t}: the type sentinel row did not come first")
                                     batch, first = batch.slice(1), False
                                 if batch.num_rows:
-                                    put(_events(plan, src, batch, lookups, origin_ns, trace_id, duck))
+                                    events = _events(plan, src, batch, lookups, origin_ns, trace_id, duck, dropped,
+                                                     rdb.repairs)
+                                    if events.num_rows:
+                                        put(events)
                         except (adbc.Error, pa.ArrowException, duckdb.Error) as exc:
                             raise IngestError(f"{path}: cannot read table {t}: {exc}") from None
                 finally:
@@ -842,8 +1047,11 @@ def _batches(
         # the queue bounds memory.
         with _Prefetch([producer(d) for d in dbs], depth=PREFETCH_BATCHES) as pending:
             yield from pending
-        info.skipped_counts = skipped
+        for key, n in dropped.counts.items():
+            skipped[key] = skipped.get(key, 0) + n
+        info.skipped_counts = dict(sorted(skipped.items()))
         info.source_event_count = source_rows
+        _note_repairs(info, db.repairs)
     except IngestError:
         raise
     except (duckdb.Error, adbc.Error) as exc:  # the set-up queries (counts, origin, lookups)
