@@ -57,7 +57,11 @@ def _cell(text: str) -> str:
 
 
 def generate() -> str:
+    from taxbreak.requests import request_sql_files
+
     files = sql_files()
+    fit_files = {f.name for f in request_sql_files()}
+    files = files + request_sql_files()  # written after each latency-model fit (taxbreak.requests.refit)
     lines = [
         "# The warehouse: tables, columns, example queries",
         "",
@@ -79,13 +83,18 @@ def generate() -> str:
         "",
     ]
     for f in files:
-        lines.append(f"- [`{f.name}`](#{f.name})" + (" (run-local, not kept)" if f.materialize == "temp" else ""))
+        lines.append(f"- [`{f.name}`](#{f.name})" + (" (run-local, not kept)" if f.materialize == "temp" else "")
+                     + (" (written by each latency-model fit)" if f.name in fit_files else ""))
     lines.append("")
     for f in files:
         lines.append(f"### {f.name}")
         lines.append("")
         if f.materialize == "temp":
             lines.append("*Run-local: a temporary table of each analysis run, not kept in the warehouse.*")
+            lines.append("")
+        if f.name in fit_files:
+            lines.append("*Written after each fit of the per-request latency model (`taxbreak requests --refit`, the "
+                         "pipeline's `request_model_fit` asset) from `sql/requests/`, not by `taxbreak analyze`.*")
             lines.append("")
         lines.append(f"**Grain:** {f.grain}.")
         lines.append("")

@@ -7,6 +7,7 @@ Schema (version 1; documented in docs/sidecar.md)::
     {"taxbreak_meta_version": 1, "model": str, "model_kind": "dense" | "moe", "dtype": str, "device": str,
      "gpu_name": str, "batch_size": int, "prompt_len": int, "output_tokens": int,
      "steps": [{"name": "prefill", "phase": "prefill", "tokens": 1}, {"name": "decode_step#1", ...}],
+               (a serving step may also list its "requests": request_id, tenant, phase, tokens, context_tokens)
      "synthetic": bool, "kind": "generation" | "null_kernel" | "sweep_point", "sweep": {...}}
 
 Every key but ``taxbreak_meta_version`` is optional; unknown keys are kept (forward compatible).
@@ -68,8 +69,44 @@ def validate_meta(obj: Any, where: str = "sidecar") -> dict[str, Any]:
         tokens = step.get("tokens")
         if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0):
             raise MetaError(f"{where}: steps[{i}].tokens must be a non-negative integer, got {tokens!r}")
-        norm_steps.append({"name": step["name"], "phase": phase, "tokens": tokens})
+        norm = {"name": step["name"], "phase": phase, "tokens": tokens}
+        if step.get("requests") is not None:
+            norm["requests"] = _validate_requests(step["requests"], f"{where}: steps[{i}]")
+        norm_steps.append(norm)
     out["steps"] = norm_steps
+    return out
+
+
+REQUEST_PHASES = ("prefill", "decode")
+
+
+def _validate_requests(reqs: Any, where: str) -> list[dict[str, Any]]:
+    """A serving step's batch composition (docs/sidecar.md, ``steps[].requests[]``): one object per request in the
+    step with ``request_id`` (string), ``phase`` ('prefill' or 'decode'), ``tokens`` (tokens processed this step:
+    the prompt chunk in prefill, 1 in decode), ``context_tokens`` (tokens already in the request's KV cache before
+    the step), optional ``tenant`` (string) and ``output_tokens`` (tokens the step emitted for it, 0 or 1)."""
+    if not isinstance(reqs, list):
+        raise MetaError(f"{where}.requests must be a list")
+    out = []
+    seen: set[str] = set()
+    for j, r in enumerate(reqs):
+        at = f"{where}.requests[{j}]"
+        if not isinstance(r, dict) or not isinstance(r.get("request_id"), str) or not r["request_id"]:
+            raise MetaError(f"{at} must be an object with a non-empty string 'request_id'")
+        if r["request_id"] in seen:
+            raise MetaError(f"{at}: request_id {r['request_id']!r} appears twice in the step")
+        seen.add(r["request_id"])
+        if r.get("phase") not in REQUEST_PHASES:
+            raise MetaError(f"{at}.phase must be one of {REQUEST_PHASES}, got {r.get('phase')!r}")
+        for key, required in (("tokens", True), ("context_tokens", True), ("output_tokens", False)):
+            val = r.get(key)
+            if val is None and not required:
+                continue
+            if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+                raise MetaError(f"{at}.{key} must be a non-negative integer, got {val!r}")
+        if r.get("tenant") is not None and not isinstance(r["tenant"], str):
+            raise MetaError(f"{at}.tenant must be a string, got {r['tenant']!r}")
+        out.append(dict(r))
     return out
 
 

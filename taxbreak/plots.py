@@ -246,3 +246,53 @@ def timeline(
         body.append(_text(lx + 16, ay + 32, cat))
         lx += 30 + 7 * len(cat)
     return _svg(width, height, body, title or "timeline")
+
+
+def scatter(
+    series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str, title: str = "", unit: str = "ns",
+    diagonal: bool = True, width: int = 640, height: int = 360, max_points: int = 2000,
+) -> str:
+    """Points per series on linear axes sharing one unit (e.g. fitted vs observed latency), with the y = x line.
+    A series longer than ``max_points`` is thinned to every k-th point (the title says so)."""
+    thinned = False
+    data: dict[str, list[tuple[float, float]]] = {}
+    for name, pts in series.items():
+        if len(pts) > max_points:
+            k = math.ceil(len(pts) / max_points)
+            pts, thinned = pts[::k], True
+        data[name] = pts
+    pts = [p for s in data.values() for p in s]
+    if not pts:
+        return _svg(width, 60, [_text(8, 30, f"{title}: no data")], title)
+    left, right, top, bottom = 74, 20, 40 if title else 20, 46
+    pw, ph = width - left - right, height - top - bottom
+    vmax = max(max(x for x, _ in pts), max(y for _, y in pts), 0) * 1.05 or 1.0
+    vmin = min(min(x for x, _ in pts), min(y for _, y in pts), 0)
+    ticks = [t for t in _nice_ticks(vmax, 5) if t <= vmax]
+
+    def px(v: float) -> float:
+        return left + (v - vmin) / (vmax - vmin) * pw
+
+    def py(v: float) -> float:
+        return top + ph - (v - vmin) / (vmax - vmin) * ph
+
+    body: list[str] = []
+    if title:
+        body.append(_text(8, 18, title + (" (thinned)" if thinned else ""), extra="font-weight='600' font-size='14'"))
+    body.append(f"<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='none' stroke='#ccc'/>")
+    for t in ticks:
+        body.append(_text(left - 6, py(t) + 4, fmt_value(t, unit), anchor="end", extra="fill='#555'"))
+        body.append(_text(px(t), top + ph + 16, fmt_value(t, unit), anchor="middle", extra="fill='#555'"))
+    if diagonal:
+        body.append(f"<line x1='{px(vmin):.1f}' y1='{py(vmin):.1f}' x2='{px(vmax):.1f}' y2='{py(vmax):.1f}' "
+                    "stroke='#999' stroke-dasharray='4 3'/>")
+    body.append(_text(left + pw / 2, height - 8, x_label, anchor="middle"))
+    body.append(_text(14, top + ph / 2, y_label, anchor="middle",
+                      extra=f"transform='rotate(-90 14 {top + ph / 2:.1f})'"))
+    for i, (name, s) in enumerate(data.items()):
+        c = PALETTE[i % len(PALETTE)]
+        for x, y in s:
+            body.append(f"<circle cx='{px(x):.1f}' cy='{py(y):.1f}' r='2.5' fill='{c}' fill-opacity='0.6'>"
+                        f"<title>{escape(f'{name}: {fmt_value(x, unit)} -> {fmt_value(y, unit)}')}</title></circle>")
+        body.append(_text(left + 8, top + 16 + 14 * i, name, extra=f"fill='{c}'"))
+    return _svg(width, height, body, title or y_label)

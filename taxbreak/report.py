@@ -216,9 +216,73 @@ def collect(
         chosen = choose_step(t["steps"], step_id)
         t["timeline_step"] = chosen
         t["timeline"] = timeline_data(con, tid, chosen["scope_key"] if chosen else None)
+        t["requests"] = request_data(con, tid)
     if len(traces) > 3:
         print(file=sys.stderr)
     return {"traces": traces, "sweeps": sweep_data(con, trace_ids), "assumptions": assumptions(traces)}
+
+
+REQUEST_STEPS_SHOWN = 40
+REQUESTS_NAMED = 8  # requests shown by name in the share plot; the others are summed
+
+
+def request_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any] | None:
+    """The per-request attribution of one trace (docs/method.md): fitted vs observed latency per serving step,
+    and each request's share per step for the first REQUEST_STEPS_SHOWN steps that list their requests. None when
+    the warehouse has no fitted model (``taxbreak requests --refit``) or the trace has no serving steps."""
+    if not (_has(con, "request_step_fit") and _has(con, "request_step_shares")):
+        return None
+    fit = _rows(con, "SELECT step_id, phase, latency_ns, predicted_ns, baseline_predicted_ns, rel_err, "
+                     "baseline_rel_err FROM request_step_fit WHERE trace_id = $t ORDER BY step_id", {"t": trace_id})
+    if not fit:
+        return None
+    named = [r["request_id"] for r in _rows(
+        con, "SELECT request_id FROM request_totals WHERE trace_id = $t ORDER BY model_share_ns DESC, request_id "
+             "LIMIT $k", {"t": trace_id, "k": REQUESTS_NAMED})]
+    shares = _rows(con, "SELECT step_id, request_id, model_share_ns FROM request_step_shares WHERE trace_id = $t "
+                        "AND step_id IN (SELECT DISTINCT step_id FROM request_step_shares WHERE trace_id = $t "
+                        "ORDER BY step_id LIMIT $n) ORDER BY step_id, request_id",
+                   {"t": trace_id, "n": REQUEST_STEPS_SHOWN})
+    fits = _rows(con, "SELECT phase, steps_fitted, breakpoint_tokens, r2, rel_err_p50, rel_err_p90, rel_err_p99, "
+                      "baseline_r2, baseline_rel_err_p50, baseline_rel_err_p90, baseline_rel_err_p99 FROM "
+                      "request_model_fit WHERE (model_name, gpu_name, phase) IN (SELECT (model_name, gpu_name, phase) "
+                      "FROM serving_steps WHERE trace_id = $t) ORDER BY phase", {"t": trace_id})
+    return {"fit": fit, "shares": shares, "named": named, "fits": fits}
+
+
+def requests_section(d: dict[str, Any] | None) -> str:
+    """HTML: fitted vs observed step latency, and the share of each request per step (the model's shares; device
+    time and host orchestration split by the same fractions are in request_step_shares)."""
+    if not d:
+        return ""
+    h = ["<h3>Per-request latency attribution (LLMVisor; docs/method.md)</h3>"]
+    h.append(_table(d["fits"], [("phase", "phase", ""), ("steps_fitted", "steps fitted", ""),
+                                ("breakpoint_tokens", "breakpoint Σp", ""), ("r2", "R²", "fraction"),
+                                ("rel_err_p90", "p90 error", "fraction"), ("rel_err_p99", "p99 error", "fraction"),
+                                ("baseline_r2", "baseline R²", "fraction"),
+                                ("baseline_rel_err_p90", "baseline p90", "fraction"),
+                                ("baseline_rel_err_p99", "baseline p99", "fraction")]))
+    series: dict[str, list[tuple[float, float]]] = {}
+    for r in d["fit"]:
+        series.setdefault(f"model, {r['phase']}", []).append((r["latency_ns"], r["predicted_ns"]))
+        series.setdefault(f"token baseline, {r['phase']}", []).append((r["latency_ns"], r["baseline_predicted_ns"]))
+    h.append(plots.scatter(series, "observed step latency", "fitted step latency",
+                           title="Fitted vs observed step latency (dashed: y = x)"))
+    if d["shares"]:
+        named = set(d["named"])
+        by_step: dict[int, dict[str, float]] = {}
+        for r in d["shares"]:
+            key = r["request_id"] if r["request_id"] in named else "other requests"
+            seg = by_step.setdefault(r["step_id"], {})
+            seg[key] = seg.get(key, 0.0) + r["model_share_ns"]
+        order = [*d["named"], "other requests"]
+        rows = [(f"step {sid}", [(k, v[k]) for k in order if k in v]) for sid, v in by_step.items()]
+        h.append(plots.stacked_hbar(rows, title=f"Share of each request per step (first {len(rows)} steps; the "
+                                    f"{len(d['named'])} largest requests by name)"))
+    else:
+        h.append("<p class='note'>no per-request shares: this trace's steps give per-step sums only (no request "
+                 "ids).</p>")
+    return "".join(h)
 
 
 # --- rendering ---------------------------------------------------------------------------------------------
@@ -385,6 +449,7 @@ def _trace_section(t: dict[str, Any]) -> str:
                                        ("total_dur_ns", "total", "ns"), ("akd_ns", "mean (AKD)", "ns"),
                                        ("time_share", "share", "fraction"),
                                        ("mean_launch_to_start_ns", "launch→start", "ns")]))
+    h.append(requests_section(t.get("requests")))
     h.append("<h3>Fusion candidates (by host time saved)</h3>")
     h.append(_table(t["fusion"], [("chain_len", "L", ""), ("occurrences", "count", ""),
                                   ("proximity_score", "PS", "fraction"), ("launches_saved", "launches saved", ""),

@@ -113,6 +113,63 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
+def _range(text: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO:HI (two integers), got {text!r}") from None
+    if lo < 1 or hi < lo:
+        raise argparse.ArgumentTypeError(f"expected 1 <= LO <= HI, got {text!r}")
+    return lo, hi
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from taxbreak.capture.serving import capture_serving
+
+    out = args.out or f"serving_{args.model}_{args.policy}.json.gz"
+    path = capture_serving(
+        out, model=args.model, n_requests=args.requests, prompt_len_range=args.prompt_lens,
+        output_len_range=args.output_lens, tenants=tuple(_strs(args.tenants)), arrivals_per_step=args.arrivals,
+        max_batch_requests=args.max_batch_requests, max_batch_tokens=args.max_batch_tokens, policy=args.policy,
+        dtype=args.dtype, device=args.device, model_config=_model_config(args), seed=args.seed,
+    )
+    print(f"wrote {path} (+ {path.name}.meta.json)")
+    return 0
+
+
+def cmd_synthetic_serving(args: argparse.Namespace) -> int:
+    from taxbreak.capture.synthetic_serving import ServingConfig, generate_synthetic_serving
+
+    try:
+        cfg = ServingConfig(n_requests=args.requests, tenants=tuple(_strs(args.tenants)),
+                            prompt_len_range=args.prompt_lens, output_len_range=args.output_lens,
+                            arrivals_per_step=args.arrivals, max_batch_requests=args.max_batch_requests,
+                            max_batch_tokens=args.max_batch_tokens, policy=args.policy, noise_sigma=args.noise,
+                            gpu_name=args.gpu_name, seed=args.seed)
+    except ValueError as exc:
+        raise CaptureError(str(exc)) from None
+    path = generate_synthetic_serving(args.out, cfg, gzip_json=not args.no_gzip)
+    print(f"wrote {path} (+ {path.name}.meta.json)  [synthetic]")
+    return 0
+
+
+def _add_serving_args(p: argparse.ArgumentParser, prompt: str, output: str, batch_tokens: int) -> None:
+    p.add_argument("--requests", type=int, default=16, help="requests served (default 16)")
+    p.add_argument("--prompt-lens", type=_range, default=_range(prompt),
+                   help=f"prompt lengths LO:HI, drawn log-uniform (default {prompt})")
+    p.add_argument("--output-lens", type=_range, default=_range(output),
+                   help=f"output lengths LO:HI including the first token, log-uniform (default {output})")
+    p.add_argument("--tenants", default="alpha,beta", help="tenants, comma-separated, drawn per request")
+    p.add_argument("--arrivals", type=float, default=1.0, help="mean new requests per step (default 1.0)")
+    p.add_argument("--max-batch-requests", type=int, default=8, help="requests per step at most (default 8)")
+    p.add_argument("--max-batch-tokens", type=int, default=batch_tokens,
+                   help=f"tokens per step at most; longer prompts are chunked (default {batch_tokens})")
+    p.add_argument("--policy", default="chunked", choices=("separate", "chunked"),
+                   help="chunked: decode plus prompt chunks in one step (vLLM-like, default); separate: prefill "
+                   "and decode steps alternate (SGLang-like)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (requests, prompts)")
+
+
 def _run(func):  # type: ignore[no-untyped-def]
     def wrapped(args: argparse.Namespace) -> int:
         try:
@@ -194,3 +251,25 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"--{key}", dest=key.replace("-", "_"), help=f"distribution (default {default})")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_run(cmd_synthetic))
+
+    p = csub.add_parser("serve", help="profile a continuous-batching serving loop of co-batched requests",
+                        description="Serve requests of different prompt and output lengths with continuous batching "
+                        "over a built-in model (packed tokens per step, attention per request over its own KV cache), "
+                        "each step marked record_function('serve_step#N'); the sidecar lists every step's requests "
+                        "(request id, tenant, tokens, context) for `taxbreak requests`.")
+    _add_model_args(p)
+    _add_serving_args(p, "4:64", "2:16", 128)
+    p.add_argument("--out", help="trace file (default serving_<model>_<policy>.json.gz)")
+    p.set_defaults(func=_run(cmd_serve))
+
+    p = csub.add_parser("synthetic-serving", help="write a SYNTHETIC co-batched serving trace with known per-request "
+                        "costs", description="Simulate continuous batching with step latencies made of known "
+                        "per-request costs (a two-segment LLMVisor model, docs/method.md) times lognormal noise, and "
+                        "write it as Kineto JSON; the sidecar carries each request's true cost per step "
+                        "(true_cost_ns), the ground truth of `taxbreak requests`. No torch needed.")
+    _add_serving_args(p, "16:2048", "2:96", 2048)
+    p.add_argument("--noise", type=float, default=0.02, help="lognormal sigma of step latency (default 0.02)")
+    p.add_argument("--gpu-name", default="NVIDIA H100 80GB HBM3", help="GPU name written into the trace")
+    p.add_argument("--no-gzip", action="store_true", help="write .json instead of .json.gz")
+    p.add_argument("--out", required=True, help="output folder")
+    p.set_defaults(func=_run(cmd_synthetic_serving))

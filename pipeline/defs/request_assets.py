@@ -1,0 +1,67 @@
+"""The per-request latency model as an asset: ``request_model_fit`` (and the tables computed from it) refitted when
+new serving steps of a (model, GPU) arrive.
+
+The asset depends on ``serving_steps`` and ``serving_step_requests`` (kept analysis tables). A sensor evaluates its
+automation condition (eager: after either table is updated); the run refits only the (model, GPU, phase) groups
+whose number of fit-ready steps changed since their stored fit (``taxbreak.requests.stale_groups``), and rebuilds
+``request_step_fit``, ``request_step_shares``, ``request_totals`` and ``request_tenants``. It runs in the
+``duckdb_writer`` pool and holds the warehouse lock like every other writer. The model: docs/method.md.
+"""
+
+import dagster as dg
+
+from taxbreak.pipeline.defs.analysis_assets import POOL
+from taxbreak.pipeline.defs.resources import WarehouseResource
+
+REQUEST_MODEL_FIT = dg.AssetKey("request_model_fit")
+
+
+@dg.asset(
+    key=REQUEST_MODEL_FIT, deps=[dg.AssetKey("serving_steps"), dg.AssetKey("serving_step_requests")],
+    group_name="analysis", kinds={"duckdb", "python"}, pool=POOL,
+    automation_condition=dg.AutomationCondition.eager(),
+    description="LLMVisor's step-latency model per (model, GPU, phase), two segments, beside the token-count "
+    "baseline; refitted for the groups that got new serving steps, with the per-request and per-tenant shares "
+    "(docs/method.md, docs/warehouse.md).",
+)
+def request_model_fit(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from taxbreak.requests import refit, stale_groups
+
+    with warehouse.writer() as con:
+        has_steps = bool(con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'serving_steps' AND NOT temporary").fetchone()[0])
+        if not has_steps:
+            context.log.info("no serving_steps table yet: nothing to fit")
+            return dg.MaterializeResult(metadata={"refitted_groups": 0})
+        stale = stale_groups(con)
+        if not stale:
+            context.log.info("every (model, GPU, phase) fit is up to date")
+            return dg.MaterializeResult(metadata={"refitted_groups": 0})
+        res = refit(con, stale)
+        fits = con.execute(
+            "SELECT model_name, gpu_name, phase, steps_fitted, r2, rel_err_p90, rel_err_p99, baseline_r2, "
+            "baseline_rel_err_p90, baseline_rel_err_p99 FROM request_model_fit ORDER BY ALL").fetchall()
+    table = ["| model | GPU | phase | steps | R2 | p90 | p99 | baseline R2 | baseline p90 | baseline p99 |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    table += [f"| {m} | {g} | {p} | {n:,} | {r2:.4f} | {e90:.1%} | {e99:.1%} | {br2:.4f} | {b90:.1%} | {b99:.1%} |"
+              for m, g, p, n, r2, e90, e99, br2, b90, b99 in fits]
+    return dg.MaterializeResult(metadata={
+        "refitted_groups": len(res["fitted"]),
+        "refitted": ", ".join("/".join((f["model_name"], f["gpu_name"], f["phase"])) for f in res["fitted"]) or "none",
+        "not_fitted": "; ".join(res["skipped"]) or "none",
+        "seconds": round(res["seconds"], 3),
+        **{f"rows_{t}": int(n) for t, n in res["rows"].items()},
+        "fits": dg.MetadataValue.md("\n".join(table)),
+    })
+
+
+request_refit_sensor = dg.AutomationConditionSensorDefinition(
+    "request_refit_sensor", target=[REQUEST_MODEL_FIT], default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=60,
+    description="Refits the per-request latency model after serving_steps / serving_step_requests were updated.",
+)
+
+
+@dg.definitions
+def request_defs() -> dg.Definitions:
+    return dg.Definitions(assets=[request_model_fit], sensors=[request_refit_sensor])

@@ -1,0 +1,143 @@
+-- table: serving_steps
+-- grain: one row per serving-engine step (a batch of co-scheduled requests) found in a trace
+-- reads: stg_events, stg_meta_raw, trace_meta, int_meta_step_requests, kernel_taxbreak
+-- description: Batch composition per engine step (METHOD.md section 8, LLMVisor), from where the trace carries it: the metadata's steps[].requests[] (per request: id, tenant, tokens, context), vLLM-style annotations execute_N_context_C(sq..sk..sqsq..sqsk..)_generation_G(sq..sk..sqsq..sqsk..) (per step sums: requests, tokens, tokens squared, attended keys, no request ids), and SGLang's step[EXTEND bs=B toks=T] / step[DECODE bs=B] (requests and tokens only: no squared tokens, no context). When annotations overlap (SGLang traces carry both forms) the richest source gives the composition and the shortest overlapping range the timing (ours). Device time and orchestration come from the kernels whose launch call (their start when they have none) lies in the step. The per-step sums are what the fitted latency model (request_model_fit, docs/method.md) reads.
+-- column: trace_id: trace key
+-- column: step_id: 1-based position of the serving step in the trace by start time
+-- column: step_name: annotation name that gave the composition
+-- column: composition_source: 'sidecar' (metadata steps[].requests[]), 'vllm_execute' or 'sglang_step'
+-- column: has_request_detail: the composition lists the individual requests (only the metadata does); per-request shares need it
+-- column: model_name: model from the metadata; 'unknown' when the trace has none
+-- column: gpu_name: GPU model of the trace; 'cpu' for a CPU capture; 'unknown' when neither is known
+-- column: phase: 'prefill' (only prompt work), 'decode' (only decode requests) or 'mixed' (both in one step, e.g. chunked prefill)
+-- column: pid: host process of the annotation
+-- column: step_ts_ns: step start: the start of the shortest overlapping step annotation (ns)
+-- column: step_end_ns: end of that annotation (ns)
+-- column: batch_requests: requests in the step, |B| (requests)
+-- column: prefill_requests: requests doing prompt work in the step (requests)
+-- column: decode_requests: requests decoding in the step (requests)
+-- column: tokens_sum: tokens processed in the step, sum of p_i (tokens)
+-- column: tokens_sq_sum: sum of p_i squared; NULL when the source does not give it (SGLang EXTEND) (tokens squared)
+-- column: context_sum: attended context, sum of c_i (tokens already cached per request: vLLM sk - sq); NULL when the source does not give it (SGLang) (tokens)
+-- column: kernels: kernels launched in the step (kernels)
+-- column: device_active_ns: sum of those kernels' durations, T_DeviceActive of the step (ns)
+-- column: t_orchestrate_ns: T_Orchestrate of those kernels: sum of delta_ft + delta_ct + delta_kt (METHOD.md section 2) (ns)
+-- column: latency_ns: observed step latency: from step start to the later of the annotation end and the last kernel end (ours) (ns)
+-- column: fit_ready: every sum the latency model needs is known and latency_ns > 0
+WITH ann AS (
+    SELECT trace_id, event_id, name, pid, ts_ns, end_ns, dur_ns
+    FROM stg_events
+    WHERE kind IN ('user_annotation', 'nvtx_range') AND dur_ns > 0
+),
+side_sum AS (
+    SELECT trace_id, step_name,
+           count(*) AS batch_requests,
+           count(*) FILTER (WHERE request_phase = 'prefill') AS prefill_requests,
+           count(*) FILTER (WHERE request_phase = 'decode') AS decode_requests,
+           sum(tokens) AS tokens_sum,
+           sum(tokens * tokens) AS tokens_sq_sum,
+           sum(context_tokens) AS context_sum
+    FROM int_meta_step_requests GROUP BY ALL
+),
+side AS (
+    SELECT a.*, 'sidecar' AS source, 1 AS richness, true AS detail,
+           s.batch_requests, s.prefill_requests, s.decode_requests, s.tokens_sum, s.tokens_sq_sum, s.context_sum
+    FROM ann a JOIN side_sum s ON s.trace_id = a.trace_id AND s.step_name = a.name
+    QUALIFY row_number() OVER (PARTITION BY a.trace_id, a.name ORDER BY a.ts_ns, a.event_id) = 1
+),
+vllm_raw AS (
+    SELECT a.*, regexp_extract(a.name,
+        '^execute_(\d+)_context_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)_generation_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)$',
+        ['n', 'cn', 'csq', 'csk', 'csqsq', 'csqsk', 'gn', 'gsq', 'gsk', 'gsqsq', 'gsqsk']) AS g
+    FROM ann a WHERE starts_with(a.name, 'execute_')
+),
+vllm AS (
+    SELECT trace_id, event_id, name, pid, ts_ns, end_ns, dur_ns, 'vllm_execute' AS source, 2 AS richness,
+           false AS detail,
+           CAST(g.cn AS BIGINT) + CAST(g.gn AS BIGINT) AS batch_requests,
+           CAST(g.cn AS BIGINT) AS prefill_requests,
+           CAST(g.gn AS BIGINT) AS decode_requests,
+           CAST(g.csq AS BIGINT) + CAST(g.gsq AS BIGINT) AS tokens_sum,
+           CAST(g.csqsq AS BIGINT) + CAST(g.gsqsq AS BIGINT) AS tokens_sq_sum,
+           CAST(g.csk AS BIGINT) - CAST(g.csq AS BIGINT) + CAST(g.gsk AS BIGINT) - CAST(g.gsq AS BIGINT) AS context_sum
+    FROM vllm_raw WHERE g.n <> ''
+),
+sglang_raw AS (
+    SELECT a.*, upper(regexp_extract(a.name, '^step\[(EXTEND|DECODE)\b', 1, 'i')) AS kind,
+           TRY_CAST(regexp_extract(a.name, '\bbs=(\d+)', 1) AS BIGINT) AS bs,
+           TRY_CAST(regexp_extract(a.name, '\btoks=(\d+)', 1) AS BIGINT) AS toks
+    FROM ann a WHERE regexp_matches(a.name, '^step\[(EXTEND|DECODE)\b', 'i')
+),
+sglang AS (
+    SELECT trace_id, event_id, name, pid, ts_ns, end_ns, dur_ns, 'sglang_step' AS source, 3 AS richness,
+           false AS detail,
+           bs AS batch_requests,
+           CASE WHEN kind = 'EXTEND' THEN bs ELSE 0 END AS prefill_requests,
+           CASE WHEN kind = 'DECODE' THEN bs ELSE 0 END AS decode_requests,
+           CASE WHEN kind = 'EXTEND' THEN toks ELSE bs END AS tokens_sum,
+           CASE WHEN kind = 'DECODE' THEN bs END AS tokens_sq_sum,  -- p_i = 1 for every decode request
+           CAST(NULL AS BIGINT) AS context_sum
+    FROM sglang_raw WHERE bs IS NOT NULL
+),
+cand AS (
+    SELECT * FROM side
+    UNION ALL BY NAME SELECT * FROM vllm
+    UNION ALL BY NAME SELECT * FROM sglang
+),
+-- A candidate is kept unless an overlapping one on the same process has a richer source.
+kept AS (
+    SELECT c.* FROM cand c
+    WHERE NOT EXISTS (
+        SELECT 1 FROM cand o
+        WHERE o.trace_id = c.trace_id AND o.pid = c.pid AND o.ts_ns < c.end_ns AND c.ts_ns < o.end_ns
+          AND o.richness < c.richness
+    )
+),
+-- Timing: the shortest candidate overlapping the kept one (itself when none is shorter).
+timed AS (
+    SELECT k.trace_id, k.event_id, arg_min(o.ts_ns, (o.dur_ns, o.event_id)) AS step_ts_ns,
+           arg_min(o.end_ns, (o.dur_ns, o.event_id)) AS step_end_ns
+    FROM kept k JOIN cand o
+      ON o.trace_id = k.trace_id AND o.pid = k.pid AND o.ts_ns < k.end_ns AND k.ts_ns < o.end_ns
+    GROUP BY ALL
+),
+steps AS (
+    SELECT k.*, t.step_ts_ns, t.step_end_ns FROM kept k JOIN timed t USING (trace_id, event_id)
+),
+kern AS (
+    SELECT s.trace_id, s.event_id, count(*) AS kernels, sum(k.kernel_dur_ns) AS device_active_ns,
+           sum(coalesce(k.delta_ft_ns, 0) + coalesce(k.delta_ct_ns, 0) + coalesce(k.delta_kt_ns, 0)) AS t_orchestrate_ns,
+           max(k.kernel_end_ns) AS last_kernel_end_ns
+    FROM steps s JOIN kernel_taxbreak k
+      ON k.trace_id = s.trace_id AND coalesce(k.launch_ts_ns, k.kernel_ts_ns) >= s.step_ts_ns
+     AND coalesce(k.launch_ts_ns, k.kernel_ts_ns) < s.step_end_ns
+    GROUP BY ALL
+)
+SELECT
+    s.trace_id,
+    row_number() OVER (PARTITION BY s.trace_id ORDER BY s.step_ts_ns, s.event_id) AS step_id,
+    s.name AS step_name,
+    s.source AS composition_source,
+    s.detail AS has_request_detail,
+    coalesce(tm.model, 'unknown') AS model_name,
+    coalesce(tm.gpu_name, CASE WHEN starts_with(json_extract_string(tm.meta_json, '$.device'), 'cpu') THEN 'cpu' END,
+             'unknown') AS gpu_name,
+    CASE WHEN s.decode_requests = 0 THEN 'prefill' WHEN s.prefill_requests = 0 THEN 'decode' ELSE 'mixed' END AS phase,
+    s.pid,
+    s.step_ts_ns,
+    s.step_end_ns,
+    CAST(s.batch_requests AS BIGINT) AS batch_requests,
+    CAST(s.prefill_requests AS BIGINT) AS prefill_requests,
+    CAST(s.decode_requests AS BIGINT) AS decode_requests,
+    CAST(s.tokens_sum AS BIGINT) AS tokens_sum,
+    CAST(s.tokens_sq_sum AS BIGINT) AS tokens_sq_sum,
+    CAST(s.context_sum AS BIGINT) AS context_sum,
+    coalesce(k.kernels, 0) AS kernels,
+    CAST(coalesce(k.device_active_ns, 0) AS BIGINT) AS device_active_ns,
+    CAST(coalesce(k.t_orchestrate_ns, 0) AS BIGINT) AS t_orchestrate_ns,
+    greatest(s.step_end_ns, coalesce(k.last_kernel_end_ns, s.step_end_ns)) - s.step_ts_ns AS latency_ns,
+    s.batch_requests > 0 AND s.tokens_sum IS NOT NULL AND s.tokens_sq_sum IS NOT NULL AND s.context_sum IS NOT NULL
+        AND greatest(s.step_end_ns, coalesce(k.last_kernel_end_ns, s.step_end_ns)) > s.step_ts_ns AS fit_ready
+FROM steps s
+JOIN trace_meta tm USING (trace_id)
+LEFT JOIN kern k USING (trace_id, event_id)
