@@ -1,9 +1,9 @@
 -- table: host_partition
--- grain: one row per host thread (scope_kind 'thread'); per trace one row for the threads that launch its kernels (scope_kind 'trace') and one for every other thread ('other_threads'); per step one row for the step's launching threads ('step')
+-- grain: one row per host thread (scope_kind 'thread'); per trace one row for the threads that launch its kernels (scope_kind 'trace'), one for every other thread ('other_threads') and, for traces with outlier steps (int_steps.is_outlier_step), the 'trace' row without the outermost outlier steps' windows ('trace_excl_outliers'); per step one row for the step's launching threads ('step')
 -- reads: stg_events, int_steps, int_kernel_links, kernel_taxbreak, run_config
 -- description: The exact host-time partition (METHOD.md section 3, ours): a thread's wall time, from its first traced host event's start to its last one's end, split by nesting into disjoint self times of the innermost open event; the parts add up to wall_ns exactly. User annotations (ProfilerStep#N, record_function wrappers) are not parts: time under them and under no other event is host_untraced_ns. Launch calls that waited (longer than max(run_config.launch_blocked_min_ns, run_config.launch_blocked_median_factor x the thread's median launch-call duration)) are launch_blocked_ns, not launch_host_ns. The 'trace' and 'step' rows sum only the threads that launch the scope's kernels (a trace without kernels: every thread), the threads HDBI_wall is computed over; a thread that launches nothing (a Python threading.wait thread, a data loader) is reported in 'other_threads' and never enters them. Per step, each launching thread's parts are clipped to the step window [step_ts_ns, step_end_ns) (steps without kernels: the annotation's thread): wall_ns is the step's duration times the threads, and window time outside a thread's traced span is host_untraced_ns too.
 -- column: trace_id: trace key
--- column: scope_kind: 'thread', 'trace', 'other_threads' or 'step'
+-- column: scope_kind: 'thread', 'trace', 'other_threads', 'trace_excl_outliers' or 'step'
 -- column: pid: host process ('thread' rows)
 -- column: tid: host thread ('thread' rows)
 -- column: step_id: int_steps.step_id ('step' rows)
@@ -122,23 +122,45 @@ steps AS (
            coalesce(t.pk, hash(s.trace_id, s.pid, s.tid)) AS pk, t.pk IS NOT NULL AS launches_kernels
     FROM int_steps s LEFT JOIN step_threads t USING (trace_id, step_id)
 ),
+trace_threads AS (
+    SELECT t.trace_id, t.pk,
+           t.launches_kernels OR NOT bool_or(t.launches_kernels) OVER (PARTITION BY t.trace_id) AS in_trace_row
+    FROM threads t
+),
+-- the outermost outlier steps' windows on every thread of the trace row, to take them out of it
+-- ('trace_excl_outliers'); level -1 keeps them apart from the step windows in the ASOF lookups below
+outlier_windows AS (
+    SELECT s.trace_id, s.step_id, -1 AS step_level, s.step_ts_ns, s.step_end_ns, s.step_dur_ns, t.pk,
+           true AS launches_kernels
+    FROM int_steps s JOIN trace_threads t ON t.trace_id = s.trace_id AND t.in_trace_row
+    WHERE s.is_outlier_step AND NOT EXISTS (
+        SELECT 1 FROM int_steps o WHERE o.trace_id = s.trace_id AND o.pid = s.pid AND o.is_outlier_step
+          AND o.step_id <> s.step_id AND o.step_ts_ns <= s.step_ts_ns AND s.step_end_ns <= o.step_end_ns
+    )
+),
+windows AS (
+    SELECT *, 'step' AS wkind FROM steps
+    UNION ALL
+    SELECT *, 'excl' FROM outlier_windows
+),
 traced AS (
-    SELECT pk, t, seg_ns, category FROM labelled WHERE category <> 6 AND pk IN (SELECT pk FROM steps)
+    SELECT pk, t, seg_ns, category FROM labelled WHERE category <> 6 AND pk IN (SELECT pk FROM windows)
 ),
 starting AS (
-    SELECT st.trace_id, st.step_id, st.pk, l.category, least(l.t + l.seg_ns, st.step_end_ns) - l.t AS part_ns
-    FROM (SELECT l.*, lv.step_level FROM traced l JOIN (SELECT DISTINCT pk, step_level FROM steps) lv USING (pk)) l
-    ASOF JOIN steps st ON l.pk = st.pk AND l.step_level = st.step_level AND l.t >= st.step_ts_ns
+    SELECT st.trace_id, st.step_id, st.wkind, st.pk, l.category,
+           least(l.t + l.seg_ns, st.step_end_ns) - l.t AS part_ns
+    FROM (SELECT l.*, lv.step_level FROM traced l JOIN (SELECT DISTINCT pk, step_level FROM windows) lv USING (pk)) l
+    ASOF JOIN windows st ON l.pk = st.pk AND l.step_level = st.step_level AND l.t >= st.step_ts_ns
     WHERE l.t < st.step_end_ns
 ),
 straddling AS (
-    SELECT st.trace_id, st.step_id, st.pk, l.category,
+    SELECT st.trace_id, st.step_id, st.wkind, st.pk, l.category,
            least(l.t + l.seg_ns, st.step_end_ns) - st.step_ts_ns AS part_ns
-    FROM steps st ASOF JOIN traced l ON st.pk = l.pk AND st.step_ts_ns > l.t
+    FROM windows st ASOF JOIN traced l ON st.pk = l.pk AND st.step_ts_ns > l.t
     WHERE l.t + l.seg_ns > st.step_ts_ns
 ),
 clipped AS (
-    SELECT trace_id, step_id, category, sum(part_ns) AS part_ns
+    SELECT trace_id, step_id, wkind, pk, category, sum(part_ns) AS part_ns
     FROM (SELECT * FROM starting UNION ALL SELECT * FROM straddling) GROUP BY ALL
 ),
 step_walls AS (
@@ -157,8 +179,39 @@ per_step AS (
         coalesce(sum(c.part_ns) FILTER (WHERE c.category = 5), 0) AS other_runtime_ns,
         st.wall_ns - coalesce(sum(c.part_ns), 0) AS host_untraced_ns,
         coalesce(sum(c.part_ns) FILTER (WHERE c.category = 7), 0) AS unresolved_ns
-    FROM step_walls st LEFT JOIN clipped c USING (trace_id, step_id)
+    FROM step_walls st LEFT JOIN clipped c ON c.trace_id = st.trace_id AND c.step_id = st.step_id AND c.wkind = 'step'
     GROUP BY st.trace_id, st.step_id, st.threads, st.launches_kernels, st.wall_ns
+),
+-- what the outlier windows hold of each thread's span: the window clipped to the span, its traced parts, and the
+-- rest of it as untraced time
+spans AS (SELECT pk, min(ts_ns) AS span_start_ns, max(end_ns) AS span_end_ns FROM iv GROUP BY pk),
+excl_parts AS (
+    SELECT trace_id, step_id, pk,
+           coalesce(sum(part_ns) FILTER (WHERE category = 1), 0) AS launch_host_ns,
+           coalesce(sum(part_ns) FILTER (WHERE category = 8), 0) AS launch_blocked_ns,
+           coalesce(sum(part_ns) FILTER (WHERE category = 2), 0) AS library_ns,
+           coalesce(sum(part_ns) FILTER (WHERE category = 3), 0) AS framework_ns,
+           coalesce(sum(part_ns) FILTER (WHERE category = 4), 0) AS sync_ns,
+           coalesce(sum(part_ns) FILTER (WHERE category = 5), 0) AS other_runtime_ns,
+           coalesce(sum(part_ns) FILTER (WHERE category = 7), 0) AS unresolved_ns,
+           sum(part_ns) AS traced_ns
+    FROM clipped WHERE wkind = 'excl' GROUP BY ALL
+),
+excl AS (
+    SELECT w.trace_id,
+           sum(greatest(0, least(w.step_end_ns, sp.span_end_ns) - greatest(w.step_ts_ns, sp.span_start_ns)))
+               AS wall_ns,
+           coalesce(sum(c.launch_host_ns), 0) AS launch_host_ns,
+           coalesce(sum(c.launch_blocked_ns), 0) AS launch_blocked_ns,
+           coalesce(sum(c.library_ns), 0) AS library_ns,
+           coalesce(sum(c.framework_ns), 0) AS framework_ns,
+           coalesce(sum(c.sync_ns), 0) AS sync_ns,
+           coalesce(sum(c.other_runtime_ns), 0) AS other_runtime_ns,
+           coalesce(sum(c.unresolved_ns), 0) AS unresolved_ns,
+           coalesce(sum(c.traced_ns), 0) AS traced_ns
+    FROM outlier_windows w JOIN spans sp USING (pk)
+    LEFT JOIN excl_parts c ON c.trace_id = w.trace_id AND c.step_id = w.step_id AND c.pk = w.pk
+    GROUP BY w.trace_id
 ),
 per_thread_rows AS (
     SELECT t.trace_id, t.pid, t.tid, t.launches_kernels,
@@ -187,6 +240,21 @@ SELECT
     CAST(sum(unresolved_ns) AS BIGINT) AS unresolved_ns
 FROM per_thread_rows
 GROUP BY GROUPING SETS ((trace_id, pid, tid, in_trace_row, launches_kernels), (trace_id, in_trace_row))
+UNION ALL
+SELECT
+    t.trace_id, 'trace_excl_outliers', NULL, NULL, NULL, count(*), bool_or(t.launches_kernels),
+    CAST(sum(t.wall_ns) - any_value(x.wall_ns) AS BIGINT),
+    CAST(sum(t.launch_host_ns) - any_value(x.launch_host_ns) AS BIGINT),
+    CAST(sum(t.launch_blocked_ns) - any_value(x.launch_blocked_ns) AS BIGINT),
+    CAST(sum(t.library_ns) - any_value(x.library_ns) AS BIGINT),
+    CAST(sum(t.framework_ns) - any_value(x.framework_ns) AS BIGINT),
+    CAST(sum(t.sync_ns) - any_value(x.sync_ns) AS BIGINT),
+    CAST(sum(t.other_runtime_ns) - any_value(x.other_runtime_ns) AS BIGINT),
+    CAST(sum(t.host_untraced_ns) - any_value(x.wall_ns - x.traced_ns) AS BIGINT),
+    CAST(sum(t.unresolved_ns) - any_value(x.unresolved_ns) AS BIGINT)
+FROM per_thread_rows t JOIN excl x USING (trace_id)
+WHERE t.in_trace_row
+GROUP BY t.trace_id
 UNION ALL
 SELECT
     trace_id, 'step', NULL, NULL, step_id, threads, launches_kernels,

@@ -1,6 +1,6 @@
 -- table: kernels_per_token
 -- grain: one row per analysed trace
--- reads: kernel_taxbreak, int_steps, trace_meta
+-- reads: kernel_taxbreak, int_steps, trace_meta, skip_by_trace
 -- description: Kernels per output token (METHOD.md section 5). Paper-compatible KPT = kernels of the generate() call / output tokens m, not divided by batch size; the generate() call is the kernels inside step ranges when the trace has steps (warm-up leftovers before the first step excluded), else every kernel. Decode-only KPT = kernels in decode steps / decode steps. Per-token columns are NULL with a reason when the token count is unknown.
 -- column: trace_id: trace key
 -- column: kernel_scope: 'kernels_in_steps' or 'all_kernels' (no step annotations)
@@ -53,8 +53,9 @@ x AS (
         CASE WHEN t.output_tokens IS NOT NULL THEN 'metadata' WHEN s.step_tokens IS NOT NULL THEN 'step_tokens' END
             AS tokens_source,
         t.batch_size,
-        t.meta_note
-    FROM trace_meta t LEFT JOIN k USING (trace_id) LEFT JOIN s USING (trace_id)
+        t.meta_note,
+        sk.no_kernels_reason
+    FROM trace_meta t LEFT JOIN k USING (trace_id) LEFT JOIN s USING (trace_id) LEFT JOIN skip_by_trace sk USING (trace_id)
 )
 SELECT
     trace_id,
@@ -75,11 +76,11 @@ SELECT
     decode_kernels / nullif(decode_steps, 0) / nullif(sign(all_kernels), 0) AS kpt_decode,
     prefill_kernels,
     CASE
-        WHEN all_kernels = 0 THEN 'no GPU kernels in the trace (host-only capture)'
+        WHEN all_kernels = 0 THEN coalesce(no_kernels_reason, 'no GPU kernels')
         WHEN output_tokens IS NULL THEN 'no output token count: ' || coalesce(meta_note, 'metadata has no output_tokens or step tokens')
         WHEN output_tokens = 0 THEN 'output_tokens is 0'
     END AS kpt_null_reason,
-    CASE WHEN all_kernels = 0 THEN 'no GPU kernels in the trace (host-only capture)'
+    CASE WHEN all_kernels = 0 THEN coalesce(no_kernels_reason, 'no GPU kernels')
          WHEN decode_steps = 0 THEN 'no decode step recognised (step patterns or metadata steps)' END
         AS kpt_decode_null_reason
 FROM x

@@ -1,6 +1,6 @@
 -- table: skip_by_trace
--- grain: one row per analysed trace
--- reads: int_kernel_links, int_busy_intervals, stg_events
+-- grain: one row per analysed trace (traces without kernels too, with the reason)
+-- reads: int_kernel_links, int_busy_intervals, stg_events, selected_traces
 -- description: SKIP metrics (METHOD.md section 6). TKLQT = sum of (kernel start - launch call start) over launch calls (one sample per launch; graph launches: their first kernel); rule (ours): negative samples are left out of TKLQT and reported apart (count and sum), nothing is clamped (SODA clamps -10..0 us to 0 and drops <= -10 us). AKD = mean kernel duration. IL = end of the last kernel - start of the first framework op; GPU idle = IL - merged kernel busy time inside the IL window, and IL - sum of kernel durations inside the window (SODA's form). Kernels that ran before the first framework op (warm-up leftovers) are clipped to the window (ours), so the merged form is never negative.
 -- column: trace_id: trace key
 -- column: launch_samples: launch calls with a kernel (launches)
@@ -18,6 +18,7 @@
 -- column: il_ns: inference latency il_end_ns - il_start_ns (ns)
 -- column: busy_in_il_ns: merged kernel busy time clipped to [il_start_ns, il_end_ns] (ns)
 -- column: gpu_idle_merged_ns: il_ns - busy_in_il_ns, never negative (ns)
+-- column: no_kernels_reason: why the kernel figures are empty ('no GPU kernels in the trace (host-only capture)'), NULL when the trace has kernels; the one place this wording is written
 -- column: gpu_idle_sum_ns: il_ns - sum of kernel durations clipped to the IL window, SODA's form; negative when kernels overlap (ns)
 WITH
 samples AS (
@@ -63,13 +64,13 @@ in_window AS (
     FROM w
 )
 SELECT
-    k.trace_id,
+    s.trace_id,
     coalesce(t.launch_samples, 0) AS launch_samples,
     CAST(coalesce(t.tklqt_ns, 0) AS BIGINT) AS tklqt_ns,
     coalesce(t.negative_samples, 0) AS negative_samples,
     CAST(coalesce(t.negative_sum_ns, 0) AS BIGINT) AS negative_sum_ns,
     t.mean_launch_to_start_ns,
-    k.kernels,
+    coalesce(k.kernels, 0) AS kernels,
     k.akd_ns,
     CAST(k.kernel_sum_ns AS BIGINT) AS kernel_sum_ns,
     CAST(m.busy_ns AS BIGINT) AS kernel_busy_merged_ns,
@@ -79,9 +80,11 @@ SELECT
     w.il_end_ns - w.il_start_ns AS il_ns,
     CAST(iw.busy_in_il_ns AS BIGINT) AS busy_in_il_ns,
     CAST(w.il_end_ns - w.il_start_ns - iw.busy_in_il_ns AS BIGINT) AS gpu_idle_merged_ns,
-    CAST(w.il_end_ns - w.il_start_ns - iw.kernel_sum_in_il_ns AS BIGINT) AS gpu_idle_sum_ns
-FROM k
-JOIN w USING (trace_id)
+    CAST(w.il_end_ns - w.il_start_ns - iw.kernel_sum_in_il_ns AS BIGINT) AS gpu_idle_sum_ns,
+    CASE WHEN k.trace_id IS NULL THEN 'no GPU kernels in the trace (host-only capture)' END AS no_kernels_reason
+FROM selected_traces s
+LEFT JOIN k USING (trace_id)
+LEFT JOIN w USING (trace_id)
 LEFT JOIN t USING (trace_id)
 LEFT JOIN merged m USING (trace_id)
 LEFT JOIN in_window iw USING (trace_id)

@@ -1,6 +1,6 @@
 -- table: taxbreak_by_scope
 -- grain: one row per trace and scope: the whole trace, the trace without its outlier steps (only where it has some), each step, each phase, each framework op name, each kernel name
--- reads: kernel_taxbreak, int_kernel_links, int_steps, host_partition, run_config
+-- reads: kernel_taxbreak, int_kernel_links, int_steps, host_partition, skip_by_trace, run_config
 -- description: TaxBreak aggregates (METHOD.md section 2): T_Orchestrate = sum(delta_ft + delta_ct) + N * T_sys over linked launches, T_DeviceActive = sum of kernel durations in scope, HDBI = T_DeviceActive / (T_DeviceActive + T_Orchestrate) (NULL when 0 / 0), HDBI_linked over linked kernels only, with coverage. Beside them the exact host partition of the threads that launch the scope's kernels (host_partition, METHOD.md section 3) and HDBI_wall = T_DeviceActive / (T_DeviceActive + launch + library + framework host time) (ours), with flags where T_Orchestrate exceeds that wall time (naming the top contributing kernels) and where blocked launch or sync time dominates the dispatch terms. Kernels outside every step form the step scope 'outside_steps' (excluded from per-step figures; the trace scope includes them). Wall terms exist for 'trace', 'trace_excl_outliers', 'step' and 'phase' scopes; NULL for the others.
 -- column: trace_id: trace key
 -- column: scope_kind: 'trace', 'trace_excl_outliers' (the trace without the kernels and host time of its outlier steps, int_steps.is_outlier_step; only for traces with outlier steps), 'step', 'phase', 'op' (framework op name) or 'kernel' (kernel name)
@@ -39,9 +39,10 @@
 -- column: host_sync_ns: their self time in synchronisation calls; not in HDBI_wall (ns)
 -- column: host_other_runtime_ns: their self time in other runtime calls; not in HDBI_wall (ns)
 -- column: host_untraced_ns: their time under no traced event (ns)
--- column: hdbi_wall: T_DeviceActive / (T_DeviceActive + host_launch + host_library + host_framework) (METHOD.md section 3, ours): never counts more host time than the launching threads spent; NULL when both are 0 or the scope has no wall terms
+-- column: hdbi_wall: T_DeviceActive / (T_DeviceActive + host_launch + host_library + host_framework) (METHOD.md section 3, ours): never counts more host time than the launching threads spent; NULL when the scope has no kernels or no wall terms
 -- column: orchestrate_exceeds_wall: T_Orchestrate is larger than host_wall_ns: the paper's per-kernel prefixes count the same host time more than once (METHOD.md section 2, known property)
 -- column: top_orchestrate_kernels: where orchestrate_exceeds_wall, the three kernels with the largest delta_ft + delta_ct: kernel_seq, kernel_name, op_name, py_name (the Python op whose prefix they carry) and orchestrate_ns; NULL otherwise
+-- column: no_kernels_reason: for the trace row of a trace without kernels, why its figures are empty (skip_by_trace); NULL otherwise
 -- column: is_outlier_step: for step scopes, int_steps.is_outlier_step; for the trace scope, whether the trace has outlier steps
 WITH
 kt AS (
@@ -99,31 +100,25 @@ agg0 AS (
         (trace_id, excl_outliers, op_name), (trace_id, excl_outliers, kernel_name)
     )
 ),
-agg AS (SELECT * FROM agg0 WHERE NOT excl_outliers OR scope_kind = 'trace_excl_outliers'),
+agg AS (
+    SELECT *, CAST(NULL AS VARCHAR) AS no_kernels_reason FROM agg0
+    WHERE NOT excl_outliers OR scope_kind = 'trace_excl_outliers'
+    UNION ALL
+    -- a trace without kernels keeps its trace row, with the reason
+    SELECT trace_id, 'trace', false, NULL, trace_id, NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0,
+           0, no_kernels_reason
+    FROM skip_by_trace WHERE no_kernels_reason IS NOT NULL
+),
 -- host wall terms per scope: the trace's launching threads; a step's launching threads in its window; a phase's
 -- leaf steps; the trace without its outermost outlier steps
-hp_trace AS (SELECT * FROM host_partition WHERE scope_kind = 'trace'),
 hp_step AS (
-    SELECT h.*, s.phase, s.is_leaf_step, s.is_outlier_step, s.in_outlier_step,
-           s.is_outlier_step AND NOT EXISTS (
-               SELECT 1 FROM int_steps o WHERE o.trace_id = s.trace_id AND o.pid = s.pid AND o.is_outlier_step
-                 AND o.step_id <> s.step_id AND o.step_ts_ns <= s.step_ts_ns AND s.step_end_ns <= o.step_end_ns
-           ) AS is_outermost_outlier
+    SELECT h.*, s.phase, s.is_leaf_step
     FROM host_partition h JOIN int_steps s USING (trace_id, step_id) WHERE h.scope_kind = 'step'
 ),
 wall AS (
-    SELECT trace_id, 'trace' AS scope_kind, trace_id AS scope_key, threads, wall_ns, launch_host_ns, launch_blocked_ns,
+    SELECT trace_id, scope_kind, trace_id AS scope_key, threads, wall_ns, launch_host_ns, launch_blocked_ns,
            library_ns, framework_ns, sync_ns, other_runtime_ns, host_untraced_ns
-    FROM hp_trace
-    UNION ALL
-    SELECT t.trace_id, 'trace_excl_outliers', t.trace_id, t.threads,
-           t.wall_ns - sum(o.wall_ns), t.launch_host_ns - sum(o.launch_host_ns),
-           t.launch_blocked_ns - sum(o.launch_blocked_ns), t.library_ns - sum(o.library_ns),
-           t.framework_ns - sum(o.framework_ns), t.sync_ns - sum(o.sync_ns), t.other_runtime_ns - sum(o.other_runtime_ns),
-           t.host_untraced_ns - sum(o.host_untraced_ns)
-    FROM hp_trace t JOIN hp_step o ON o.trace_id = t.trace_id AND o.is_outermost_outlier
-    GROUP BY t.trace_id, t.threads, t.wall_ns, t.launch_host_ns, t.launch_blocked_ns, t.library_ns, t.framework_ns,
-             t.sync_ns, t.other_runtime_ns, t.host_untraced_ns
+    FROM host_partition WHERE scope_kind IN ('trace', 'trace_excl_outliers')
     UNION ALL
     SELECT trace_id, 'step', CAST(step_id AS VARCHAR), threads, wall_ns, launch_host_ns, launch_blocked_ns, library_ns,
            framework_ns, sync_ns, other_runtime_ns, host_untraced_ns
@@ -185,8 +180,8 @@ SELECT
     a.linked_kernels,
     a.orphan_kernels,
     a.linked_launches,
-    a.linked_kernels / a.kernels AS linked_fraction,
-    a.linked_kernels / a.kernels < c.coverage_threshold AS low_coverage,
+    a.linked_kernels / nullif(a.kernels, 0) AS linked_fraction,
+    a.linked_kernels / nullif(a.kernels, 0) < c.coverage_threshold AS low_coverage,
     a.lib_kernels,
     a.py_missing_kernels,
     a.t_dispatch_base_ns,
@@ -213,9 +208,10 @@ SELECT
     a.host_sync_ns,
     a.host_other_runtime_ns,
     a.host_untraced_ns,
-    a.t_device_active_ns
-        / nullif(a.t_device_active_ns + a.host_launch_ns + a.host_library_ns + a.host_framework_ns, 0) AS hdbi_wall,
+    CASE WHEN a.kernels > 0 THEN a.t_device_active_ns
+        / nullif(a.t_device_active_ns + a.host_launch_ns + a.host_library_ns + a.host_framework_ns, 0) END AS hdbi_wall,
     a.t_orchestrate > a.host_wall_ns AS orchestrate_exceeds_wall,
     CASE WHEN a.t_orchestrate > a.host_wall_ns THEN a.top_kernels END AS top_orchestrate_kernels,
-    a.is_outlier_step
+    a.is_outlier_step,
+    a.no_kernels_reason
 FROM x a CROSS JOIN run_config c

@@ -73,7 +73,8 @@ def test_kernel_taxbreak_mixed(wh: duckdb.DuckDBPyConnection) -> None:
                       FROM kernel_taxbreak WHERE trace_id = $t ORDER BY kernel_seq""", t=MIXED_ID)
     r = "library_api_range"
     assert got == [
-        (1, None, None, 0, r, 0, 100, 900, 1000, 4510, 100, 0, 4510, 0),
+        # pid 200 has no steps of its own: its kernel is scoped by time into pid 100's prefill step
+        (1, 1, "prefill", 0, r, 0, 100, 900, 1000, 4510, 100, 0, 4510, 0),
         # I_lib 1: dFT = t_py 900 + base 1000; dCT = 2000 - 1000
         (2, 1, "prefill", 1, r, 900, 2000, 4000, 1000, 4510, 1900, 1000, 4510, 0),
         (3, 1, "prefill", 0, r, 5900, 500, 5500, 1000, 4510, 6400, 0, 4510, 990),
@@ -95,13 +96,12 @@ def test_taxbreak_by_scope_mixed(wh: duckdb.DuckDBPyConnection) -> None:
                       10800 / 71060, 10300 / 70560, True)]
     steps = rows(wh, f"""SELECT scope_key, step_name, phase, {cols} FROM taxbreak_by_scope
                         WHERE trace_id = $t AND scope_kind = 'step' ORDER BY scope_key""", t=MIXED_ID)
+    # prefill holds pid 200's copy_kernel too (scoped by time): + dFT 100, + T_sys, + 200 ns of device time
     assert steps == [
-        ("1", "prefill", "prefill", 4, 4, 0, 4, 1, 0, 31100, 1000, 18040, 1480, 50140, 6600, 6600,
-         6600 / 56740, 6600 / 56740, False),
+        ("1", "prefill", "prefill", 5, 5, 0, 5, 1, 1, 31200, 1000, 22550, 1480, 54750, 6800, 6800,
+         6800 / 61550, 6800 / 61550, False),
         ("2", "decode_step#1", "decode", 4, 3, 1, 1, 0, 3, 1000, 0, 4510, 0, 5510, 4000, 3500,
          4000 / 9510, 3500 / 9010, True),
-        ("outside_steps", None, None, 1, 1, 0, 1, 0, 1, 100, 0, 4510, 0, 4610, 200, 200, 200 / 4810, 200 / 4810,
-         False),
     ]
     ops = dict(rows(wh, """SELECT scope_key, delta_ft_ns FROM taxbreak_by_scope
                            WHERE trace_id = $t AND scope_kind = 'op'""", t=MIXED_ID))
@@ -110,7 +110,7 @@ def test_taxbreak_by_scope_mixed(wh: duckdb.DuckDBPyConnection) -> None:
                    "vllm::decode_graph": 1000, "(no op)": 0}
     phases = rows(wh, """SELECT scope_key, kernels FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'phase'
                          ORDER BY scope_key""", t=MIXED_ID)
-    assert phases == [("decode", 4), ("prefill", 4), ("unknown", 1)]
+    assert phases == [("decode", 4), ("prefill", 5)]
 
 
 def test_nsys_nvtx_ops_and_name_rules(wh: duckdb.DuckDBPyConnection) -> None:
@@ -119,9 +119,8 @@ def test_nsys_nvtx_ops_and_name_rules(wh: duckdb.DuckDBPyConnection) -> None:
                       FROM int_kernel_links l JOIN kernel_taxbreak t USING (trace_id, kernel_seq)
                       WHERE trace_id = $t ORDER BY kernel_seq""", t=NSYS_ID)
     assert got == [
-        ("sm90_xmma_gemm_bf16", "aten::mm", "aten", "containment", None, 1, "cublas_xmma", 1000, 5000, 5000, 0, 4300),
-        ("nvjet_tst_128", "aten::linear", "aten", "containment", None, 0, "soda_native_nvjet", 5000, 5000, 5000, 0,
-         4300),
+        ("sm90_xmma_gemm_bf16", "aten::mm", "aten", "nvtx", None, 1, "cublas_xmma", 1000, 5000, 5000, 0, 4300),
+        ("nvjet_tst_128", "aten::linear", "aten", "nvtx", None, 0, "soda_native_nvjet", 5000, 5000, 5000, 0, 4300),
         ("my_triton_kernel", None, None, None, "no_framework_op", 0, "no_rule_matched", None, 5000, None, None, None),
     ]
 
@@ -165,16 +164,18 @@ def test_host_partition_mixed(wh: duckdb.DuckDBPyConnection) -> None:
 
 
 def test_host_partition_per_step_mixed(wh: duckdb.DuckDBPyConnection) -> None:
-    # thread 100/1's traced span is [1100, 26000).  prefill [1000, 20000): launches 500 + 300 + 300 + 200,
-    # cublasSgemm 2500 less its nested launch 500, sync [19000, 19500), untraced [1000, 1100) + [19500, 20000),
-    # framework the rest (19000 - 1300 - 2000 - 500 - 600).  decode_step#1 [20000, 40000): graph launch 1000,
-    # vllm::decode_graph 5000 less it, untraced [20000, 21000) + [26000, 40000) past the thread's last event.
-    got = rows(wh, """SELECT step_id, pid, tid, wall_ns, launch_host_ns, library_ns, framework_ns, sync_ns,
-                      other_runtime_ns, host_untraced_ns, unresolved_ns FROM host_partition
-                      WHERE trace_id = $t AND scope_kind = 'step' ORDER BY step_id""", t=MIXED_ID)
+    # A step's rows sum its launching threads, each over the step window.  prefill [1000, 20000) has two:
+    # thread 100/1 (traced span [1100, 26000)): launches 500 + 300 + 300 + 200, cublasSgemm 2500 less its nested
+    # launch 500, sync [19000, 19500), untraced [1000, 1100) + [19500, 20000), framework the rest
+    # (19000 - 1300 - 2000 - 500 - 600 = 14600); thread 200/5: launch 300, aten::copy_ 800 less it, untraced the
+    # other 18200 ns of the window.  decode_step#1 [20000, 40000): thread 100/1 only (the orphan has no launch):
+    # graph launch 1000, vllm::decode_graph 5000 less it, untraced [20000, 21000) + [26000, 40000).
+    got = rows(wh, """SELECT step_id, pid, tid, threads, launches_kernels, wall_ns, launch_host_ns, launch_blocked_ns,
+                      library_ns, framework_ns, sync_ns, other_runtime_ns, host_untraced_ns, unresolved_ns
+                      FROM host_partition WHERE trace_id = $t AND scope_kind = 'step' ORDER BY step_id""", t=MIXED_ID)
     assert got == [
-        (1, "100", "1", 19000, 1300, 2000, 14600, 500, 0, 600, 0),
-        (2, "100", "1", 20000, 1000, 0, 4000, 0, 0, 15000, 0),
+        (1, None, None, 2, True, 38000, 1300 + 300, 0, 2000, 14600 + 500, 500, 0, 600 + 18200, 0),
+        (2, None, None, 1, True, 20000, 1000, 0, 0, 4000, 0, 0, 15000, 0),
     ]
     assert rows(wh, "SELECT count(*) FROM host_partition WHERE scope_kind = 'step' AND trace_id <> $t",
                 t=MIXED_ID) == [(0,)]  # no step annotations in the other scenario traces
@@ -199,7 +200,8 @@ def test_kernels_per_token(wh: duckdb.DuckDBPyConnection) -> None:
                       output_tokens, tokens_source, batch_size, kpt, decode_steps, decode_kernels, kpt_decode,
                       prefill_kernels, kpt_null_reason, kpt_decode_null_reason FROM kernels_per_token
                       WHERE trace_id = $t""", t=MIXED_ID)
-    assert got == [("kernels_in_steps", 8, 1, 8, 1.0, 2, "metadata", 1, 4.0, 1, 4, 4.0, 4, None, None)]
+    # pid 200's copy_kernel is in the prefill step by time: 9 kernels in steps, 5 of them in prefill
+    assert got == [("kernels_in_steps", 9, 0, 9, 1.0, 2, "metadata", 1, 4.5, 1, 4, 4.0, 5, None, None)]
     none = rows(wh, "SELECT kernels, kpt, kpt_null_reason, kpt_decode, kpt_decode_null_reason FROM kernels_per_token "
                     "WHERE trace_id = $t", t=NSYS_ID)
     assert none == [(3, None, "no output token count: no taxbreak metadata in the trace and no sidecar beside it",
@@ -222,12 +224,14 @@ def test_skip(wh: duckdb.DuckDBPyConnection) -> None:
 
 
 def test_fusion_candidates(wh: duckdb.DuckDBPyConnection) -> None:
-    got = rows(wh, """SELECT rank, chain_len, chain, occurrences, first_kernel_count, proximity_score, launches_saved,
-                      host_time_saved_ns FROM fusion_candidates WHERE trace_id = $t ORDER BY rank""", t=FUSION_ID)
+    got = rows(wh, """SELECT candidate_rank, is_listed, rank, chain_len, chain, occurrences, first_kernel_count,
+                      proximity_score, launches_saved, host_time_saved_ns FROM fusion_candidates WHERE trace_id = $t
+                      ORDER BY candidate_rank""", t=FUSION_ID)
+    # ranked by host time saved; A B and B C lie inside the listed A B C, so only it is listed
     assert got == [
-        (1, 3, ["A", "B", "C"], 3, 3, 1.0, 6, 6 * 4500),
-        (2, 2, ["A", "B"], 3, 3, 1.0, 3, 3 * 4500),
-        (3, 2, ["B", "C"], 3, 3, 1.0, 3, 3 * 4500),
+        (1, True, 1, 3, ["A", "B", "C"], 3, 3, 1.0, 6, 6 * 4500),
+        (2, False, None, 2, ["A", "B"], 3, 3, 1.0, 3, 3 * 4500),
+        (3, False, None, 2, ["B", "C"], 3, 3, 1.0, 3, 3 * 4500),
     ]
 
 
