@@ -3,19 +3,40 @@
 ``ingest_file`` is the single entry point used by the CLI and the pipeline: it hashes the file (the
 hash is the trace id), skips content already in the lake, picks the adapter from the file's bytes,
 streams the adapter's batches into the lake and records the outcome in the catalogue.  A file that
-fails is recorded as failed with its reason and never raises past this function.
+fails is recorded as failed with its reason and never raises past this function; a file that is no trace
+at all (not JSON, JSON without ``traceEvents``, empty) is recorded as 'not_a_trace'.
+
+Only regular files are read (a FIFO or a device is refused without blocking).  The bytes hashed are the bytes
+parsed: the file's identity (inode, size, mtime, ctime) is taken when it is opened for hashing and compared
+once the adapter has read it; a file changed or replaced meanwhile is read again from the start (once), and
+never stored under the old content's hash.  Temporary folders are named after their process
+(``taxbreak-ingest-<host>-<pid>-...``); the first ingest of a process removes those of dead processes and
+recovers the lake (``Lake.recover``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
-from collections.abc import Callable
+import re
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-from taxbreak.ingest.base import AdapterOutput, IngestError, TraceInfo
+import pyarrow as pa
+
+from taxbreak.ingest.base import (
+    AdapterOutput,
+    IngestError,
+    NotATraceError,
+    TraceInfo,
+    clean_dead,
+    file_identity,
+    make_owned_dir,
+    open_regular,
+)
 from taxbreak.ingest.lake import Lake
 
 __all__ = [
@@ -23,6 +44,7 @@ __all__ = [
     "IngestError",
     "IngestResult",
     "Lake",
+    "NotATraceError",
     "TraceInfo",
     "detect_format",
     "file_sha256",
@@ -32,23 +54,29 @@ __all__ = [
 
 SIDECAR_SUFFIX = ".meta.json"
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".db", ".nsys-rep", ".qdrep")
+WORK_PREFIX = "taxbreak-ingest-"
 
 
 @dataclass
 class IngestResult:
     path: str
     trace_id: str
-    status: str  # "ingested", "unchanged" (already in the lake), or "failed"
+    status: str  # "ingested", "unchanged" (already in the lake), "failed", or "not_a_trace"
     row: dict | None
     error: str | None = None
 
 
-def file_sha256(path: str | os.PathLike[str]) -> str:
+def _sha256_of(fh: BinaryIO) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The trace id of a regular file (IngestError, an OSError, for anything else: never blocks on a FIFO)."""
+    with open_regular(path) as fh:
+        return _sha256_of(fh)
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -56,7 +84,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     with open(path, "rb") as fh:
         head = fh.read(64)
     if not head:
-        raise IngestError(f"{path}: the file is empty")
+        raise NotATraceError(f"{path}: the file is empty")
     if head.startswith(b"SQLite format 3\x00"):
         return "nsys-sqlite"
     if head.startswith(b"NVIDIA Tegra Profiler Report") or b"Nsight" in head[:32]:
@@ -70,29 +98,73 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     if name.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
     if name.endswith((".sqlite", ".db")):
-        raise IngestError(f"{path}: named like a SQLite export but is not a SQLite database")
+        raise NotATraceError(f"{path}: named like a SQLite export but is not a SQLite database")
     if name.endswith((".json", ".json.gz")):
-        raise IngestError(f"{path}: not JSON (the file does not start with '{{' or '[')")
-    raise IngestError(f"{path}: unrecognised format (expected Kineto JSON, Nsight SQLite or .nsys-rep)")
+        raise NotATraceError(f"{path}: not JSON (the file does not start with '{{' or '[')")
+    raise NotATraceError(f"{path}: unrecognised format (expected Kineto JSON, Nsight SQLite or .nsys-rep)")
 
 
 def is_trace_file(path: Path) -> bool:
+    """A trace file by name, and a regular file (not a link: folders are expanded without following links)."""
     name = path.name.lower()
-    return path.is_file() and not name.startswith(".") and not name.endswith(SIDECAR_SUFFIX) and name.endswith(
-        TRACE_SUFFIXES
-    )
+    return (path.is_file() and not path.is_symlink() and not name.startswith(".")
+            and not name.endswith(SIDECAR_SUFFIX) and name.endswith(TRACE_SUFFIXES))
 
 
 def iter_trace_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
-    """Expand files and folders into trace files (folders recursively, sidecars left out)."""
+    """Expand files and folders into trace files (folders recursively without following links, sidecars,
+    FIFOs, devices and links left out); a file named explicitly is kept (``ingest_file`` says what it is)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            out.extend(sorted(q for q in p.rglob("*") if is_trace_file(q)))
+            found = []
+            for dirpath, dirnames, filenames in os.walk(p):  # os.walk does not descend into linked folders
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                found.extend(q for f in filenames if is_trace_file(q := Path(dirpath) / f))
+            out.extend(sorted(found))
         else:
             out.append(p)
     return out
+
+
+_RECOVERED: set[str] = set()
+
+
+def _recover_once(lake: Lake, tmp_dir: Path | None) -> None:
+    """Once per process and place: remove temporary folders of dead ingests and recover the lake."""
+    for key, action in ((f"tmp:{tmp_dir}", lambda: clean_dead(tmp_dir, WORK_PREFIX)),
+                        (f"lake:{lake.url}", lake.recover)):
+        if key not in _RECOVERED:
+            _RECOVERED.add(key)
+            try:
+                action()
+            except OSError:
+                pass  # best effort: a lake or folder not writable here is still read
+
+
+class _FileChanged(IngestError):
+    pass
+
+
+def _checked(batches: Iterator[pa.RecordBatch], path: Path, identity: tuple, shown: str) -> Iterator[pa.RecordBatch]:
+    """``batches``, then a check that the file is still the one hashed (before anything is published)."""
+    yield from batches
+    try:
+        now = file_identity(os.stat(path))
+    except OSError:
+        now = None
+    if now != identity:
+        raise _FileChanged(f"{shown}: the file changed while it was ingested; nothing was stored")
+
+
+def _scrub(message: str, path: Path, shown: str, work: Path | None) -> str:
+    """A message for the catalogue: the source as the user knows it, never a temporary file."""
+    if work is not None and str(work) in message:
+        message = re.sub(re.escape(str(work)) + r"[^\s'\")]*", "(a temporary file of the ingest)", message)
+    if shown != str(path):
+        message = message.replace(str(path), shown)
+    return message
 
 
 def _open_adapter(
@@ -122,39 +194,86 @@ def ingest_file(
     cache_dir: Path | None = None,
     tmp_dir: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    source_path: str | None = None,
+    file_name: str | None = None,
 ) -> IngestResult:
-    """Ingest one file into ``lake``; never raises for a bad file (the catalogue records why)."""
+    """Ingest one file into ``lake``; never raises for a bad file (the catalogue records why).
+
+    ``source_path`` / ``file_name``: what the catalogue and messages call the file when ``path`` is a local
+    copy (an object downloaded from S3); default ``path`` and its name."""
     p = Path(path)
+    shown = source_path or str(p)
+    name = file_name or p.name
+    _recover_once(lake, tmp_dir)
+    for attempt in (1, 2):
+        result = _ingest_once(p, lake, force, cache_dir, tmp_dir, progress, shown, name, last=attempt == 2)
+        if result is not None:
+            return result
+    raise AssertionError("unreachable")
+
+
+def _ingest_once(
+    p: Path, lake: Lake, force: bool, cache_dir: Path | None, tmp_dir: Path | None,
+    progress: Callable[[int, int], None] | None, shown: str, name: str, *, last: bool,
+) -> IngestResult | None:
+    """One attempt; None when the file changed while it was read and ``last`` is False (the caller retries)."""
     try:
-        size = p.stat().st_size
-        trace_id = file_sha256(p)
+        with open_regular(p) as fh:
+            identity = file_identity(os.fstat(fh.fileno()))
+            trace_id = _sha256_of(fh)
+            if file_identity(os.fstat(fh.fileno())) != identity:
+                raise _FileChanged(f"{shown}: the file changed while it was hashed")
+    except _FileChanged as exc:
+        return None if not last else IngestResult(shown, "", "failed", None, str(exc))
+    except IngestError as exc:
+        return IngestResult(shown, "", "failed", None, _scrub(str(exc), p, shown, None))
     except OSError as exc:
-        return IngestResult(str(p), "", "failed", None, f"{p}: cannot read the file ({exc.strerror or exc})")
+        return IngestResult(shown, "", "failed", None, f"{shown}: cannot read the file ({exc.strerror or exc})")
+    size = identity[2]
     existing = lake.catalogue_row(trace_id)
     if not force and existing is not None and existing["status"] == "ingested" and lake.has_events(trace_id):
-        return IngestResult(str(p), trace_id, "unchanged", existing)
-    if not force and existing is not None and existing["status"] == "failed":
+        return IngestResult(shown, trace_id, "unchanged", existing)
+    if not force and existing is not None and existing["status"] in ("failed", "not_a_trace"):
         # Failed content is retried only when it changes (a new hash) or on explicit request.
-        return IngestResult(str(p), trace_id, "failed", existing, existing["error"])
+        return IngestResult(shown, trace_id, existing["status"], existing, existing["error"])
     fmt: str | None = None
+    status = "failed"
+    work: Path | None = None
     try:
         fmt = detect_format(p)
-        with tempfile.TemporaryDirectory(prefix="taxbreak-", dir=tmp_dir) as work:
-            out = _open_adapter(fmt, p, trace_id, Path(work), cache_dir, progress)
-            row = lake.write_events(
-                trace_id, out.batches, out.info, file_name=p.name, source_path=str(p), file_bytes=size
-            )
-        return IngestResult(str(p), trace_id, "ingested", row)
+        work = make_owned_dir(WORK_PREFIX, tmp_dir)
+        out = _open_adapter(fmt, p, trace_id, work, cache_dir, progress)
+        row, published = lake.publish_events(
+            trace_id, _checked(out.batches, p, identity, shown), out.info, file_name=name, source_path=shown,
+            file_bytes=size, replace=force,
+        )
+        # not published: a concurrent ingest of the same bytes stored them first -- success all the same
+        return IngestResult(shown, trace_id, "ingested" if published else "unchanged", row)
+    except _FileChanged as exc:
+        if not last:
+            return None
+        # the bytes hashed are gone: no row under their hash (the new content is read when it settles)
+        return IngestResult(shown, trace_id, "failed", None, str(exc))
+    except NotATraceError as exc:
+        message, status = str(exc), "not_a_trace"
     except IngestError as exc:
         message = str(exc)
     except MemoryError:
         message = f"{p}: ran out of memory while ingesting"
+    except RecursionError:
+        message = f"{p}: nested too deeply to be read"
     except Exception as exc:  # noqa: BLE001 - an adapter bug must not stop the other files; record it verbatim
         message = f"{p}: unexpected {type(exc).__name__} while ingesting: {exc}"
-    if existing is not None and existing["status"] == "ingested" and lake.has_events(trace_id):
-        # A forced re-ingest of content already stored failed: keep the good copy and its row.
-        return IngestResult(str(p), trace_id, "failed", existing, message)
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+    message = _scrub(message, p, shown, work)
     row = lake.record_failure(
-        trace_id, file_name=p.name, source_path=str(p), file_bytes=size, error=message, source_format=fmt
+        trace_id, file_name=name, source_path=shown, file_bytes=size, error=message, source_format=fmt,
+        status=status,
     )
-    return IngestResult(str(p), trace_id, "failed", row, message)
+    if row["status"] == "ingested":
+        # The content is stored (a forced re-ingest failed, or a concurrent ingest succeeded): the good copy and
+        # its row stay; this attempt's failure is reported, not recorded.
+        return IngestResult(shown, trace_id, "failed" if force else "unchanged", row, message if force else None)
+    return IngestResult(shown, trace_id, status, row, message)

@@ -17,8 +17,16 @@ Conventions (``docs/architecture.md``): ``ts_ns`` counts from the earliest times
 (non-metadata) events; device-side events (kernel, memcpy, memset, gpu_annotation, and sync/profiler ranges
 that carry a device) get the launching host process as ``pid`` -- the only host process of the trace's launch
 calls, or, with several, the one whose launch has the same correlation id -- with the source pid kept in
-``args_json`` as ``_source_pid``, and their stream as ``tid``.  Skipped elements are counted by reason
-(``missing_ts``, ``not_an_object``, ``bad_ts``, ``bad_dur``).
+``args_json`` as ``_source_pid``, and their stream as ``tid``.  Skipped elements are counted by reason:
+``not_an_object``, ``bad_ts``/``bad_dur`` (not a number), ``missing_ts`` (a timed event without ``ts``),
+``ts_out_of_range``/``dur_out_of_range`` (beyond int64 ns, or ts below -2^62 ns), ``negative_dur``,
+``end_out_of_range`` (ts + dur beyond int64 ns), ``bad_correlation`` (a correlation id that is not an int64).
+One such number never fails the file.
+
+Limits (``taxbreak.config``): a gzip file may expand to ``ingest.max_gzip_ratio`` times its size (files up to
+64 MiB of JSON always may), the JSON written to the workdir is at most ``ingest.max_temp_bytes``, and arrays and
+objects may nest ``ingest.max_json_depth`` deep; beyond, the file fails with the limit named.  Messages name the
+source file, never a file of the workdir.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from taxbreak.ingest.base import AdapterOutput, IngestError, TraceInfo
+from taxbreak.config import setting
+from taxbreak.ingest.base import AdapterOutput, IngestError, NotATraceError, TraceInfo
 from taxbreak.ingest.redact import redact
 from taxbreak.schemas import EVENT_SCHEMA, LAUNCH_KINDS
 
@@ -52,6 +61,11 @@ ROWS_PER_BATCH = 65_536
 DUCKDB_MEMORY_LIMIT = "256MB"
 TOOL_VERSION_PREFIXES = ("schemaversion", "cupti", "cuda", "hip", "roctracer", "rocm", "torch", "pytorch", "kineto")
 METADATA_VALUE_MAX_BYTES = 64 << 10  # top-level metadata values larger than this are summarised, not kept
+# A stored event's ts, dur and ts + dur fit int64 ns (exact µs with 3 decimals); ts is not below -2^62 ns, so
+# times made relative to the origin fit int64 unless a trace spans both extremes (then it fails, clearly).
+MAX_US = "9223372036854775.807"
+MIN_TS_US = "-4611686018427387.904"
+GZIP_FREE_BYTES = 64 << 20  # any gzip file may expand to this much, whatever its ratio
 
 _HEAD_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 # The closing bracket of an array of objects follows a '}' (or the '[' of an empty array).
@@ -141,7 +155,17 @@ WITH src AS (
         a.stream AS stream_id
     FROM src
 ), d AS (
-    SELECT *, {_DEVICE_SQL} AS is_device FROM t
+    SELECT *, {_DEVICE_SQL} AS is_device,
+        CASE
+            WHEN ts IS NULL THEN CASE WHEN kind <> 'metadata' THEN 'missing_ts' END
+            WHEN ts > {MAX_US} OR ts < {MIN_TS_US} THEN 'ts_out_of_range'
+            WHEN dur < 0 THEN 'negative_dur'
+            WHEN dur > {MAX_US} THEN 'dur_out_of_range'
+            WHEN ts + coalesce(dur, 0) > {MAX_US} THEN 'end_out_of_range'
+            WHEN a.correlation IS NULL AND contains(args_text, '"correlation":')
+                 AND NOT contains(args_text, '"correlation":null') THEN 'bad_correlation'
+        END AS skip_reason
+    FROM t
 )
 SELECT
     kind,
@@ -149,8 +173,8 @@ SELECT
     ph AS phase,
     plain_name AS name,
     CASE WHEN plain_name IS DISTINCT FROM name THEN name END AS raw_name,
-    ts AS ts_us,
-    dur AS dur_us,
+    CASE WHEN skip_reason IS NULL THEN ts END AS ts_us,
+    CASE WHEN skip_reason IS NULL THEN dur END AS dur_us,
     pid,
     CASE WHEN is_device AND stream_id IS NOT NULL THEN CAST(stream_id AS VARCHAR) ELSE tid END AS tid,
     device_id,
@@ -170,7 +194,8 @@ SELECT
         WHEN kind = 'memset' THEN coalesce(a.kind, nullif(regexp_extract(name, '\(([^)]*)\)', 1), ''))
     END AS copy_kind,
     args_text AS args_json,
-    is_device
+    is_device,
+    skip_reason
 FROM d
 """
 
@@ -186,16 +211,22 @@ class _Source:
         self.raw.seek(0)
         self.is_gzip = magic == b"\x1f\x8b"
         self.fh: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.is_gzip else self.raw
+        self.out_bytes = 0
+        self.limit_bytes, self.limit_note = _expansion_limit(path, self.is_gzip)
 
     def read(self, n: int) -> bytes:
         try:
-            return self.fh.read(n)
+            data = self.fh.read(n)
         except (gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise IngestError(f"{self.path}: corrupt gzip data ({exc})") from None
         except EOFError:
             raise IngestError(
                 f"{self.path}: truncated gzip file (the compressed stream ends before its end marker)"
             ) from None
+        self.out_bytes += len(data)
+        if self.out_bytes > self.limit_bytes:
+            raise IngestError(f"{self.path}: {self.limit_note}; not ingested")
+        return data
 
     def raw_pos(self) -> int:
         return self.raw.tell()
@@ -204,13 +235,34 @@ class _Source:
         self.raw.close()
 
 
+def _expansion_limit(path: Path, is_gzip: bool) -> tuple[int, str]:
+    """(bytes of JSON the file may yield, what the limit is), from the settings ``ingest.max_gzip_ratio`` and
+    ``ingest.max_temp_bytes``."""
+    size = path.stat().st_size
+    temp = int(setting("ingest.max_temp_bytes").value)
+    temp_note = (f"more than {temp:,} bytes of JSON, the temporary space one ingest may use "
+                 "(setting ingest.max_temp_bytes, $TAXBREAK_MAX_TEMP_BYTES)")
+    if not is_gzip:
+        return temp, temp_note
+    ratio = float(setting("ingest.max_gzip_ratio").value)
+    by_ratio = max(int(size * ratio), GZIP_FREE_BYTES)
+    if by_ratio < temp:
+        return by_ratio, (f"gzip data expanding more than {ratio:g} times its {size:,} bytes (a gzip bomb?); "
+                          "the limit is setting ingest.max_gzip_ratio, $TAXBREAK_MAX_GZIP_RATIO")
+    return temp, temp_note
+
+
+def _max_depth() -> int:
+    return int(setting("ingest.max_json_depth").value)
+
+
 def _check_not_empty(path: Path) -> int:
     try:
         size = path.stat().st_size
     except OSError as exc:
         raise IngestError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
     if size == 0:
-        raise IngestError(f"{path}: the file is empty")
+        raise NotATraceError(f"{path}: the file is empty")
     return size
 
 
@@ -286,7 +338,7 @@ def _copy_events_array(
                 chunk = src.read(CHUNK_BYTES)
                 if not chunk:
                     if not bytes(buf).strip(_WS):
-                        raise IngestError(f"{path}: the file is empty after decompression")
+                        raise NotATraceError(f"{path}: the file is empty after decompression")
                     return None
                 searched = max(0, len(buf) - 64)
                 buf += chunk
@@ -304,6 +356,8 @@ def _copy_events_array(
                     if progress is not None:
                         progress(src.raw_pos(), total)
             else:  # plain JSON: let the kernel copy the bytes
+                if total > src.limit_bytes:
+                    raise IngestError(f"{path}: {src.limit_note}; not ingested")
                 out.flush()
                 pos = src.raw_pos()
                 while pos < total:
@@ -327,7 +381,7 @@ def _copy_events_array(
         fh.truncate(end + 1)
     try:
         doc = json.loads(head + b"[]" + tail)
-    except ValueError:
+    except (ValueError, RecursionError):  # the streaming parser says what is wrong (or how deep it nests)
         return None
     if not isinstance(doc, dict) or doc.get("traceEvents") != []:
         return None
@@ -374,42 +428,46 @@ def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any]
     gc.disable()
     try:
         with open(out_path, "w", encoding="utf-8") as out:
-            parser = ijson.parse(src, use_float=False)
+            # basic_parse: no prefix strings (ijson's prefixes grow with the depth: quadratic in a deep nest)
+            parser = ijson.basic_parse(src, use_float=False)
             try:
-                prefix, event, value = next(parser)
+                event, value = next(parser)
             except StopIteration:
-                raise IngestError(f"{path}: the file is empty after decompression") from None
+                raise NotATraceError(f"{path}: the file is empty after decompression") from None
             if event != "start_map":
                 what = "an array" if event == "start_array" else f"a {event}"
-                raise IngestError(
+                raise NotATraceError(
                     f"{path}: not a Kineto trace: the top level is {what}, not an object with traceEvents"
                 )
             key: str | None = None
             builder: ObjectBuilder | None = None
             depth = 0
+            max_depth = _max_depth() - 2  # the top-level object and the events array are two levels
             in_events = False
-            for prefix, event, value in parser:
+            for event, value in parser:
                 if builder is None:
-                    if prefix == "" and event == "map_key":
+                    if not in_events and event == "map_key":
                         key = value
                         continue
-                    if prefix == "" and event == "end_map":
+                    if not in_events and event == "end_map":  # the end of the top-level object
                         key = None
                         continue
-                    if key == "traceEvents" and prefix == "traceEvents":
-                        if event == "start_array" and not in_events:
+                    if key == "traceEvents" and not in_events:
+                        if event == "start_array":
                             in_events, found_events = True, True
                             continue
-                        if event == "end_array" and in_events:
-                            in_events = False
-                            continue
-                        if not in_events:
-                            raise IngestError(f"{path}: traceEvents is not an array (it is a {event})")
+                        raise IngestError(f"{path}: traceEvents is not an array (it is a {event})")
+                    if in_events and event == "end_array":
+                        in_events = False
+                        continue
                     builder = ObjectBuilder()
                     depth = 0
                 builder.event(event, value)
                 if event in ("start_map", "start_array"):
                     depth += 1
+                    if depth > max_depth:
+                        raise IngestError(f"{path}: arrays and objects nested deeper than {max_depth + 2} levels "
+                                          "(setting ingest.max_json_depth, $TAXBREAK_MAX_JSON_DEPTH)")
                 elif event in ("end_map", "end_array"):
                     depth -= 1
                 if depth:
@@ -434,8 +492,11 @@ def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any]
         if gc_was_enabled:
             gc.enable()
     if not found_events:
-        raise IngestError(f"{path}: JSON without traceEvents: not a Kineto/Chrome trace")
+        raise NotATraceError(f"{path}: JSON without traceEvents: not a Kineto/Chrome trace")
     return out_path, meta, skipped
+
+
+_MAX_US_DEC = Decimal(MAX_US)
 
 
 def _normalise_event(item: Any, skipped: dict[str, int]) -> str | None:
@@ -446,8 +507,12 @@ def _normalise_event(item: Any, skipped: dict[str, int]) -> str | None:
     for field in ("ts", "dur"):
         if field in item and item[field] is not None:
             text = _exact_number_text(item[field])
+            reason = None
             if text is None:
                 reason = f"bad_{field}"
+            elif not Decimal(text).is_finite() or abs(Decimal(text)) > _MAX_US_DEC:
+                reason = f"{field}_out_of_range"  # beyond DECIMAL(21,3) too: skipped here, not in the SQL
+            if reason is not None:
                 skipped[reason] = skipped.get(reason, 0) + 1
                 return None
             item[field] = text  # DuckDB casts the decimal text exactly
@@ -503,7 +568,7 @@ class _Staged:
 
     path: Path
     n_rows: int
-    missing_ts: int
+    skipped: dict[str, int]  # staged rows not stored, by reason (the SQL's skip_reason)
     origin_ns: int
     host_pids: list[str]
 
@@ -511,6 +576,34 @@ class _Staged:
 def _decimal_ns(col: pa.Array) -> pa.Array:
     """Exact decimal µs with 3 decimals -> int64 ns: the decimal's unscaled integer is the ns count."""
     return pc.cast(col.view(pa.decimal128(col.type.precision, 0)), pa.int64())
+
+
+class _TooDeep(Exception):
+    pass
+
+
+_JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _check_depth(args: pa.Array, max_depth: int) -> None:
+    """Raise _TooDeep when an args value nests deeper than ``max_depth``.  The count of '[' and '{' bounds the
+    depth, so only values with more openers than that are scanned (none, in a real trace)."""
+    if args.null_count == len(args):
+        return
+    openers = pc.add(pc.count_substring(args, "["), pc.count_substring(args, "{"))
+    if (pc.max(openers).as_py() or 0) <= max_depth:
+        return
+    for text in pc.filter(args, pc.greater(openers, max_depth)).to_pylist():
+        depth = deepest = 0
+        for ch in _JSON_STRING_RE.sub("", text):
+            if ch in "[{":
+                depth += 1
+                if depth > deepest:
+                    deepest = depth
+            elif ch in "]}":
+                depth -= 1
+        if deepest > max_depth:
+            raise _TooDeep
 
 
 def _stage(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str, stage_path: Path) -> _Staged:
@@ -521,13 +614,18 @@ def _stage(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str, stage_pa
     i_ts, i_dur = in_schema.get_field_index("ts_us"), in_schema.get_field_index("dur_us")
     schema = in_schema.set(i_ts, pa.field("ts_ns", pa.int64())).set(i_dur, pa.field("dur_ns", pa.int64()))
     launch_kinds = pa.array(LAUNCH_KINDS)
-    n_rows = missing_ts = 0
+    i_skip = in_schema.get_field_index("skip_reason")
+    i_args = in_schema.get_field_index("args_json")
+    max_depth = _max_depth() - 3  # the top-level object, the events array and the event itself
+    n_rows = 0
+    skipped: dict[str, int] = {}
     lo_timed: int | None = None
     lo_any: int | None = None
     host_pids: set[str] = set()
     with pa.OSFile(str(stage_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
         for batch in reader:
             columns = batch.columns
+            _check_depth(columns[i_args], max_depth)
             ts = columns[i_ts] = _decimal_ns(columns[i_ts])
             columns[i_dur] = _decimal_ns(columns[i_dur])
             writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
@@ -541,13 +639,15 @@ def _stage(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str, stage_pa
                 lo = pc.min(pc.filter(ts, pc.invert(is_meta))).as_py()
             if lo is not None:
                 lo_timed = lo if lo_timed is None else min(lo_timed, lo)
-            if ts.null_count:
-                missing_ts += pc.sum(pc.and_(pc.is_null(ts), pc.invert(is_meta))).as_py() or 0
+            reasons = columns[i_skip]
+            if reasons.null_count < len(reasons):
+                for item in pc.value_counts(reasons.drop_null()).to_pylist():
+                    skipped[item["values"]] = skipped.get(item["values"], 0) + item["counts"]
             launch = pc.is_in(kind, value_set=launch_kinds)
             if pc.any(launch).as_py():
                 host_pids.update(p for p in pc.unique(pc.filter(batch.column("pid"), launch)).to_pylist() if p)
     origin = lo_timed if lo_timed is not None else (lo_any if lo_any is not None else 0)
-    return _Staged(stage_path, n_rows, missing_ts, origin, sorted(host_pids))
+    return _Staged(stage_path, n_rows, skipped, origin, sorted(host_pids))
 
 
 _JSON_SPECIAL_RE = r'["\\\x00-\x1f]'
@@ -616,9 +716,9 @@ def _finish_batch(
     host_map: tuple[pa.Array, pa.Array] | None,
 ) -> pa.RecordBatch:
     """A staged batch -> EVENT_SCHEMA: ns from the origin, the launching process on device rows."""
-    ts = batch.column("ts_ns")
-    if ts.null_count:  # events without a timestamp are skipped (counted); metadata may lack one
-        batch = batch.filter(pc.or_(pc.is_valid(ts), pc.equal(batch.column("kind"), "metadata")))
+    reasons = batch.column("skip_reason")
+    if reasons.null_count < batch.num_rows:  # skipped rows (counted by reason when staged)
+        batch = batch.filter(pc.is_null(reasons))
     n = batch.num_rows
     pid, args = batch.column("pid"), batch.column("args_json")
     is_device = pc.fill_null(batch.column("is_device"), False)
@@ -639,12 +739,23 @@ def _finish_batch(
     # staged columns carry the schema's names; the columns no Kineto event fills are NULL
     cols = dict(zip(batch.schema.names, batch.columns, strict=True))
     cols.update(trace_id=pa.repeat(pa.scalar(trace_id), n), source_format=pa.repeat(pa.scalar(SOURCE_FORMAT), n),
-                ts_ns=pc.subtract(cols["ts_ns"], origin_ns), pid=pid, args_json=args)
+                ts_ns=_relative(cols["ts_ns"], origin_ns), pid=pid, args_json=args)
     arrays = [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in EVENT_SCHEMA]
     return pa.RecordBatch.from_arrays(
         [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, EVENT_SCHEMA, strict=True)],
         schema=EVENT_SCHEMA,
     )
+
+
+def _relative(ts: pa.Array, origin_ns: int) -> pa.Array:
+    try:
+        return pc.subtract_checked(ts, origin_ns)
+    except pa.ArrowInvalid:
+        raise _SpanError from None
+
+
+class _SpanError(Exception):
+    """Times relative to the origin do not fit int64 (a trace with both extreme early and late times)."""
 
 
 def _read_stage(
@@ -677,24 +788,32 @@ def read_kineto(
                 skipped: dict[str, int] = {}
                 try:
                     staged = _stage(con, events_path, "array", stage_path)
-                except (duckdb.Error, pa.ArrowException):
-                    pass  # an unexpected element or layout: stream-parse instead
+                except (duckdb.Error, pa.ArrowException, _TooDeep):
+                    pass  # an unexpected element or layout: stream-parse instead (it names the problem)
                 events_path.unlink(missing_ok=True)
             if staged is None:
                 events_path, meta, skipped = _fallback_to_ndjson(path, workdir)
                 try:
                     staged = _stage(con, events_path, "newline_delimited", stage_path)
+                except _TooDeep:
+                    raise IngestError(f"{path}: event args nested deeper than {_max_depth()} levels "
+                                      "(setting ingest.max_json_depth, $TAXBREAK_MAX_JSON_DEPTH)") from None
                 except (duckdb.Error, pa.ArrowException) as exc:
-                    raise IngestError(f"{path}: cannot read the trace events ({exc})") from None
+                    text = str(exc).replace(str(events_path), "the trace events").replace(str(workdir), "")
+                    raise IngestError(f"{path}: cannot read the trace events ({text})") from None
                 events_path.unlink(missing_ok=True)
             _fill_info(info, meta)
-            if staged.missing_ts:
-                skipped["missing_ts"] = skipped.get("missing_ts", 0) + staged.missing_ts
-            info.skipped_counts = skipped
             # rows of the events file + elements never written to it (counted in ``skipped`` by the fallback)
-            info.source_event_count = staged.n_rows + sum(v for k, v in skipped.items() if k != "missing_ts")
+            info.source_event_count = staged.n_rows + sum(skipped.values())
+            for reason, n in staged.skipped.items():
+                skipped[reason] = skipped.get(reason, 0) + n
+            info.skipped_counts = skipped
             info.start_epoch_ns = _start_epoch_ns(meta, staged.origin_ns)
-            yield from _read_stage(con, staged, trace_id)
+            try:
+                yield from _read_stage(con, staged, trace_id)
+            except _SpanError:
+                raise IngestError(f"{path}: the timestamps span more than int64 nanoseconds (from "
+                                  f"{staged.origin_ns} ns); not ingested") from None
         finally:
             con.close()
 

@@ -6,8 +6,15 @@ Layout under the lake root::
     catalogue/<sha256>.parquet                one catalogue row per trace (ingested or failed)
     _staging/                                 work in progress; never read
 
-A partition is written under ``_staging`` and renamed into place only when complete, so a reader
-never sees half a trace, and a failed ingest leaves nothing behind but its catalogue row.
+A partition is written under ``_staging`` and its file renamed into place (``os.replace``: an old copy is
+swapped, never removed first) only when complete, so a reader never sees half a trace, and a failed ingest
+leaves nothing behind but its catalogue row.  The events file and then the catalogue row are published under
+a per-trace lock (``_locks/<sha256>.lock``, ``flock``: released by the kernel when the process dies); a trace
+counts as stored only when its catalogue row says 'ingested' *and* its events file exists (``Lake.is_stored``).
+A second writer of the same content that finds it stored when it takes the lock has lost a race to identical
+bytes: that is success, and nothing is written.  ``Lake.recover`` removes what dead processes left: staging
+folders and temporary catalogue files named after a pid of this host that is gone, and an events partition
+without a catalogue row (a writer killed between the two renames) whose lock nobody holds.
 
 The root may also be ``s3://bucket/prefix`` on any S3-compatible store (endpoint and credentials:
 ``taxbreak.config.S3Settings``).  Object storage has no directory rename, so there each partition is its one
@@ -20,12 +27,12 @@ is staged in the store, so a failed ingest leaves only its catalogue object.  Re
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
-import tempfile
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -37,7 +44,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from taxbreak.config import S3Settings, is_s3_url, normalise_s3_url
-from taxbreak.ingest.base import TraceInfo
+from taxbreak.ingest.base import TraceInfo, clean_dead, make_owned_dir, owned_name
+from taxbreak.ingest.redact import redact, redact_args
 from taxbreak.schemas import CATALOGUE_SCHEMA, EVENT_SCHEMA, SCHEMA_VERSION, check_schema_version
 
 if TYPE_CHECKING:
@@ -46,6 +54,10 @@ if TYPE_CHECKING:
 EVENTS_DIR = "events"
 CATALOGUE_DIR = "catalogue"
 STAGING_DIR = "_staging"
+LOCKS_DIR = "_locks"
+STAGING_PREFIX = "w-"  # _staging/w-<host>-<pid>-<random>: whose staging folder it is (base.owned_name)
+TMP_PREFIX = ".tmp-"  # catalogue/.tmp-<host>-<pid>-<random>-<sha256>.parquet while a row is written
+INT64_MAX = (1 << 63) - 1
 EVENTS_FILE = "part-0.parquet"  # a trace's one events file in its partition
 # How event columns are encoded (measured on bench/bench_nsys_ingest.py's 5 M rows: 1.57 -> 1.18 CPU-s of writing,
 # 18.8 -> 9.0 MB of Parquet):
@@ -153,10 +165,60 @@ class Lake:
 
     def _staging(self) -> Path:
         if self.is_object_store:  # staged on local disk, uploaded whole when complete
-            return Path(tempfile.mkdtemp(prefix="taxbreak-lake-"))
-        path = self.root / STAGING_DIR / uuid.uuid4().hex
-        path.mkdir(parents=True)
-        return path
+            return make_owned_dir("taxbreak-lake-")
+        return make_owned_dir(STAGING_PREFIX, self.root / STAGING_DIR)
+
+    @contextlib.contextmanager
+    def trace_lock(self, trace_id: str, *, wait: bool = True):  # noqa: ANN201 - a context manager of bool
+        """Hold the per-trace publish lock (local lakes; an object store has none: yields True).  With
+        ``wait=False`` yields False at once when another process holds it."""
+        if self.is_object_store:
+            yield True
+            return
+        locks = self.root / LOCKS_DIR
+        locks.mkdir(parents=True, exist_ok=True)
+        fd = os.open(locks / f"{trace_id}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)  # releases the lock
+
+    def is_stored(self, trace_id: str) -> dict | None:
+        """The catalogue row of a trace stored whole (row 'ingested' and events file present), else None."""
+        row = self.catalogue_row(trace_id)
+        if row is not None and row["status"] == "ingested" and self.has_events(trace_id):
+            return row
+        return None
+
+    def recover(self) -> dict[str, int]:
+        """Remove what dead writers left in a local lake (see the module doc); returns counts per kind.
+
+        Safe alongside live writers: only entries named after a dead pid of this host are removed, and an
+        orphan partition only while holding its trace's lock (a live writer holds it between its renames)."""
+        out = {"staging": 0, "catalogue_tmp": 0, "orphan_partitions": 0}
+        if self.is_object_store:
+            return out
+        out["staging"] = clean_dead(self.root / STAGING_DIR, STAGING_PREFIX)
+        out["catalogue_tmp"] = clean_dead(self.root / CATALOGUE_DIR, TMP_PREFIX)
+        events = self.root / EVENTS_DIR
+        try:
+            parts = [e.name for e in os.scandir(events) if e.name.startswith("trace_id=")]
+        except OSError:
+            return out
+        for name in parts:
+            trace_id = name[len("trace_id="):]
+            if self.catalogue_path(trace_id).exists():
+                continue
+            with self.trace_lock(trace_id, wait=False) as held:
+                if held and not self.catalogue_path(trace_id).exists():
+                    shutil.rmtree(events / name, ignore_errors=True)
+                    out["orphan_partitions"] += 1
+        return out
 
     def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
         """Let DuckDB connection ``con`` read this lake's ``s3://`` paths (an fsspec filesystem with this lake's
@@ -214,13 +276,29 @@ class Lake:
     # -- writing -----------------------------------------------------------------------------
     def write_events(
         self, trace_id: str, batches: Iterable[pa.RecordBatch], info: TraceInfo, *, file_name: str,
-        source_path: str, file_bytes: int,
+        source_path: str, file_bytes: int, replace: bool = True,
     ) -> dict:
-        """Stream ``batches`` into a staged partition, publish it atomically, record the catalogue row."""
+        """Stream ``batches`` into a staged partition, publish it atomically, record the catalogue row; returns
+        the row now in the catalogue (see ``publish_events``)."""
+        return self.publish_events(trace_id, batches, info, file_name=file_name, source_path=source_path,
+                                   file_bytes=file_bytes, replace=replace)[0]
+
+    def publish_events(
+        self, trace_id: str, batches: Iterable[pa.RecordBatch], info: TraceInfo, *, file_name: str,
+        source_path: str, file_bytes: int, replace: bool = False,
+    ) -> tuple[dict, bool]:
+        """``write_events``, returning (catalogue row, published).  ``published`` is False when, with
+        ``replace`` False, the trace was found stored when the lock was taken: a concurrent ingest of the same
+        bytes won; its row is returned and nothing is written.
+
+        Every adapter's rows pass here: rows no valid trace can hold are dropped and counted in the row's
+        skipped counts (``missing_ts``: no start outside metadata; ``negative_dur``; ``end_out_of_range``:
+        ts + dur beyond int64), and secrets in ``args_json`` are redacted (``redact.redact_args``)."""
         staging = self._staging()
         try:
             part = staging / EVENTS_FILE
             kinds: Counter[str] = Counter()
+            dropped: Counter[str] = Counter()
             n_rows = 0
             t_min: int | None = None
             t_max: int | None = None
@@ -233,34 +311,43 @@ class Lake:
                         continue
                     if batch.schema != EVENT_SCHEMA:
                         batch = batch.cast(EVENT_SCHEMA)
+                    batch, end = _drop_impossible(batch, dropped)
+                    if batch.num_rows == 0:
+                        continue
+                    args = batch.column("args_json")
+                    clean = redact_args(args)
+                    if clean is not args:
+                        batch = batch.set_column(batch.schema.get_field_index("args_json"), "args_json", clean)
                     writer.write_batch(batch)
                     n_rows += batch.num_rows
                     for item in pc.value_counts(batch.column("kind")).to_pylist():
                         kinds[item["values"]] += item["counts"]
-                    ts = batch.column("ts_ns")
-                    end = pc.add(ts, pc.fill_null(batch.column("dur_ns"), 0))
-                    lo, hi = pc.min(ts).as_py(), pc.max(end).as_py()
+                    lo, hi = pc.min(batch.column("ts_ns")).as_py(), pc.max(end).as_py()
                     if lo is not None:
                         t_min = lo if t_min is None else min(t_min, lo)
                     if hi is not None:
                         t_max = hi if t_max is None else max(t_max, hi)
-            target = self.events_dir(trace_id)
-            if isinstance(target, ObjectPath):  # one object, replaced whole by the upload's completion
-                self._upload(part, self.events_path(trace_id))
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if target.exists():  # identical content re-ingested on request: replace the old copy whole
-                    shutil.rmtree(target)
-                os.rename(staging, target)
+            row = catalogue_row(
+                trace_id, file_name=file_name, source_path=source_path, file_bytes=file_bytes, info=info,
+                status="ingested", error=None, event_count=n_rows, event_counts=dict(sorted(kinds.items())),
+                duration_ns=(t_max - t_min) if t_min is not None and t_max is not None else None,
+                extra_skipped=dict(dropped),
+            )
+            with self.trace_lock(trace_id):
+                if not replace:
+                    stored = self.is_stored(trace_id)
+                    if stored is not None:
+                        return stored, False
+                target = self.events_path(trace_id)
+                if isinstance(target, ObjectPath):  # one object, replaced whole by the upload's completion
+                    self._upload(part, target)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(part, target)  # an old copy is swapped for the new one, never removed first
+                self.write_catalogue_row(row)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        row = catalogue_row(
-            trace_id, file_name=file_name, source_path=source_path, file_bytes=file_bytes, info=info,
-            status="ingested", error=None, event_count=n_rows, event_counts=dict(sorted(kinds.items())),
-            duration_ns=(t_max - t_min) if t_min is not None and t_max is not None else None,
-        )
-        self.write_catalogue_row(row)
-        return row
+        return row, True
 
     def _uploader(self):  # noqa: ANN202 - s3fs.S3FileSystem
         """Uploads go through s3fs: one PUT, or a multipart upload it aborts when a part fails.  (pyarrow's S3
@@ -281,31 +368,44 @@ class Lake:
             self._uploader().pipe_file(path.key, sink.getvalue().to_pybytes())  # one PUT
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        tmp = path.with_name(f"{owned_name(TMP_PREFIX)}-{path.name}")
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def record_failure(
         self, trace_id: str, *, file_name: str, source_path: str, file_bytes: int, error: str,
-        source_format: str | None,
+        source_format: str | None, status: str = "failed",
     ) -> dict:
-        """A failed trace keeps no events; a previously good copy of the same content is kept."""
+        """A failed trace keeps no events.  A copy of the same content stored whole (by this process earlier or
+        a concurrent one) is never overwritten: its row is returned instead (check and write under the lock).
+        ``status`` 'not_a_trace': the file is no trace at all (recorded so it is not tried again)."""
         row = catalogue_row(
             trace_id, file_name=file_name, source_path=source_path, file_bytes=file_bytes,
-            info=TraceInfo(source_format=source_format or ""), status="failed", error=error,
+            info=TraceInfo(source_format=source_format or ""), status=status, error=error,
             event_count=0, event_counts={}, duration_ns=None,
         )
         if source_format is None:
             row["source_format"] = None
-        self.write_catalogue_row(row)
+        with self.trace_lock(trace_id):
+            stored = self.is_stored(trace_id)
+            if stored is not None:
+                return stored
+            self.write_catalogue_row(row)
         return row
 
 
 def catalogue_row(
     trace_id: str, *, file_name: str, source_path: str, file_bytes: int, info: TraceInfo, status: str,
     error: str | None, event_count: int, event_counts: dict[str, int], duration_ns: int | None,
+    extra_skipped: dict[str, int] | None = None,
 ) -> dict:
-    skipped = dict(sorted(info.skipped_counts.items()))
+    """The catalogue row; the one place every adapter's trace metadata passes, so secrets are redacted here."""
+    merged = Counter(info.skipped_counts)
+    merged.update(extra_skipped or {})
+    skipped = dict(sorted((k, v) for k, v in merged.items() if v))
     source_count = info.source_event_count
     if source_count is None and status == "ingested":
         source_count = event_count + sum(skipped.values())
@@ -325,9 +425,51 @@ def catalogue_row(
         "event_counts_json": json.dumps(event_counts, sort_keys=True),
         "skipped_counts_json": json.dumps(skipped),
         "source_event_count": source_count,
-        "metadata_json": json.dumps(info.metadata, sort_keys=True, default=str),
+        "metadata_json": json.dumps(redact(info.metadata), sort_keys=True, default=str),
         "ingested_at_ns": time.time_ns(),
         "schema_version": SCHEMA_VERSION,
         "status": status,
         "error": error,
     }
+
+
+def _drop_impossible(batch: pa.RecordBatch, dropped: Counter[str]) -> tuple[pa.RecordBatch, pa.Array]:
+    """``batch`` without rows no trace can hold (counted by reason in ``dropped``), and its rows' end times.
+
+    Reasons, first match: ``missing_ts`` (no start, outside metadata), ``negative_dur``, ``end_out_of_range``
+    (ts_ns + dur_ns does not fit int64).  A well-formed batch costs a null count, a min and a checked add."""
+    ts, dur = batch.column("ts_ns"), batch.column("dur_ns")
+    bad = None
+    if ts.null_count:
+        bad = pc.and_(pc.is_null(ts), pc.fill_null(pc.not_equal(batch.column("kind"), "metadata"), True))
+        _count(dropped, "missing_ts", bad, None)
+    lo_dur = pc.min(dur).as_py()
+    if lo_dur is not None and lo_dur < 0:
+        neg = pc.fill_null(pc.less(dur, 0), False)
+        _count(dropped, "negative_dur", neg, bad)
+        bad = neg if bad is None else pc.or_(bad, neg)
+    dur0 = pc.fill_null(dur, 0)
+    try:
+        end = pc.add_checked(ts, dur0)
+    except pa.ArrowInvalid:  # overflow somewhere: find the rows (dur >= 0 here unless already dropped)
+        over = pc.fill_null(pc.greater(ts, pc.subtract(pa.scalar(INT64_MAX, pa.int64()), pc.max_element_wise(
+            dur0, pa.scalar(0, pa.int64())))), False)
+        under = pc.fill_null(pc.and_(pc.less(dur0, 0), pc.less(ts, pc.subtract(
+            pa.scalar(-INT64_MAX - 1, pa.int64()), dur0))), False)
+        over = pc.or_(over, under)
+        _count(dropped, "end_out_of_range", over, bad)
+        bad = over if bad is None else pc.or_(bad, over)
+        end = None
+    if bad is None or not pc.any(bad).as_py():
+        return batch, end if end is not None else pc.add(ts, dur0)
+    batch = batch.filter(pc.invert(bad))
+    return batch, pc.add_checked(batch.column("ts_ns"), pc.fill_null(batch.column("dur_ns"), 0))
+
+
+def _count(dropped: Counter[str], reason: str, mask: pa.Array, already: pa.Array | None) -> None:
+    """Count the rows of ``mask`` not already dropped for an earlier reason."""
+    if already is not None:
+        mask = pc.and_(mask, pc.invert(already))
+    n = pc.sum(pc.cast(mask, pa.int64())).as_py() or 0
+    if n:
+        dropped[reason] += n
