@@ -1,0 +1,118 @@
+"""Batch composition per serving step from each source: hand-built annotations (vLLM execute_..., SGLang step[...],
+the sidecar's steps[].requests[]) with hand-computed sums, then the real public SGLang / vLLM traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import ev
+
+from taxbreak import analysis
+from taxbreak.ingest import Lake, ingest_file
+from taxbreak.meta import MetaError, validate_meta
+
+VLLM = "execute_40_context_2(sq36sk50sqsq650sqsk700)_generation_4(sq4sk400sqsq4sqsk400)"
+COLS = ("composition_source, phase, batch_requests, prefill_requests, decode_requests, tokens_sum, tokens_sq_sum, "
+        "context_sum, step_ts_ns, step_end_ns, kernels, device_active_ns, latency_ns, fit_ready, has_request_detail")
+
+
+def _meta() -> dict:
+    return {"taxbreak_meta_version": 1, "model": "toy", "steps": [{
+        "name": "serve_step#1", "phase": "mixed", "tokens": 1,
+        "requests": [{"request_id": "x", "tenant": "t1", "phase": "prefill", "tokens": 10, "context_tokens": 0},
+                         {"request_id": "y", "phase": "decode", "tokens": 1, "context_tokens": 30,
+                          "output_tokens": 1}]}]}
+
+
+@pytest.fixture()
+def wh(lake_builder, tmp_path: Path) -> duckdb.DuckDBPyConnection:
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    lake_builder(a, [
+        ev(a, "user_annotation", VLLM, 1000, 49000),
+        ev(a, "user_annotation", "step[EXTEND bs=2 toks=36]", 2000, 28000),
+        ev(a, "user_annotation", "execute_foo", 60000, 1000),  # not the format: ignored
+        ev(a, "runtime_api", "cudaLaunchKernel", 5000, 500, correlation_id=1),
+        ev(a, "kernel", "k", 8000, 52000, tid="7", device_id=0, stream_id=7, correlation_id=1),
+    ], gpu="NVIDIA H100 80GB HBM3", file_name="a.json")
+    lake_builder(b, [
+        ev(b, "user_annotation", "step[DECODE bs=3]", 1000, 8000),
+        ev(b, "user_annotation", "step[EXTEND bs=2 toks=100]", 10000, 10000),
+    ], gpu="NVIDIA H100 80GB HBM3", file_name="b.json")
+    lake = lake_builder(c, [ev(c, "user_annotation", "serve_step#1", 0, 5000)], gpu=None, file_name="c.json",
+                        metadata={"taxbreak": _meta()})
+    analysis.materialize(tmp_path / "wh.duckdb", lake.root, tables=["serving_step_requests"])
+    con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
+    yield con
+    con.close()
+
+
+def _steps(con: duckdb.DuckDBPyConnection, trace: str) -> list[tuple]:
+    sql = f"SELECT {COLS} FROM serving_steps WHERE trace_id = $t ORDER BY step_id"
+    return con.execute(sql, {"t": trace}).fetchall()
+
+
+def test_vllm_annotation_gives_sums_and_the_shorter_overlapping_range_gives_the_time(wh) -> None:
+    # 2 context + 4 generation requests; tokens 36 + 4; squares 650 + 4; cached context (50 - 36) + (400 - 4) = 410.
+    # The SGLang range inside it is shorter: the step runs [2000, 30000); its kernel was launched at 5000 and ends at
+    # 60000, so the latency is 60000 - 2000.
+    assert _steps(wh, "a" * 64) == [("vllm_execute", "mixed", 6, 2, 4, 40, 654, 410, 2000, 30000, 1, 52000, 58000,
+                                     True, False)]
+
+
+def test_sglang_annotations_give_batch_and_tokens_only(wh) -> None:
+    assert _steps(wh, "b" * 64) == [
+        ("sglang_step", "decode", 3, 0, 3, 3, 3, None, 1000, 9000, 0, 0, 8000, False, False),  # p_i = 1: sum p^2 = 3
+        ("sglang_step", "prefill", 2, 2, 0, 100, None, None, 10000, 20000, 0, 0, 10000, False, False),
+    ]
+
+
+def test_sidecar_requests_give_every_request(wh) -> None:
+    assert _steps(wh, "c" * 64) == [("sidecar", "mixed", 2, 1, 1, 11, 101, 30, 0, 5000, 0, 0, 5000, True, True)]
+    rows = wh.execute("SELECT request_id, tenant, request_phase, tokens, context_tokens, output_tokens FROM "
+                      "serving_step_requests ORDER BY request_id").fetchall()
+    assert rows == [("x", "t1", "prefill", 10, 0, None), ("y", "(none)", "decode", 1, 30, 1)]
+    assert wh.execute("SELECT model_name, gpu_name FROM serving_steps WHERE trace_id = $t",
+                      {"t": "c" * 64}).fetchone() == ("toy", "unknown")
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ({"request_id": "x", "phase": "prefill", "tokens": 1, "context_tokens": 0}, "appears twice"),
+    ({"request_id": "z", "phase": "verify", "tokens": 1, "context_tokens": 0}, "phase must be one of"),
+    ({"request_id": "z", "phase": "decode", "tokens": -1, "context_tokens": 0}, "tokens must be a non-negative"),
+    ({"phase": "decode", "tokens": 1, "context_tokens": 0}, "request_id"),
+])
+def test_bad_requests_are_refused_naming_the_problem(bad: dict, message: str) -> None:
+    meta = _meta()
+    meta["steps"][0]["requests"].append(bad)
+    with pytest.raises(MetaError, match=message) as exc:
+        validate_meta(meta, "x.meta.json")
+    assert "x.meta.json: steps[0].requests[2]" in str(exc.value)
+
+
+REAL = {
+    # file: (source, phase, |B|, prefill, decode, sum p, sum p^2, sum c, step duration ns)
+    "tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz":
+        ("vllm_execute", "decode", 32, 0, 32, 32, 32, 32785 - 32, 465_248_054),
+    "tracelens/inference/sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz":
+        ("vllm_execute", "prefill", 15, 15, 0, 15360, 15 * 1024 ** 2, 0, 28_915_862),
+    "tracelens/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz":
+        ("vllm_execute", "mixed", 46, 9, 37, 8155 + 37, 7475785 + 37, (8430 - 8155) + (34489 - 37), 26_353_441),
+}
+
+
+@pytest.mark.parametrize("rel", sorted(REAL))
+def test_real_annotations_parse(rel: str, real_trace, tmp_path: Path) -> None:
+    """The public AMD-AGI/TraceLens inference traces (MIT): each holds one execute_... annotation (and the SGLang
+    ones a step[EXTEND bs=15 toks=15360] / step[DECODE bs=32] range inside it, which gives the step's time)."""
+    path = real_trace(rel)
+    lake = Lake(tmp_path / "lake")
+    assert ingest_file(path, lake).status == "ingested"
+    analysis.materialize(tmp_path / "wh.duckdb", lake.root, tables=["serving_steps"])
+    con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
+    rows = con.execute("SELECT composition_source, phase, batch_requests, prefill_requests, decode_requests, "
+                       "tokens_sum, tokens_sq_sum, context_sum, step_end_ns - step_ts_ns, fit_ready, kernels > 0 "
+                       "FROM serving_steps").fetchall()
+    con.close()
+    assert rows == [(*REAL[rel], True, True)]
