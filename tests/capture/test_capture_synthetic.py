@@ -13,6 +13,7 @@ import json
 import re
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -29,8 +30,6 @@ from taxbreak.capture.synthetic import (
     total_kernels,
 )
 from taxbreak.ingest.nsys_schema import EXPORT_DDL_2026
-
-PUBLIC = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
 
 DENSE = SyntheticConfig(model_kind="dense", n_layers=3, batch_size=1, prompt_len=16, output_tokens=4, seed=7)
 # prefill: active experts = min(4, top_k 2 * 1 * 8 tokens) = 4; decode: min(4, 2 * 1) = 2
@@ -182,11 +181,9 @@ def test_synthetic_sqlite_ingests(tmp_path: Path) -> None:
     assert json.loads(res.row["gpu_names_json"]) == [MOE.gpu_name]
 
 
-def test_ddl_is_the_real_export_schema() -> None:
+def test_ddl_is_the_real_export_schema(public_trace: Callable[[str], Path]) -> None:
     """The DDL the synthetic writer (and the adapter's fixtures) use equals the public exports' own, blanks folded."""
-    mock, h100 = PUBLIC / "nsys-ai" / "mock.sqlite", PUBLIC / "nsys-ai" / "h100_2gpu_1s.sqlite"
-    if not mock.exists() or not h100.exists():
-        pytest.skip(f"the public Nsight exports are not at {PUBLIC}")
+    mock, h100 = public_trace("nsys-ai/mock.sqlite"), public_trace("nsys-ai/h100_2gpu_1s.sqlite")
 
     def fold(sql: str) -> str:
         return re.sub(r"\s+", " ", sql).strip()

@@ -1,4 +1,4 @@
-"""Shared fixtures for tests/ingest: the public traces folder, a temporary lake, a Kineto trace writer."""
+"""Shared fixtures for tests/ingest: a temporary lake, a Kineto trace writer (the public traces: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,6 @@ from typing import Any
 import pytest
 
 from taxbreak.ingest import Lake
-
-PUBLIC_TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
-
-
-@pytest.fixture(scope="session")
-def public_traces() -> Path:
-    if not PUBLIC_TRACES.is_dir():
-        pytest.skip(f"public traces not found at {PUBLIC_TRACES} (../shared is absent)")
-    return PUBLIC_TRACES
 
 
 @pytest.fixture

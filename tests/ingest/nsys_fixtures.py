@@ -7,8 +7,6 @@ from pathlib import Path
 
 from taxbreak.ingest.nsys_schema import EXPORT_DDL_2026, EXPORT_DDL_DOCS
 
-PUBLIC = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
-
 PID, TID, TID2 = 100, 101, 102
 HW = 1 << 48  # hardware/VM bits above the pid, as in real globalTids
 GPID = HW | (PID << 24)

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -128,14 +129,11 @@ PUBLIC_KERNELS = {"nsys-ai/h100_2gpu_1s.sqlite": (41, 3442), "nsys-ai/mfu_2gpu_b
 
 
 @pytest.mark.parametrize("rel", sorted(PUBLIC_KERNELS))
-def test_nsys_check_agrees_with_real_nsys_stats(nsys: str, rel: str, tmp_path: Path) -> None:
+def test_nsys_check_agrees_with_real_nsys_stats(nsys: str, rel: str, tmp_path: Path,
+                                                public_trace: Callable[[str], Path]) -> None:
     """`taxbreak nsys-check` against Nsight's own kernel summary (nsys 2022.4 names it `gpukernsum`), per name."""
-    from nsys_fixtures import PUBLIC
-
-    if not PUBLIC.is_dir():
-        pytest.skip(f"public traces not found at {PUBLIC}")
     export = tmp_path / Path(rel).name
-    shutil.copyfile(PUBLIC / rel, export)  # nsys stats gets a copy: nothing may touch ../shared
+    shutil.copyfile(public_trace(rel), export)  # nsys stats gets a copy: nothing may touch ../shared
     env = {**os.environ, "TAXBREAK_NSYS": nsys, "TAXBREAK_LAKE": str(tmp_path / "lake"),
            "TAXBREAK_WAREHOUSE": str(tmp_path / "wh.duckdb")}
     taxbreak = Path(os.sys.executable).with_name("taxbreak")

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from nsys_fixtures import PUBLIC, build_tiny_export
+from nsys_fixtures import build_tiny_export
 
 from taxbreak.cli import main
 from taxbreak.ingest import Lake, ingest_file
@@ -40,12 +41,10 @@ def no_nsys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "emptybin"))
 
 
-def test_public_reports_need_nsys(no_nsys: None, tmp_path: Path) -> None:
-    if not PUBLIC.is_dir():
-        pytest.skip(f"public traces not found at {PUBLIC}")
+def test_public_reports_need_nsys(no_nsys: None, tmp_path: Path, public_trace: Callable[[str], Path]) -> None:
     cases = (("nvfuser/ee4fcf30/report1.nsys-rep", "2025.1.1.110"), ("llm.c/report1.nsys-rep", "2023.4.4.54"))
     for rel, ver in cases:
-        res = ingest_file(PUBLIC / rel, Lake(tmp_path / "lake"), cache_dir=tmp_path / "cache")
+        res = ingest_file(public_trace(rel), Lake(tmp_path / "lake"), cache_dir=tmp_path / "cache")
         assert res.status == "failed"
         want = f"written by nsys {ver}): no nsys found; install the Nsight Systems CLI (nsys) version {ver}"
         assert want in res.error

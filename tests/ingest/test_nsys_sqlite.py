@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pytest
-from nsys_fixtures import EPOCH_NS, ORIGIN_NS, PUBLIC, build_tiny_export, ddl
+from nsys_fixtures import EPOCH_NS, ORIGIN_NS, build_tiny_export, ddl
 
 from taxbreak.ingest import Lake, ingest_file
 from taxbreak.ingest.base import IngestError
@@ -25,17 +26,12 @@ EXPECTED = {
 RUNTIME_KINDS = ("runtime_api", "driver_api", "graph_launch", "library_api")
 
 
-def _need_public() -> None:
-    if not PUBLIC.is_dir():
-        pytest.skip(f"public traces not found at {PUBLIC}")
-
-
 @pytest.mark.parametrize("rel", sorted(EXPECTED))
-def test_public_export_counts(rel: str, tmp_path: Path) -> None:
-    _need_public()
+def test_public_export_counts(rel: str, tmp_path: Path, public_trace: Callable[[str], Path]) -> None:
+    src = public_trace(rel)
     kernels, runtime, nvtx, memcpy, memset, sync = EXPECTED[rel]
     # the SOURCES.md figures, recounted from the raw export with plain sqlite3
-    con = sqlite3.connect(f"file:{PUBLIC / rel}?mode=ro&immutable=1", uri=True)
+    con = sqlite3.connect(f"file:{src}?mode=ro&immutable=1", uri=True)
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         raw = tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] if t in tables else 0 for t in (
@@ -44,7 +40,7 @@ def test_public_export_counts(rel: str, tmp_path: Path) -> None:
     finally:
         con.close()
     assert raw == EXPECTED[rel]
-    res = ingest_file(PUBLIC / rel, Lake(tmp_path))
+    res = ingest_file(src, Lake(tmp_path))
     assert res.status == "ingested", res.error
     counts = json.loads(res.row["event_counts_json"])
     skipped = json.loads(res.row["skipped_counts_json"])
@@ -59,9 +55,8 @@ def test_public_export_counts(rel: str, tmp_path: Path) -> None:
     assert res.row["event_count"] + sum(skipped.values()) == res.row["source_event_count"]
 
 
-def test_two_process_join_is_scoped_by_process(tmp_path: Path) -> None:
-    _need_public()
-    src = PUBLIC / "nsys-ai/h100_2gpu_1s.sqlite"
+def test_two_process_join_is_scoped_by_process(tmp_path: Path, public_trace: Callable[[str], Path]) -> None:
+    src = public_trace("nsys-ai/h100_2gpu_1s.sqlite")
     con = sqlite3.connect(f"file:{src}?mode=ro&immutable=1", uri=True)
     (true_n,) = con.execute(
         "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
@@ -84,12 +79,18 @@ def test_two_process_join_is_scoped_by_process(tmp_path: Path) -> None:
 
 
 def test_read_only_folder_gets_no_side_files(tmp_path: Path) -> None:
-    _need_public()
-    folder = PUBLIC / "nsys-ai"
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    src = build_tiny_export(folder / "tiny.sqlite")
     before = sorted(os.listdir(folder))
-    res = ingest_file(folder / "mock.sqlite", Lake(tmp_path))
+    folder.chmod(0o555)
+    try:
+        res = ingest_file(src, Lake(tmp_path / "lake"))
+        after = sorted(os.listdir(folder))
+    finally:
+        folder.chmod(0o755)
     assert res.status == "ingested", res.error
-    assert sorted(os.listdir(folder)) == before
+    assert after == before == ["tiny.sqlite"]
 
 
 def test_tiny_fixture_hand_values(tmp_path: Path) -> None:
@@ -271,10 +272,10 @@ def _lake_rows(lake_root: Path, sql: str) -> list[tuple]:
         con.close()
 
 
-def test_public_kernels_and_runtime_match_sqlite_row_for_row(tmp_path: Path) -> None:
+def test_public_kernels_and_runtime_match_sqlite_row_for_row(tmp_path: Path,
+                                                            public_trace: Callable[[str], Path]) -> None:
     """Every mapped field of every kernel and runtime row, recomputed from the raw export with plain sqlite3."""
-    _need_public()
-    src = PUBLIC / "nsys-ai/h100_2gpu_1s.sqlite"
+    src = public_trace("nsys-ai/h100_2gpu_1s.sqlite")
     res = ingest_file(src, Lake(tmp_path))
     assert res.status == "ingested", res.error
     con = sqlite3.connect(f"file:{src}?mode=ro&immutable=1", uri=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,13 @@ def test_redact_keys_and_token_shaped_values() -> None:
     }
 
 
-def test_public_trace_token_stays_out_of_the_catalogue(tmp_path: Path, public_traces: Path) -> None:
-    with gzip.open(public_traces / QWEN) as fh:
+def test_public_trace_token_stays_out_of_the_catalogue(tmp_path: Path, public_trace: Callable[[str], Path]) -> None:
+    qwen = public_trace(QWEN)
+    with gzip.open(qwen) as fh:
         raw = json.load(fh)
     env_tokens = re.findall(r'"HF_TOKEN": "([^"]+)"', json.dumps(raw.get("metadata")))
     assert env_tokens and all(t for t in env_tokens)  # the public file does embed one
-    res = ingest_file(public_traces / QWEN, Lake(tmp_path / "lake"))
+    res = ingest_file(qwen, Lake(tmp_path / "lake"))
     assert res.status == "ingested"
     stored = res.row["metadata_json"]
     assert all(t not in stored for t in env_tokens)

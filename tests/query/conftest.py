@@ -11,5 +11,5 @@ _spec.loader.exec_module(warehouse_build)
 
 
 @pytest.fixture(scope="session")
-def wh(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return warehouse_build.build(tmp_path_factory.mktemp("wh"))
+def wh(tmp_path_factory: pytest.TempPathFactory, public_traces_dir: Path | None) -> dict:
+    return warehouse_build.build(tmp_path_factory.mktemp("wh"), public_traces_dir)

@@ -1,6 +1,7 @@
 """Builds the small test warehouse shared by tests/query and tests/report (loaded by path from their conftests):
 synthetic Nsight SQLite decodes (a dense batch-size sweep 1, 4, 16 and one MoE) plus the public nsys-ai exports
-mock.sqlite (2 kernels) and h100_2gpu_1s.sqlite (3442 kernels, SOURCES.md) when the shared traces are present."""
+mock.sqlite (2 kernels) and h100_2gpu_1s.sqlite (3442 kernels, SOURCES.md) when ``public`` (the public traces
+folder, tests/conftest.py) is given."""
 
 from __future__ import annotations
 
@@ -10,19 +11,18 @@ from taxbreak.analysis import materialize
 from taxbreak.capture.synthetic import SyntheticConfig, generate_synthetic, total_kernels
 from taxbreak.ingest import Lake, ingest_file
 
-PUBLIC = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
 DENSE = {bs: SyntheticConfig(n_layers=2, output_tokens=4, batch_size=bs) for bs in (1, 4, 16)}
 MOE = SyntheticConfig(model_kind="moe", n_layers=2, output_tokens=4)
 
 
-def build(root: Path) -> dict:
+def build(root: Path, public: Path | None) -> dict:
     files = {}
     for bs, cfg in DENSE.items():
         files[f"dense_bs{bs}"] = (generate_synthetic(root / "in", cfg, formats=("sqlite",))[0], cfg)
     files["moe"] = (generate_synthetic(root / "in", MOE, formats=("sqlite",))[0], MOE)
     for key, name in (("mock", "mock.sqlite"), ("h100", "h100_2gpu_1s.sqlite")):
-        if (PUBLIC / "nsys-ai" / name).exists():
-            files[key] = (PUBLIC / "nsys-ai" / name, None)
+        if public is not None and (public / "nsys-ai" / name).exists():
+            files[key] = (public / "nsys-ai" / name, None)
     lake = Lake(root / "lake")
     ids = {}
     for key, (path, _cfg) in files.items():

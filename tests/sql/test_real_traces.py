@@ -10,8 +10,6 @@ import pytest
 from taxbreak import analysis
 from taxbreak.ingest import Lake, ingest_file
 
-PUBLIC = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
-
 # kernel events per file, from SOURCES.md (Kineto 'kernel'/'Kernel' cat counts, Nsight CUPTI_ACTIVITY_KIND_KERNEL rows)
 KERNELS = {
     "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz": 79,
@@ -40,16 +38,15 @@ real_lake: list[Lake] = []
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
-    if not PUBLIC.is_dir():
-        pytest.skip(f"public traces not present at {PUBLIC}")
+def real(tmp_path_factory: pytest.TempPathFactory,
+         public_traces: Path) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
     root = tmp_path_factory.mktemp("real")
     lake = Lake(root / "lake")
     real_lake.append(lake)
     ids: dict[str, str] = {}
     failed = []
     for rel in KERNELS:
-        res = ingest_file(PUBLIC / rel, lake)
+        res = ingest_file(public_traces / rel, lake)
         if res.status == "failed":
             failed.append(f"{rel}: {res.error}")
         else:
