@@ -120,11 +120,17 @@ def _utf8(arr: pa.Array) -> tuple[pa.Array, int]:
     return pa.array(out, pa.string()), bad
 
 
-def _repair_text(batch: pa.RecordBatch, table: str, tally: _Tally | None) -> pa.RecordBatch:
-    """Every string column of a source batch as valid UTF-8 (repairs counted as ``table.column``)."""
+def _repair_text(batch: pa.RecordBatch, table: str, tally: _Tally | None, *, args_text: bool = True,
+                 ) -> pa.RecordBatch:
+    """Every string column of a source batch as valid UTF-8 (repairs counted as ``table.column``).
+
+    ``args_text=False``: the args JSON holds no TEXT column (SQLite's json_object of numbers is ASCII), so it is
+    not scanned (the runtime table's, in the exports seen)."""
     cols = list(batch.columns)
     changed = False
     for i, f in enumerate(batch.schema):
+        if f.name == "__args" and not args_text:
+            continue
         if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
             fixed, bad = _utf8(cols[i])
             if bad:
@@ -560,6 +566,7 @@ class _Source:
     raw: list[str]  # columns read as Arrow columns
     raw_args: list[str]  # of those, the ones args_json takes through DuckDB (REAL/BLOB/untyped: exact there)
     args_sql: str | None  # SQLite json_object(...) over the other args columns, or None when there are none
+    args_text: bool = True  # args_sql includes a TEXT column (its output may then hold bytes that are not UTF-8)
 
 
 def _source(plan: _TablePlan, cols: list[tuple[str, str]]) -> _Source:
@@ -579,7 +586,8 @@ def _source(plan: _TablePlan, cols: list[tuple[str, str]]) -> _Source:
 
     pairs = [f"'{c.replace(chr(39), chr(39) * 2)}', {value(c, t)}" for c, t in args if _json_safe(t)]
     raw = [c for c, _ in cols if c in plan.reads or c in raw_args]
-    return _Source(raw, raw_args, "json_object(" + ", ".join(pairs) + ")" if pairs else None)
+    args_text = any(_is_text_affinity(t) for c, t in args if _json_safe(t))
+    return _Source(raw, raw_args, "json_object(" + ", ".join(pairs) + ")" if pairs else None, args_text)
 
 
 def _osrt_enabled(include_osrt: bool | None) -> bool:
@@ -926,7 +934,8 @@ def _events(plan: _TablePlan, src: _Source, batch: pa.RecordBatch, lookups: dict
             repairs: _Tally | None = None) -> pa.RecordBatch:
     """One source batch as EVENT_SCHEMA rows, in Arrow (``duck`` only for REAL/BLOB args columns); rows with
     impossible times are left out (counted in ``skipped``), text is made valid UTF-8 (counted in ``repairs``)."""
-    batch = _repair_text(_drop_impossible(plan.table, batch, skipped), plan.table, repairs)
+    batch = _repair_text(_drop_impossible(plan.table, batch, skipped), plan.table, repairs,
+                         args_text=src.args_text)
     c = _Cols(batch, lookups)
     out = plan.build(c)
     start = c.int("start")

@@ -33,13 +33,18 @@ def _ingest(src: Path, lake_root: Path) -> tuple[dict, list[dict]]:
 
 def test_blobs_and_bad_utf8_never_fail_the_ingest(tmp_path: Path) -> None:
     src = build_wild_export(tmp_path / "dlprof.sqlite")
+    con = sqlite3.connect(src)  # and a payload TEXT column (args_json) with a byte that is not UTF-8
+    con.execute("UPDATE NVTX_EVENTS SET jsonText = CAST(X'7b2261223a317dff' AS TEXT) WHERE text = 'mark'")
+    con.commit()
+    con.close()
     row, events = _ingest(src, tmp_path / "lake")
     meta = json.loads(row["metadata_json"])
     # the blob is one repaired value, the Hostname row beside it keeps its text (not "b'dgx-1'")
     assert row["host_name"] == "dgx-1"
-    assert meta["text_repairs"] == {"NVTX_EVENTS.text": 1, "StringIds.value": 1, "TARGET_INFO_SYSTEM_ENV.value": 1}
+    assert meta["text_repairs"] == {"NVTX_EVENTS.args_json": 1, "NVTX_EVENTS.text": 1, "StringIds.value": 1,
+                                    "TARGET_INFO_SYSTEM_ENV.value": 1}
     (note,) = meta["notes"]
-    assert note.startswith("3 text value(s) held bytes that are not UTF-8") and "StringIds.value 1" in note
+    assert note.startswith("4 text value(s) held bytes that are not UTF-8") and "StringIds.value 1" in note
     kernels = sorted((e for e in events if e["kind"] == "kernel"), key=lambda e: e["ts_ns"])
     assert kernels[0]["short_name"] == BAD_SHORT_NAME  # b"ge\xffmm": the one bad byte replaced, the rest kept
     assert [k["short_name"] for k in kernels[1:]] == ["graph_k"] * 3
@@ -48,6 +53,8 @@ def test_blobs_and_bad_utf8_never_fail_the_ingest(tmp_path: Path) -> None:
     assert json.loads(kernels[1]["args_json"])["tensorSizeMinusOneElements"] == "[]"
     (step,) = [e for e in events if e["kind"] == "nvtx_range" and e["ts_ns"] == 0]
     assert step["name"] == "step\ufffd" and step["dur_ns"] == 7100
+    (mark,) = [e for e in events if e["kind"] == "nvtx_mark"]
+    assert json.loads(mark["args_json"])["jsonText"] == '{"a":1}\ufffd'
     assert row["event_count"] == 12  # nothing was lost: the same events as the clean fixture
     # every stored string is valid UTF-8: DuckDB (which validates) reads the whole partition
     part = str(Lake(tmp_path / "lake").events_path(row["trace_id"]))
