@@ -13,6 +13,7 @@ import sys
 
 import duckdb
 
+from taxbreak import readmodel
 from taxbreak.config import add_path_args
 
 # (metric, unit, better when lower)
@@ -25,7 +26,13 @@ METRICS: list[tuple[str, str, bool | None]] = [
     ("delta_kt_ns", "ns", True),
     ("t_device_active_ns", "ns", None),
     ("hdbi", "fraction", False),
+    ("hdbi_linked", "fraction", False),
+    ("hdbi_wall", "fraction", False),
     ("linked_fraction", "fraction", False),
+    ("host_wall_ns", "ns", True),
+    ("flagged_orchestrate_exceeds_wall", "traces", True),
+    ("flagged_dispatch_blocked", "traces", True),
+    ("flagged_outlier_steps", "traces", True),
     ("output_tokens", "tokens", None),
     ("kpt", "kernels per token", True),
     ("end_to_end_ns", "ns", True),
@@ -70,40 +77,38 @@ def resolve_group(con: duckdb.DuckDBPyConnection, spec: str) -> list[str]:
 
 
 def group_metrics(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[str, float | int | None]:
-    """The compared figures for a set of traces, straight from the warehouse tables."""
-    row = con.execute(
-        """
-        WITH t AS (SELECT * FROM taxbreak_by_scope WHERE scope_kind = 'trace'
-                   AND trace_id IN (SELECT unnest($ids::VARCHAR[]))),
-        k AS (SELECT * FROM kernels_per_token WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))),
-        s AS (SELECT * FROM skip_by_trace WHERE trace_id IN (SELECT unnest($ids::VARCHAR[])))
-        SELECT
-            (SELECT count(*) FROM t),
-            (SELECT sum(kernels) FROM t),
-            (SELECT sum(t_orchestrate_ns) FROM t),
-            (SELECT sum(delta_ft_ns) FROM t),
-            (SELECT sum(delta_ct_ns) FROM t),
-            (SELECT sum(delta_kt_ns) FROM t),
-            (SELECT sum(t_device_active_ns) FROM t),
-            (SELECT sum(linked_kernels) FROM t),
-            (SELECT sum(output_tokens) FROM k WHERE kpt IS NOT NULL),
-            (SELECT sum(kernels) FROM k WHERE kpt IS NOT NULL),
-            (SELECT count(*) FROM k WHERE kpt IS NULL),
-            (SELECT sum(il_ns) FROM s),
-            (SELECT sum(tklqt_ns) FROM s)
-        """,
-        {"ids": trace_ids},
-    ).fetchone()
-    (n, kernels, orch, ft, ct, kt, dev, linked, tokens, kpt_kernels, kpt_missing, il, tklqt) = (
-        None if v is None else int(v) for v in row
-    )
-    hdbi = dev / (dev + orch) if dev is not None and orch is not None and dev + orch > 0 else None
+    """The compared figures for a set of traces: sums of the read model's trace rows (taxbreak.readmodel), with
+    the ratios recomputed from the sums, and how many traces carry each flag."""
+    hs = readmodel.trace_headlines(con, trace_ids)
+
+    def total(key: str, rows: list[dict] | None = None) -> int | None:
+        vals = [h[key] for h in (hs if rows is None else rows) if h.get(key) is not None]
+        return int(sum(vals)) if vals else None
+
+    kernels, orch, dev = total("kernels"), total("t_orchestrate_ns"), total("t_device_active_ns")
+    dev_linked, linked = total("t_device_active_linked_ns"), total("linked_kernels")
+    host = [total(k) for k in ("host_launch_ns", "host_library_ns", "host_framework_ns")]
+    with_kpt = [h for h in hs if h.get("kpt") is not None]
+    tokens, kpt_kernels = total("output_tokens", with_kpt), total("kpt_kernels", with_kpt)
+
+    def ratio(a: int | None, b: int | None) -> float | None:
+        return a / (a + b) if a is not None and b is not None and a + b > 0 else None
+
     return {
-        "traces": n, "kernels": kernels, "t_orchestrate_ns": orch, "delta_ft_ns": ft, "delta_ct_ns": ct,
-        "delta_kt_ns": kt, "t_device_active_ns": dev, "hdbi": hdbi,
-        "linked_fraction": linked / kernels if kernels else None,
-        "output_tokens": tokens, "kpt": kpt_kernels / tokens if tokens and kpt_missing == 0 else None,
-        "end_to_end_ns": il, "tklqt_ns": tklqt,
+        "traces": len(hs), "kernels": kernels, "t_orchestrate_ns": orch, "delta_ft_ns": total("delta_ft_ns"),
+        "delta_ct_ns": total("delta_ct_ns"), "delta_kt_ns": total("delta_kt_ns"), "t_device_active_ns": dev,
+        "hdbi": ratio(dev, orch), "hdbi_linked": ratio(dev_linked, orch),
+        "hdbi_wall": ratio(dev, sum(host)) if None not in host else None,
+        "linked_fraction": linked / kernels if kernels and linked is not None else None,
+        "host_wall_ns": total("host_wall_ns"),
+        "flagged_orchestrate_exceeds_wall": sum(1 for h in hs if h.get("orchestrate_exceeds_wall")),
+        "flagged_dispatch_blocked": sum(1 for h in hs if h.get("dispatch_blocked_flag")),
+        "flagged_outlier_steps": sum(1 for h in hs if h.get("has_outlier_steps")),
+        "output_tokens": tokens,
+        "kpt": kpt_kernels / tokens if tokens and len(with_kpt) == len(hs) and kpt_kernels is not None else None,
+        "end_to_end_ns": total("il_ns"), "tklqt_ns": total("tklqt_ns"),
+        "caveats": [f"{h['file_name']}: [{c['kind']}] {c['text']}" for h in hs for c in readmodel.caveats(h)
+                    if c["kind"] in ("coverage", "wall", "blocked", "outlier", "no_kernels")],
     }
 
 
@@ -117,7 +122,8 @@ def compare(con: duckdb.DuckDBPyConnection, spec_a: str, spec_b: str) -> dict:
         pct = delta / va if delta is not None and va else None
         rows.append({"metric": metric, "unit": unit, "a": va, "b": vb, "delta": delta, "delta_ratio": pct,
                      "lower_is_better": lower_better})
-    return {"a": {"spec": spec_a, "trace_ids": ids_a}, "b": {"spec": spec_b, "trace_ids": ids_b}, "rows": rows}
+    return {"a": {"spec": spec_a, "trace_ids": ids_a, "caveats": a["caveats"]},
+            "b": {"spec": spec_b, "trace_ids": ids_b, "caveats": b["caveats"]}, "rows": rows}
 
 
 def format_compare(result: dict) -> str:
@@ -135,8 +141,13 @@ def format_compare(result: dict) -> str:
         ptxt = "" if r["delta_ratio"] is None else f"{r['delta_ratio']:+.1%}"
         lines.append(f"{r['metric']:<20} {fmt_value(r['a'], unit):>14} {fmt_value(r['b'], unit):>14} "
                      f"{dtxt:>14} {ptxt:>9}")
+    for side in ("a", "b"):
+        for c in result[side].get("caveats", []):
+            lines.append(f"{side.upper()}: {c}")
     lines.append("")
-    lines.append("sums over each group's traces; HDBI = device active / (device active + T_Orchestrate) of the sums; "
+    lines.append("sums over each group's traces; HDBI = device active / (device active + T_Orchestrate) of the sums, "
+                 "HDBI_linked over linked kernels, HDBI_wall over the launching threads' host partition; "
+                 "flagged_* count traces; "
                  "kpt n/a when a trace lacks its token count; end_to_end_ns = inference latency (skip_by_trace.il_ns)")
     return "\n".join(lines)
 

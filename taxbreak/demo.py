@@ -99,13 +99,13 @@ def print_results(paths: Paths, results: list[Any] | None = None) -> int:
 
 def _print_analysis(paths: Paths, trace_ids: list[str]) -> None:
     """The headline of every trace from the warehouse tables (built by the pipeline, or here when missing)."""
-    from taxbreak import analysis
+    from taxbreak import analysis, readmodel
 
     if not paths.warehouse.exists():
         analysis.materialize(paths.warehouse, paths.lake)
     for trace_id in trace_ids:
         try:
-            print(analysis.format_summary(analysis.summary(paths.warehouse, trace_id)))
+            print(readmodel.format_summary(readmodel.summary(paths.warehouse, trace_id)))
         except LookupError as exc:
             print(f"(no analysis for trace {trace_id[:16]}: {exc})")
 

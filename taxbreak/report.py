@@ -14,7 +14,7 @@ from typing import Any
 
 import duckdb
 
-from taxbreak import plots
+from taxbreak import plots, readmodel
 from taxbreak.config import add_path_args
 from taxbreak.plots import fmt_value
 
@@ -38,25 +38,8 @@ def _has(con: duckdb.DuckDBPyConnection, name: str) -> bool:
 
 
 def trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per analysed trace: metadata, trace-scope TaxBreak, kernels per token, SKIP, launch floor."""
-    return _rows(con, """
-        SELECT m.trace_id, m.file_name, m.source_format, m.gpu_name, m.model, m.model_kind, m.batch_size,
-               m.output_tokens, m.trace_kind, m.is_null_kernel, m.meta_source, m.meta_note,
-               t.kernels, t.linked_kernels, t.orphan_kernels, t.linked_fraction, t.low_coverage,
-               t.delta_ft_ns, t.delta_ct_ns, t.delta_kt_ns, t.t_orchestrate_ns, t.t_device_active_ns,
-               t.hdbi, t.hdbi_linked, t.py_missing_kernels,
-               f.t_sys_ns, f.t_sys_source, f.t_sys_rule, f.t_sys_is_default,
-               k.kpt, k.kpt_decode, k.unique_kernels, k.kernel_diversity, k.kpt_null_reason,
-               k.kpt_decode_null_reason, k.tokens_source,
-               s.tklqt_ns, s.negative_samples, s.il_ns, s.gpu_idle_merged_ns, s.akd_ns
-        FROM trace_meta m
-        LEFT JOIN taxbreak_by_scope t ON t.trace_id = m.trace_id AND t.scope_kind = 'trace'
-        LEFT JOIN trace_launch_floor f ON f.trace_id = m.trace_id
-        LEFT JOIN kernels_per_token k ON k.trace_id = m.trace_id
-        LEFT JOIN skip_by_trace s ON s.trace_id = m.trace_id
-        WHERE $all OR m.trace_id IN (SELECT unnest($ids::VARCHAR[]))
-        ORDER BY m.model NULLS LAST, m.batch_size NULLS LAST, m.file_name
-    """, {"all": trace_ids is None, "ids": trace_ids or []})
+    """One row per analysed trace, from the read model every reader shares (taxbreak.readmodel)."""
+    return readmodel.trace_headlines(con, trace_ids)
 
 
 def step_rows(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
@@ -173,23 +156,16 @@ def sweep_data(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = Non
 
 
 def assumptions(traces: list[dict[str, Any]]) -> list[str]:
-    out = []
+    """The caveats of every trace (taxbreak.readmodel.caveats), grouped by kind: one line per kind naming the traces
+    it concerns, the first trace's wording as the example."""
+    by_kind: dict[str, list[tuple[str, str]]] = {}
     for t in traces:
-        name = t["file_name"]
-        if t["t_sys_is_default"]:
-            out.append(f"{name}: T_sys = {t['t_sys_ns']} ns is the documented default ({t['t_sys_rule']}), not "
-                       "measured; run `taxbreak capture null-kernel` on this GPU and host to measure it.")
-        if t["kpt"] is None:
-            out.append(f"{name}: kernels per token unknown: {t['kpt_null_reason'] or 'no token count'}.")
-        if t["orphan_kernels"]:
-            out.append(f"{name}: {t['orphan_kernels']:,} of {t['kernels']:,} kernels are orphans (no launch call "
-                       "or framework op); they add device time but no T_Orchestrate, so HDBI is inflated"
-                       + (" (coverage below the threshold)." if t["low_coverage"] else "."))
-        if t["negative_samples"]:
-            out.append(f"{name}: {t['negative_samples']:,} launch-to-start samples are negative; left out of "
-                       "TKLQT and counted apart.")
-        if t["py_missing_kernels"]:
-            out.append(f"{name}: {t['py_missing_kernels']:,} linked kernels have no Python-level op (t_py = 0).")
+        for c in readmodel.caveats(t):
+            by_kind.setdefault(c["kind"], []).append((t["file_name"], c["text"]))
+    out = []
+    for kind, items in by_kind.items():
+        names = ", ".join(n for n, _ in items[:6]) + (f" and {len(items) - 6} more" if len(items) > 6 else "")
+        out.append(f"{kind} ({len(items)} trace(s): {names}): {items[0][1]}")
     return out
 
 
@@ -219,7 +195,8 @@ def collect(
         t["requests"] = request_data(con, tid)
     if len(traces) > 3:
         print(file=sys.stderr)
-    return {"traces": traces, "sweeps": sweep_data(con, trace_ids), "assumptions": assumptions(traces)}
+    return {"traces": traces, "sweeps": sweep_data(con, trace_ids), "assumptions": assumptions(traces),
+            "caveats": {t["file_name"]: [c["text"] for c in readmodel.caveats(t)] for t in traces}}
 
 
 REQUEST_STEPS_SHOWN = 40
@@ -331,6 +308,8 @@ def trace_label(t: dict[str, Any]) -> str:
 def _cards(t: dict[str, Any]) -> str:
     items = [
         ("HDBI", fmt_value(t["hdbi"], "fraction")),
+        ("HDBI_linked", fmt_value(t["hdbi_linked"], "fraction")),
+        ("HDBI_wall", fmt_value(t["hdbi_wall"], "fraction")),
         ("T_Orchestrate", fmt_value(t["t_orchestrate_ns"], "ns")),
         ("T_DeviceActive", fmt_value(t["t_device_active_ns"], "ns")),
         ("kernels / token", fmt_value(t["kpt"], "")),
@@ -345,14 +324,11 @@ def _cards(t: dict[str, Any]) -> str:
 
 
 def _hdbi_caveat(t: dict[str, Any]) -> str:
-    parts = [f"HDBI = T_DeviceActive / (T_DeviceActive + T_Orchestrate) = {fmt_value(t['hdbi'], 'fraction')}"
-             f"; over linked kernels only {fmt_value(t['hdbi_linked'], 'fraction')}."]
-    parts.append(f"Coverage: {t['linked_kernels'] or 0:,} of {t['kernels'] or 0:,} kernels linked "
-                 f"({fmt_value(t['linked_fraction'], 'fraction')}).")
-    if t["t_sys_is_default"]:
-        parts.append(f"T_sys = {t['t_sys_ns']} ns is a documented default, not measured.")
+    parts = [readmodel.hdbi_text(t) + "."]
+    parts += [c["text"] + "." for c in readmodel.caveats(t)
+              if c["kind"] in ("coverage", "wall", "blocked", "outlier", "launch_floor", "no_kernels")]
     parts.append("The 0.2 / 0.5 reference lines are our reading aids, not thresholds from the paper.")
-    cls = "warn" if t["low_coverage"] or t["t_sys_is_default"] else "note"
+    cls = "warn" if readmodel.flags(t) or t["t_sys_is_default"] else "note"
     return f"<p class='{cls}'>{escape(' '.join(parts))}</p>"
 
 

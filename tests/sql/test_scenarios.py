@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis
+from taxbreak import analysis, readmodel
 from taxbreak.ingest.lake import Lake
 
 from .scenarios import (
@@ -265,5 +265,5 @@ def test_host_only_trace_has_no_kernels_per_token_but_its_steps(tmp_path: Path) 
     assert rows(con, "SELECT step_name, phase FROM int_steps ORDER BY step_ts_ns") == [
         ("prefill", "prefill"), ("decode_step#1", "decode")]
     con.close()
-    notes = analysis.format_summary(analysis.summary(tmp_path / "wh.duckdb", t[:12]))
+    notes = readmodel.format_summary(readmodel.summary(tmp_path / "wh.duckdb", t[:12]))
     assert reason in notes and "no step annotations" not in notes

@@ -1,0 +1,275 @@
+"""The read model: the headline figures, flags and caveats of analysed traces, derived once for every reader.
+
+``taxbreak summary``, ``taxbreak report`` and ``taxbreak compare`` all read ``trace_headlines`` and word their notes
+with ``caveats``, so a figure or a caveat cannot differ between them (docs/method.md sections 2 and 3: HDBI is shown
+beside HDBI_linked, coverage and HDBI_wall, with the flags that say when the paper's T_Orchestrate outgrows the
+launching threads' wall time).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import duckdb
+
+# HDBI reading aids; not thresholds from the paper (docs/method.md section 2).
+HDBI_REFERENCE_LINES = (0.2, 0.5)
+
+_HEADLINE_SQL = """
+SELECT m.trace_id, m.file_name, m.source_format, m.gpu_name, m.model, m.model_kind, m.batch_size,
+       m.output_tokens, m.trace_kind, m.is_null_kernel, m.meta_source, m.meta_note,
+       t.kernels, t.linked_kernels, t.orphan_kernels, t.linked_launches, t.linked_fraction, t.low_coverage,
+       t.lib_kernels, t.py_missing_kernels, t.t_dispatch_base_ns,
+       t.delta_ft_ns, t.delta_ct_ns, t.delta_kt_ns, t.delta_kt_excess_ns, t.t_orchestrate_ns, t.t_device_active_ns,
+       t.t_device_active_linked_ns, t.hdbi, t.hdbi_linked, t.hdbi_wall, t.t_dispatch_blocked_ns,
+       t.dispatch_blocked_flag, t.host_threads, t.host_wall_ns, t.host_launch_ns, t.host_launch_blocked_ns,
+       t.host_library_ns, t.host_framework_ns, t.host_sync_ns, t.host_other_runtime_ns, t.host_untraced_ns,
+       t.orchestrate_exceeds_wall, t.top_orchestrate_kernels, t.is_outlier_step AS has_outlier_steps,
+       x.hdbi AS excl_outliers_hdbi, x.hdbi_wall AS excl_outliers_hdbi_wall,
+       x.t_orchestrate_ns AS excl_outliers_t_orchestrate_ns, x.kernels AS excl_outliers_kernels,
+       o.threads AS other_threads, o.wall_ns AS other_threads_wall_ns,
+       (SELECT list(step_name ORDER BY step_id) FROM int_steps st WHERE st.trace_id = m.trace_id AND st.is_outlier_step)
+           AS outlier_steps,
+       f.t_sys_ns, f.t_sys_source, f.t_sys_rule, f.t_sys_is_default,
+       k.kpt, k.kernels AS kpt_kernels, k.kpt_decode, k.unique_kernels, k.kernel_diversity, k.kpt_null_reason,
+       k.kpt_decode_null_reason,
+       k.tokens_source,
+       s.tklqt_ns, s.launch_samples, s.mean_launch_to_start_ns, s.negative_samples, s.negative_sum_ns, s.il_ns,
+       s.il_start_basis, s.gpu_idle_merged_ns, s.gpu_idle_sum_ns, s.akd_ns, s.no_kernels_reason,
+       (SELECT count(*) FROM int_steps st WHERE st.trace_id = m.trace_id) AS steps,
+       (SELECT sum(kernels) FROM taxbreak_by_scope z WHERE z.trace_id = m.trace_id AND z.scope_kind = 'step'
+          AND z.scope_key = 'outside_steps') AS kernels_outside_steps,
+       (SELECT count(DISTINCT device_id) FROM device_busy d WHERE d.trace_id = m.trace_id AND d.kernels > 0)
+           AS gpus_with_kernels
+FROM trace_meta m
+LEFT JOIN taxbreak_by_scope t ON t.trace_id = m.trace_id AND t.scope_kind = 'trace'
+LEFT JOIN taxbreak_by_scope x ON x.trace_id = m.trace_id AND x.scope_kind = 'trace_excl_outliers'
+LEFT JOIN host_partition o ON o.trace_id = m.trace_id AND o.scope_kind = 'other_threads'
+LEFT JOIN trace_launch_floor f ON f.trace_id = m.trace_id
+LEFT JOIN kernels_per_token k ON k.trace_id = m.trace_id
+LEFT JOIN skip_by_trace s ON s.trace_id = m.trace_id
+WHERE $all OR m.trace_id IN (SELECT unnest($ids::VARCHAR[]))
+ORDER BY m.model NULLS LAST, m.batch_size NULLS LAST, m.file_name
+"""
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def trace_headlines(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per analysed trace: metadata, trace-scope TaxBreak with HDBI_wall and its flags, the trace without
+    its outlier steps, SKIP, kernels per token and the launch floor."""
+    return _rows(con, _HEADLINE_SQL, {"all": trace_ids is None, "ids": trace_ids or []})
+
+
+def _ms(ns: float | int | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:,.3f} ms"
+
+
+def _frac(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+def hdbi_text(h: dict[str, Any]) -> str:
+    """HDBI, HDBI_linked, coverage and HDBI_wall side by side, as every reader prints them."""
+    cov = "n/a" if h.get("linked_fraction") is None else f"{h['linked_fraction']:.1%}"
+    low = " (low)" if h.get("low_coverage") else ""
+    return (f"HDBI {_frac(h.get('hdbi'))} | HDBI_linked {_frac(h.get('hdbi_linked'))} | coverage {cov}{low} | "
+            f"HDBI_wall {_frac(h.get('hdbi_wall'))}")
+
+
+def flags(h: dict[str, Any]) -> list[str]:
+    """The short flag names of a trace (or scope) row."""
+    out = []
+    if h.get("low_coverage"):
+        out.append("low_coverage")
+    if h.get("orchestrate_exceeds_wall"):
+        out.append("orchestrate_exceeds_wall")
+    if h.get("dispatch_blocked_flag"):
+        out.append("dispatch_blocked")
+    if h.get("has_outlier_steps"):
+        out.append("outlier_steps")
+    return out
+
+
+def _contributors(h: dict[str, Any]) -> str:
+    parts = []
+    for k in h.get("top_orchestrate_kernels") or []:
+        where = k.get("py_name") or k.get("op_name") or "?"
+        parts.append(f"kernel #{k['kernel_seq']} {str(k['kernel_name'])[:50]} under {str(where)[:50]} "
+                     f"({_ms(k['orchestrate_ns'])})")
+    return "; ".join(parts)
+
+
+def caveats(h: dict[str, Any]) -> list[dict[str, str]]:
+    """What a reader must know to read a trace's figures, as ``{'kind': ..., 'text': ...}``; the one place their
+    wording is written (summary, report and compare show these)."""
+    out: list[dict[str, str]] = []
+
+    def add(kind: str, text: str) -> None:
+        out.append({"kind": kind, "text": text})
+
+    if h.get("no_kernels_reason"):
+        add("no_kernels", h["no_kernels_reason"])
+    if h.get("t_sys_is_default"):
+        add("launch_floor", f"T_sys = {h['t_sys_ns'] / 1000:.2f} µs is the documented default ({h['t_sys_rule']}) for "
+                            f"GPU {h.get('gpu_name') or 'unknown'}, not measured: run `taxbreak capture null-kernel` "
+                            "on this GPU and host")
+    elif h.get("t_sys_source") == "user_setting":
+        add("launch_floor", f"T_sys = {h['t_sys_ns'] / 1000:.2f} µs was set by the user")
+    if h.get("low_coverage"):
+        add("coverage", f"only {h['linked_fraction']:.1%} of kernels are linked (< 90%): orphans add device time but "
+                        "no T_Orchestrate, so HDBI is inflated; read HDBI_linked")
+    if h.get("orchestrate_exceeds_wall"):
+        add("wall", f"T_Orchestrate {_ms(h['t_orchestrate_ns'])} exceeds the {h['host_threads']} launching thread(s)' "
+                    f"host wall time {_ms(h['host_wall_ns'])}: the paper's per-kernel prefixes count shared host time "
+                    f"more than once; HDBI_wall {_frac(h.get('hdbi_wall'))} does not. Largest contributors: "
+                    + _contributors(h))
+    if h.get("dispatch_blocked_flag"):
+        add("blocked", f"{_ms(h['t_dispatch_blocked_ns'])} of the dispatch terms (ΔFT + ΔCT "
+                       f"{_ms((h['delta_ft_ns'] or 0) + (h['delta_ct_ns'] or 0))}) is time inside other launch or "
+                       "sync calls that waited, not translation work")
+    if h.get("has_outlier_steps"):
+        names = ", ".join(str(n) for n in (h.get("outlier_steps") or [])[:4])
+        add("outlier", f"outlier step(s) {names} (> 5x the median of the other steps) dominate the trace; without "
+                       f"them: HDBI {_frac(h.get('excl_outliers_hdbi'))}, HDBI_wall "
+                       f"{_frac(h.get('excl_outliers_hdbi_wall'))}, T_Orchestrate "
+                       f"{_ms(h.get('excl_outliers_t_orchestrate_ns'))} over {h.get('excl_outliers_kernels') or 0:,} "
+                       "kernels")
+    if h.get("other_threads"):
+        add("threads", f"{h['other_threads']} thread(s) launch no kernels ({_ms(h['other_threads_wall_ns'])} of host "
+                       "time): reported apart, never in HDBI_wall")
+    if h.get("linked_kernels") and h.get("py_missing_kernels"):
+        add("python_op", f"{h['py_missing_kernels']:,} linked kernels have no Python-level op: t_py = 0 for them")
+    if h.get("linked_launches") and h.get("t_dispatch_base_ns") is None:
+        add("dispatch_base", "no framework-native dispatch sample > 100 ns: T_dispatch_base unknown, library "
+                             "kernels charged their full dispatch as framework translation")
+    if h.get("negative_samples"):
+        add("tklqt", f"{h['negative_samples']:,} launch-to-start samples are negative: left out of TKLQT and "
+                     f"counted apart (sum {_ms(h['negative_sum_ns'])})")
+    if h.get("kernels") and h.get("kpt") is None and h.get("kpt_null_reason"):
+        add("kernels_per_token", "kernels per token unknown: " + h["kpt_null_reason"])
+    if not h.get("steps"):
+        add("steps", "no step annotations: trace-level figures cover the whole trace")
+    elif h.get("kernels_outside_steps"):
+        add("steps", f"{h['kernels_outside_steps']:,} kernels lie outside every step (warm-up leftovers?): "
+                     "trace-level figures include them, per-step figures do not")
+    return out
+
+
+def resolve_trace(con: duckdb.DuckDBPyConnection, trace_id_prefix: str) -> str:
+    """The one analysed trace a prefix or file name names; LookupError saying why not."""
+    matches = con.execute(
+        "SELECT trace_id FROM trace_meta WHERE starts_with(trace_id, $p) OR file_name = $p ORDER BY trace_id",
+        {"p": trace_id_prefix},
+    ).fetchall()
+    if len(matches) > 1:
+        raise LookupError(f"{trace_id_prefix!r} matches {len(matches)} traces; give more of the trace id")
+    if not matches:
+        raise LookupError(f"no analysed trace matches {trace_id_prefix!r}: run `taxbreak analyze` first")
+    return matches[0][0]
+
+
+def summary(
+    warehouse_path: str | os.PathLike[str] | None, trace_id_prefix: str, top_k: int = 5,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> dict[str, Any]:
+    """The headline figures of one analysed trace (matched by trace id prefix or file name) as plain data.
+
+    ``con``: an open connection to read instead of opening ``warehouse_path`` read-only (kept open)."""
+    own = con is None
+    con = con or duckdb.connect(str(warehouse_path), read_only=True)
+    try:
+        tid = resolve_trace(con, trace_id_prefix)
+        p = {"t": tid, "k": top_k}
+        out: dict[str, Any] = {
+            "headline": trace_headlines(con, [tid])[0],
+            "phases": _rows(con, "SELECT * FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'phase' "
+                                 "ORDER BY scope_key", {"t": tid}),
+            "device": _rows(con, "SELECT * FROM device_busy WHERE trace_id = $t ORDER BY device_id", {"t": tid}),
+            "top_kernels_by_time": _rows(con, "SELECT * FROM skip_by_kernel WHERE trace_id = $t AND rank_by_time <= $k "
+                                              "ORDER BY rank_by_time", p),
+            "top_kernels_by_count": _rows(con, "SELECT * FROM skip_by_kernel WHERE trace_id = $t AND "
+                                               "rank_by_count <= $k ORDER BY rank_by_count", p),
+            "top_fusion": _rows(con, "SELECT * FROM fusion_candidates WHERE trace_id = $t AND rank <= $k "
+                                     "ORDER BY rank", p),
+            "i_lib_rules": _rows(con, "SELECT i_lib_rule, i_lib, count(*) AS kernels FROM kernel_taxbreak WHERE "
+                                      "trace_id = $t AND is_linked GROUP BY ALL ORDER BY kernels DESC", {"t": tid}),
+        }
+    finally:
+        if own:
+            con.close()
+    out["caveats"] = caveats(out["headline"])
+    rules = {r["i_lib_rule"] for r in out["i_lib_rules"]}
+    if rules and "library_api_range" not in rules:
+        out["caveats"].append({"kind": "library_rule",
+                               "text": "I_lib decided from kernel names (no cuBLAS/cuDNN API ranges in the trace)"})
+    return out
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    h = s["headline"]
+    lines = [f"trace {h['trace_id'][:16]}  {h['file_name']}  ({h['source_format']}, GPU {h['gpu_name'] or 'unknown'}; "
+             f"{h['gpus_with_kernels'] or 0} GPU(s) ran kernels)"]
+    if h.get("kernels"):
+        lines += [
+            f"  {hdbi_text(h)}   (0 = host-bound, 1 = device-bound)",
+            f"  kernels {h['kernels']:,}, linked {h['linked_kernels']:,}, launches charged {h['linked_launches']:,}"
+            + (f"   flags: {', '.join(flags(h))}" if flags(h) else ""),
+            f"  T_Orchestrate {_ms(h['t_orchestrate_ns'])} = ΔFT {_ms(h['delta_ft_ns'])} + ΔCT {_ms(h['delta_ct_ns'])}"
+            f" + ΔKT {_ms(h['delta_kt_ns'])}   T_DeviceActive {_ms(h['t_device_active_ns'])}   "
+            f"t_dispatch_blocked {_ms(h['t_dispatch_blocked_ns'])}",
+            f"  host wall of the {h['host_threads'] or 0} launching thread(s) {_ms(h['host_wall_ns'])} = launch "
+            f"{_ms(h['host_launch_ns'])} + launch blocked {_ms(h['host_launch_blocked_ns'])} + library "
+            f"{_ms(h['host_library_ns'])} + framework {_ms(h['host_framework_ns'])} + sync {_ms(h['host_sync_ns'])}"
+            f" + other runtime {_ms(h['host_other_runtime_ns'])} + untraced {_ms(h['host_untraced_ns'])}",
+            f"  T_sys {h['t_sys_ns'] / 1000:.2f} µs ({h['t_sys_source']}, {h['t_sys_rule']}); T_dispatch_base "
+            f"{h['t_dispatch_base_ns'] if h['t_dispatch_base_ns'] is not None else 'n/a'} ns; ΔKT excess (diagnostic) "
+            f"{_ms(h['delta_kt_excess_ns'])}",
+        ]
+        if h.get("has_outlier_steps"):
+            lines.append(f"  without outlier steps: HDBI {_frac(h['excl_outliers_hdbi'])} | HDBI_wall "
+                         f"{_frac(h['excl_outliers_hdbi_wall'])} | T_Orchestrate "
+                         f"{_ms(h['excl_outliers_t_orchestrate_ns'])}")
+    else:
+        lines.append(f"  no TaxBreak figures: {h.get('no_kernels_reason') or 'no kernels in this trace'}")
+    for ph in s["phases"]:
+        if ph["scope_key"] != "unknown":
+            lines.append(f"  phase {ph['scope_key']:<8} kernels {ph['kernels']:,}  {hdbi_text(ph)}  "
+                         f"T_Orch {_ms(ph['t_orchestrate_ns'])}  T_DevAct {_ms(ph['t_device_active_ns'])}")
+    if h.get("kernels"):
+        kv = "n/a" if h["kpt"] is None else f"{h['kpt']:,.1f}"
+        kd = "n/a" if h["kpt_decode"] is None else f"{h['kpt_decode']:,.1f}"
+        lines.append(f"  kernels per token {kv} (decode-only {kd}); unique kernels {h['unique_kernels'] or 0:,}, "
+                     f"diversity {h['kernel_diversity'] or 0:.3f}")
+        mean = "n/a" if h["mean_launch_to_start_ns"] is None else f"{h['mean_launch_to_start_ns'] / 1000:,.2f} µs"
+        lines.append(f"  TKLQT {_ms(h['tklqt_ns'])} over {h['launch_samples']:,} launches (mean {mean} per launch; "
+                     f"{h['negative_samples']:,} negative samples apart); AKD {h['akd_ns'] / 1000:,.2f} µs")
+        lines.append(f"  window [first framework op, last kernel end]: IL {_ms(h['il_ns'])}, GPU idle "
+                     f"{_ms(h['gpu_idle_merged_ns'])} (IL - merged busy), {_ms(h['gpu_idle_sum_ns'])} "
+                     "(IL - sum of kernel time)")
+    for d in s["device"]:
+        lines.append(f"  window [GPU {d['device_id']}'s first kernel start, last kernel end] {_ms(d['span_ns'])}: busy "
+                     f"{_ms(d['busy_ns'])}, idle {_ms(d['idle_ns'])} (late launch {_ms(d['idle_launch_late_ns'])}, "
+                     f"sync {_ms(d['idle_sync_drain_ns'])}, memcpy {_ms(d['idle_memcpy_ns'])}, other "
+                     f"{_ms(d['idle_other_ns'])})")
+    if s["top_kernels_by_time"]:
+        lines.append("  top kernels by time:")
+        lines += [f"    {k['rank_by_time']}. {_ms(k['total_dur_ns'])} x{k['invocations']:,}  {k['kernel_name'][:90]}"
+                  for k in s["top_kernels_by_time"]]
+        lines.append("  top kernels by count:")
+        lines += [f"    {k['rank_by_count']}. x{k['invocations']:,}  {k['kernel_name'][:90]}"
+                  for k in s["top_kernels_by_count"]]
+    if s["top_fusion"]:
+        lines.append("  fusion candidates (maximal, non-overlapping, by host time saved):")
+        lines += [f"    {f['rank']}. L={f['chain_len']} x{f['occurrences']:,} saves {f['launches_saved']:,} launches "
+                  f"~{_ms(f['host_time_saved_ns'])}: " + " > ".join(f["chain"])
+                  for f in s["top_fusion"]]
+    if s["caveats"]:
+        lines.append("  assumed / caveats:")
+        lines += [f"    - [{c['kind']}] {c['text']}" for c in s["caveats"]]
+    return "\n".join(lines)
