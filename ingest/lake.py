@@ -322,7 +322,10 @@ class Lake:
                     n_rows += batch.num_rows
                     for item in pc.value_counts(batch.column("kind")).to_pylist():
                         kinds[item["values"]] += item["counts"]
-                    lo, hi = pc.min(batch.column("ts_ns")).as_py(), pc.max(end).as_py()
+                    # metadata events (Kineto ph 'M') never move the trace start or duration
+                    timed = pc.not_equal(batch.column("kind"), "metadata")
+                    lo = pc.min(pc.filter(batch.column("ts_ns"), timed)).as_py()
+                    hi = pc.max(pc.filter(end, timed)).as_py()
                     if lo is not None:
                         t_min = lo if t_min is None else min(t_min, lo)
                     if hi is not None:
@@ -374,6 +377,23 @@ class Lake:
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def update_metadata(self, trace_id: str, update: dict) -> dict | None:
+        """Merge ``update`` into a stored trace's ``metadata_json`` (a None value removes its key), under the
+        trace's lock; the events are not touched.  Returns the new row, or None when the trace is not stored."""
+        with self.trace_lock(trace_id):
+            row = self.is_stored(trace_id)
+            if row is None:
+                return None
+            meta = json.loads(row["metadata_json"] or "{}")
+            for key, value in update.items():
+                if value is None:
+                    meta.pop(key, None)
+                else:
+                    meta[key] = value
+            row = dict(row, metadata_json=json.dumps(redact(meta), sort_keys=True, default=str))
+            self.write_catalogue_row(row)
+        return row
 
     def record_failure(
         self, trace_id: str, *, file_name: str, source_path: str, file_bytes: int, error: str,

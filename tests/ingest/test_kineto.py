@@ -130,8 +130,9 @@ def test_decoder_step_values(write_kineto, raw_number, lake, gz):
     assert (trace["pid"], trace["tid"], trace["category"]) == ("Spans", "PyTorch Profiler", "Trace")
     end = ev[("instant", "Record Window End", "i")]
     assert (end["pid"], end["tid"], end["ts_ns"], end["dur_ns"]) == ("", "", 60_002, None)
-    # the lake's span runs from the metadata event (50.5 µs) to the window end (160.001 µs)
-    assert row["duration_ns"] == 60_002 + 49_499
+    # the lake's span runs from the first timed event (the origin, 99.999 µs) to the window end (160.001 µs): the
+    # metadata event at 50.5 µs never moves the start or the duration
+    assert row["duration_ns"] == 60_002
 
 
 def test_epoch_microseconds_keep_sub_microsecond_digits(write_kineto, raw_number, lake):
