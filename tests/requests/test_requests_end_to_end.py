@@ -1,0 +1,75 @@
+"""A synthetic co-batched serving trace through the whole path: Kineto JSON + sidecar -> ingest -> analyze ->
+`taxbreak requests --refit` -> `taxbreak requests TRACE [--json]`, and the report section."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from taxbreak import analysis, report
+from taxbreak.capture.synthetic_serving import ServingConfig, simulate_serving, write_serving_kineto
+from taxbreak.cli import main
+from taxbreak.ingest import Lake, ingest_file
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    root = tmp_path_factory.mktemp("serving")
+    run = simulate_serving(ServingConfig(n_requests=40, policy="separate", seed=3))
+    path = write_serving_kineto(run, root / "syn_serving.json.gz")
+    lake = Lake(root / "lake")
+    assert ingest_file(path, lake).status == "ingested"
+    analysis.materialize(root / "wh.duckdb", lake.root)
+    return root / "wh.duckdb", run
+
+
+def test_steps_and_requests_match_the_sidecar(built) -> None:
+    wh, run = built
+    con = duckdb.connect(str(wh), read_only=True)
+    steps = con.execute("SELECT step_id, batch_requests, tokens_sum, latency_ns, device_active_ns, kernels, phase "
+                        "FROM serving_steps ORDER BY step_id").fetchall()
+    assert len(steps) == len(run.steps)
+    for (sid, b, tok, lat, dev, k, phase), batch, lat_true, ph in zip(steps, run.steps, run.latency_ns, run.phases,
+                                                                      strict=True):
+        assert (b, tok, lat, k, phase) == (len(batch), sum(e["tokens"] for e in batch), lat_true, 3, ph), sid
+        work = max(3, int(lat_true * 0.8) - 12_000)  # the writer's three kernels take 55/40/5 % of the work
+        assert dev == sum(max(1, int(work * f)) for f in (0.55, 0.40, 0.05)), sid
+    assert con.execute("SELECT count(*) FROM serving_step_requests").fetchone()[0] == sum(len(b) for b in run.steps)
+    con.close()
+
+
+def test_cli_refit_then_table_and_json(built, capsys: pytest.CaptureFixture[str]) -> None:
+    wh, run = built
+    assert main(["requests", "--refit", "--warehouse", str(wh)]) == 0
+    assert "fitted synthetic-serving-dense / NVIDIA H100 80GB HBM3 / decode" in capsys.readouterr().err
+    assert main(["requests", "--refit", "--warehouse", str(wh)]) == 0
+    assert "every fit is up to date" in capsys.readouterr().err
+    assert main(["requests", "syn_serving.json.gz", "--warehouse", str(wh), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["request_count"] == 40
+    assert sorted(f["phase"] for f in d["fits"]) == ["decode", "prefill"]
+    assert sum(t["share_of_trace"] for t in d["tenants"]) == pytest.approx(1.0)
+    assert sum(t["requests"] for t in d["tenants"]) == 40
+    con = duckdb.connect(str(wh), read_only=True)
+    total = con.execute("SELECT sum(predicted_ns) FROM request_step_fit").fetchone()[0]
+    shares = con.execute("SELECT sum(model_share_ns) FROM request_totals").fetchone()[0]
+    rows = con.execute("SELECT count(*) FROM request_step_shares").fetchone()[0]
+    assert abs(shares - total) <= rows * 0.5  # the shares add up to the predictions (whole ns per request)
+    data = report.collect(con)
+    con.close()
+    html = report.render_html(data)
+    assert "Per-request latency attribution" in html and "Fitted vs observed step latency" in html
+    assert main(["requests", "syn_serving.json.gz", "--warehouse", str(wh)]) == 0
+    out = capsys.readouterr().out
+    assert "requests (40; top 20" in out and "tenants:" in out and "baseline R2" in out
+
+
+def test_cli_errors_name_the_problem(built, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh, _ = built
+    assert main(["requests", "no-such-trace", "--warehouse", str(wh)]) == 2
+    assert "no analysed trace matches 'no-such-trace'" in capsys.readouterr().err
+    assert main(["requests", "x", "--warehouse", str(tmp_path / "none.duckdb")]) == 2
+    assert "no warehouse at" in capsys.readouterr().err
