@@ -1,6 +1,13 @@
 """.nsys-rep reports: converted with the installed ``nsys export --type sqlite``, then read as SQLite exports.
 
-``nsys`` comes from ``$TAXBREAK_NSYS`` or PATH.  The export goes into ``cache_dir`` under the report's content
+``nsys`` comes from ``$TAXBREAK_NSYS`` or PATH.  The version that wrote a report comes from its header tag
+(``NVIDIA Tegra Profiler Report 2025@1@1@110-...``) or, when the header has none (as some 2023.1 reports), from
+the version text in the report (``2023.1.1.127-<build>v0``, kept in the session record near the end of the file);
+a report newer than the installed nsys, or one nsys fails to read with a format/version error, is refused with
+"needs nsys >= X" naming the report.  Every path handed to nsys is absolute, so a file name starting with ``-``
+is never taken for an option.  Errors name the user's ``.nsys-rep``, never the cached export.
+
+The export goes into ``cache_dir`` under the report's content
 hash: written to a temporary name in the same folder and renamed only when ``nsys`` succeeded, so an
 interrupted or failed conversion leaves nothing behind, and a re-ingest reuses the finished export.
 Also here: ``nsys_check``, the cross-check of our kernel table against ``nsys stats``' kernel summary
@@ -30,6 +37,12 @@ EXPORT_TIMEOUT_S = 600
 VERSION_TIMEOUT_S = 30
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
 _VERSION_RE = re.compile(r"(\d{4})\.(\d+)\.(\d+)(?:\.(\d+))?")
+# The version text inside a report: year.major.minor.patch-<build id>v<n> (e.g. 2023.4.4.54-234433681190v0).
+_REPORT_TEXT_VERSION_RE = re.compile(rb"(?<![\d.])(20\d\d)\.(\d{1,2})\.(\d{1,2})\.(\d{1,6})-\d{4,}v\d")
+REPORT_SCAN_BYTES = 1 << 20  # the version text is looked for in the first and the last MiB of a report
+# nsys export messages that mean "this nsys cannot read that report's format" (seen: a 2023.1 report through 2022.4)
+_FORMAT_ERROR_RE = re.compile(r"ProtobufParseException|Version number is invalid|unsupported.*version|"
+                              r"newer version|version.*not supported", re.IGNORECASE)
 INSTALL_HINT = (
     "install the Nsight Systems CLI (nsys) version {need} or newer and put it on PATH (or set TAXBREAK_NSYS to "
     "its path), or export the report yourself with `nsys export --type sqlite REPORT.nsys-rep` and drop the "
@@ -56,15 +69,25 @@ def _fmt(v: tuple[int, ...] | None) -> str:
 
 
 def report_version(path: Path) -> tuple[int, ...] | None:
-    """Version of nsys that wrote the report, from its header ('NVIDIA Tegra Profiler Report 2025@1@1@110-...')."""
-    with open(path, "rb") as fh:
-        head = fh.read(256)
+    """Version of nsys that wrote the report: its header tag ('NVIDIA Tegra Profiler Report 2025@1@1@110-...'), else
+    the version text in its first or last ``REPORT_SCAN_BYTES`` (the highest one found); None when neither."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(REPORT_SCAN_BYTES)
+            size = fh.seek(0, os.SEEK_END)
+            tail = b""
+            if size > REPORT_SCAN_BYTES:
+                fh.seek(max(REPORT_SCAN_BYTES, size - REPORT_SCAN_BYTES))
+                tail = fh.read(REPORT_SCAN_BYTES)
+    except OSError:
+        return None
     if not head.startswith(REPORT_MAGIC):
         return None
     m = re.match(rb"NVIDIA Tegra Profiler Report\s*(\d{4})@(\d+)@(\d+)(?:@(\d+))?", head)
-    if not m:
-        return None
-    return tuple(int(g) for g in m.groups() if g is not None)
+    if m:
+        return tuple(int(g) for g in m.groups() if g is not None)
+    found = [tuple(int(g) for g in t.groups()) for t in _REPORT_TEXT_VERSION_RE.finditer(head + b"\n" + tail)]
+    return max(found) if found else None
 
 
 def nsys_version(nsys: str) -> tuple[int, ...] | None:
@@ -85,6 +108,7 @@ def _hash(path: Path) -> str:
 def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | None = None,
                    timeout_s: float = EXPORT_TIMEOUT_S) -> Path:
     """The SQLite export of ``path`` in ``cache_dir`` (made with nsys now, or reused from an earlier run)."""
+    path = Path(path)
     rep_v = report_version(path)
     cache_root = Path(cache_dir) if cache_dir is not None else Path(tempfile.gettempdir()) / "taxbreak-nsys-cache"
     key = content_hash or _hash(path)
@@ -100,7 +124,8 @@ def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | No
     have_v = nsys_version(nsys)
     if rep_v is not None and have_v is not None and have_v[:3] < rep_v[:3]:
         raise IngestError(
-            f"{path}: the report was written by nsys {_fmt(rep_v)}, newer than the installed nsys {_fmt(have_v)} "
+            f"{path}: needs nsys >= {_fmt(rep_v)}: the report was written by nsys {_fmt(rep_v)}, newer than the "
+            f"installed nsys {_fmt(have_v)} "
             f"({nsys}) can read; " + INSTALL_HINT.format(need=_fmt(rep_v))
         )
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -108,9 +133,9 @@ def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | No
     tmp_out = tmp_dir / "export.sqlite"
     try:
         try:
-            proc = subprocess.run(
-                [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp_out),
-                 str(path)],
+            proc = subprocess.run(  # absolute paths: a name starting with '-' is never an option
+                [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output",
+                 str(tmp_out.resolve()), str(path.resolve())],
                 capture_output=True, text=True, timeout=timeout_s, check=False,
             )
         except subprocess.TimeoutExpired:
@@ -118,10 +143,21 @@ def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | No
         except OSError as exc:
             raise IngestError(f"{path}: cannot run {nsys}: {exc}") from None
         if proc.returncode != 0 or not tmp_out.exists():
-            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
+            lines = [line.strip() for line in ((proc.stderr or "") + "\n" + (proc.stdout or "")).splitlines()]
+            lines = [line for line in lines if line]
+            tail = " | ".join(lines[-3:])
+            format_lines = [line for line in lines if _FORMAT_ERROR_RE.search(line)]
+            if format_lines:
+                newer = rep_v is not None and (have_v is None or have_v[:3] < rep_v[:3])
+                need = f">= {_fmt(rep_v)}" if newer else f"newer than {_fmt(have_v)}"
+                raise IngestError(
+                    f"{path}: needs nsys {need}: the installed nsys {_fmt(have_v)} ({nsys}) cannot read this "
+                    f"report (nsys export: {' | '.join(format_lines[-3:])}); "
+                    + INSTALL_HINT.replace("version {need} or newer", f"version {need.removeprefix('>= ')}")
+                )
             raise IngestError(
                 f"{path}: nsys export failed (exit {proc.returncode}, nsys {_fmt(have_v)}, report {_fmt(rep_v)}): "
-                + " | ".join(tail)
+                + tail
             )
         os.replace(tmp_out, target)
     finally:
@@ -134,7 +170,7 @@ def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None) -> Adapt
 
     path = Path(path)
     export = convert_report(path, cache_dir, content_hash=trace_id)
-    out = read_nsys_sqlite(export, trace_id)
+    out = read_nsys_sqlite(export, trace_id, source_name=str(path))  # errors name the report, not the cache
     out.info.source_format = "nsys-rep"
     out.info.metadata["converted_export"] = str(export)
     rep_v = report_version(path)
@@ -152,7 +188,7 @@ def nsys_kernel_summary(nsys: str, trace: Path, timeout_s: float = EXPORT_TIMEOU
     ``gpukernsum`` on an nsys older than that name)."""
     for report in KERNEL_SUMMARY_REPORTS:
         proc = subprocess.run(
-            [nsys, "stats", "--report", report, "--format", "csv", "--output", "-", str(trace)],
+            [nsys, "stats", "--report", report, "--format", "csv", "--output", "-", str(Path(trace).resolve())],
             capture_output=True, text=True, timeout=timeout_s, check=False,
         )
         if f"Report '{report}' could not be found" not in proc.stdout + proc.stderr:
