@@ -260,7 +260,7 @@ class Lake:
 
     def catalogue(self) -> pa.Table:
         """All catalogue rows (refusing files of an unknown schema major version)."""
-        tables = [self._read(path).cast(CATALOGUE_SCHEMA) for path in self.catalogue_paths()]
+        tables = [_to_catalogue_schema(self._read(path)) for path in self.catalogue_paths()]
         if not tables:
             return CATALOGUE_SCHEMA.empty_table()
         return pa.concat_tables(tables)
@@ -302,6 +302,7 @@ class Lake:
             n_rows = 0
             t_min: int | None = None
             t_max: int | None = None
+            kernel_devices: set[int] = set()
             with pq.ParquetWriter(
                 part, EVENT_SCHEMA, compression=_EVENT_COMPRESSION, use_dictionary=_EVENT_DICT_COLUMNS,
                 write_statistics=_EVENT_STATS_COLUMNS, column_encoding=_EVENT_DELTA_COLUMNS,
@@ -322,6 +323,10 @@ class Lake:
                     n_rows += batch.num_rows
                     for item in pc.value_counts(batch.column("kind")).to_pylist():
                         kinds[item["values"]] += item["counts"]
+                    is_kernel = pc.equal(batch.column("kind"), "kernel")
+                    if pc.any(is_kernel).as_py():
+                        devices = pc.unique(pc.filter(batch.column("device_id"), is_kernel)).drop_null()
+                        kernel_devices.update(devices.to_pylist())
                     # metadata events (Kineto ph 'M') never move the trace start or duration
                     timed = pc.not_equal(batch.column("kind"), "metadata")
                     lo = pc.min(pc.filter(batch.column("ts_ns"), timed)).as_py()
@@ -334,7 +339,7 @@ class Lake:
                 trace_id, file_name=file_name, source_path=source_path, file_bytes=file_bytes, info=info,
                 status="ingested", error=None, event_count=n_rows, event_counts=dict(sorted(kinds.items())),
                 duration_ns=(t_max - t_min) if t_min is not None and t_max is not None else None,
-                extra_skipped=dict(dropped),
+                extra_skipped=dict(dropped), kernel_gpu_count=len(kernel_devices),
             )
             with self.trace_lock(trace_id):
                 if not replace:
@@ -417,10 +422,19 @@ class Lake:
         return row
 
 
+
+def _to_catalogue_schema(table: pa.Table) -> pa.Table:
+    """A catalogue file as CATALOGUE_SCHEMA: columns added by later minor versions (schemas/CHANGELOG.md) are NULL
+    in files written before them."""
+    for field in CATALOGUE_SCHEMA:
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(CATALOGUE_SCHEMA.names).cast(CATALOGUE_SCHEMA)
+
 def catalogue_row(
     trace_id: str, *, file_name: str, source_path: str, file_bytes: int, info: TraceInfo, status: str,
     error: str | None, event_count: int, event_counts: dict[str, int], duration_ns: int | None,
-    extra_skipped: dict[str, int] | None = None,
+    extra_skipped: dict[str, int] | None = None, kernel_gpu_count: int | None = None,
 ) -> dict:
     """The catalogue row; the one place every adapter's trace metadata passes, so secrets are redacted here."""
     merged = Counter(info.skipped_counts)
@@ -438,6 +452,7 @@ def catalogue_row(
         "tool_versions_json": json.dumps(info.tool_versions, sort_keys=True, default=str),
         "gpu_names_json": json.dumps(info.gpu_names),
         "gpu_count": len(info.gpu_names),
+        "kernel_gpu_count": kernel_gpu_count,
         "host_name": info.host_name,
         "start_epoch_ns": info.start_epoch_ns,
         "duration_ns": duration_ns,

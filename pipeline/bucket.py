@@ -9,24 +9,36 @@ files the bucket holds.  A file that changed less than ``settle_s`` ago is still
 uploaded) and is left for a later tick, and the mark never moves past ``now - settle_s``, so a file that
 arrives later always sorts after it.  For local files the change time is ``max(mtime, ctime)``: a copy
 that keeps an old mtime (``cp -p``, ``rsync -a``, ``tar x``) still gets a fresh ctime when it lands.
+
+Nothing in a bucket can stop the others: a local bucket lists regular files only (a FIFO, a device, a socket,
+a link leaving the bucket is left out and named in ``LocalBucket.rejected``), a link is followed only to a
+regular file inside the bucket, and opening never blocks.  Object keys are used exactly as stored (an empty
+segment ``inbox//x.json``, a ``..`` segment, a 300-character name): the local copy of an object has a short
+name of its own, and the catalogue and every message name the object's URL.  A sidecar dropped after its trace
+was ingested updates the trace's catalogue row (``apply_sidecar``) without reading its events again.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
-import tempfile
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
 from taxbreak.config import S3Settings
-from taxbreak.ingest import SIDECAR_SUFFIX, TRACE_SUFFIXES, IngestResult, Lake, ingest_file
+from taxbreak.ingest import SIDECAR_SUFFIX, TRACE_SUFFIXES, IngestError, IngestResult, Lake, ingest_file
+from taxbreak.ingest.base import clean_dead, make_owned_dir, open_regular
 
 HASH_CHUNK_BYTES = 1 << 20
+DOWNLOAD_PREFIX = "taxbreak-dl-"
+SIDECAR_MAX_BYTES = 1 << 20  # a sidecar is a few hundred bytes; larger is refused, not read
+LOCAL_NAME_MAX_BYTES = 160  # longer object names get a short local copy name (file systems allow 255)
 
 
 @dataclass(frozen=True, order=True)
@@ -47,11 +59,27 @@ class Entry:
         return self.name[: -len(SIDECAR_SUFFIX)] if self.is_sidecar else self.name
 
 
+def _hidden(part: str) -> bool:
+    """A hidden name (``.partial.json``, ``.git``); ``.`` and ``..`` are plain key segments in object storage."""
+    return part.startswith(".") and part not in (".", "..")
+
+
 def is_bucket_trace_name(name: str) -> bool:
     base = name.rsplit("/", 1)[-1].lower()
-    if base.startswith(".") or any(part.startswith(".") for part in name.split("/")[:-1]):
+    if base.startswith(".") or any(_hidden(part) for part in name.split("/")[:-1]):
         return False
     return base.endswith(SIDECAR_SUFFIX) or base.endswith(TRACE_SUFFIXES)
+
+
+def local_copy_name(name: str) -> str:
+    """A file name for the local copy of object ``name``: its base name when short, else ``object`` + its trace
+    suffix (adapters look at the suffix)."""
+    base = name.rsplit("/", 1)[-1]
+    if base not in ("", ".", "..") and len(base.encode("utf-8", "surrogateescape")) <= LOCAL_NAME_MAX_BYTES:
+        return base
+    lower = base.lower()
+    suffix = max((s for s in (*TRACE_SUFFIXES, SIDECAR_SUFFIX) if lower.endswith(s)), key=len, default="")
+    return "object" + suffix
 
 
 class Bucket(Protocol):
@@ -65,6 +93,7 @@ class Bucket(Protocol):
 
 
 def sha256_of(bucket: Bucket, name: str) -> str:
+    """The trace id of a bucket object (OSError when it cannot be read, never a block on a FIFO)."""
     digest = hashlib.sha256()
     with bucket.open(name) as fh:
         for chunk in iter(lambda: fh.read(HASH_CHUNK_BYTES), b""):
@@ -76,8 +105,12 @@ class LocalBucket:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()  # the catalogue's source paths then work from any directory
         self.url = str(self.root)
+        self.rejected: dict[str, str] = {}  # name -> why the last listing left it out
 
     def list(self) -> Iterator[Entry]:
+        """Regular files with trace names, recursively (links to folders are not followed); what is left out
+        for not being a regular file inside the bucket is in ``self.rejected``."""
+        self.rejected = {}
         if not self.root.is_dir():
             return
         for dirpath, dirnames, filenames in os.walk(self.root):
@@ -88,19 +121,40 @@ class LocalBucket:
                 if not is_bucket_trace_name(name):
                     continue
                 try:
-                    st = os.stat(os.path.join(dirpath, fname))
+                    st = os.stat(self.resolve(name))
                 except FileNotFoundError:  # removed between listing and stat
+                    continue
+                except OSError as exc:
+                    self.rejected[name] = exc.strerror or str(exc)
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    self.rejected[name] = "not a regular file"
                     continue
                 yield Entry(max(st.st_mtime_ns, st.st_ctime_ns), name, st.st_size)
 
+    def resolve(self, name: str) -> Path:
+        """The file ``name`` stands for: itself, or the target of a link that stays inside the bucket (OSError
+        for a link leading out of it)."""
+        path = self.root / name
+        if not path.is_symlink():
+            return path
+        target = path.resolve()
+        if not target.is_relative_to(self.root.resolve()):
+            raise OSError(errno.EXDEV, f"a link leading out of the bucket (to {target})", str(path))
+        return target
+
     def open(self, name: str) -> IO[bytes]:
-        return open(self.root / name, "rb")
+        try:
+            return open_regular(self.resolve(name))
+        except IngestError as exc:
+            raise OSError(errno.EINVAL, str(exc)) from None
 
     def local_path(self, name: str) -> Path | None:
-        return self.root / name
+        return self.resolve(name)
 
     def download(self, name: str, dest: Path) -> None:
-        shutil.copyfile(self.root / name, dest)
+        with self.open(name) as src, open(dest, "wb") as out:
+            shutil.copyfileobj(src, out)
 
     def describe(self, name: str) -> str:
         return str(self.root / name)
@@ -120,9 +174,9 @@ class S3Bucket:
         except FileNotFoundError:
             return
         for path, info in found.items():
-            if info.get("type") != "file":
+            if info.get("type") != "file" or not path.startswith(self.prefix + "/"):
                 continue
-            name = path[len(self.prefix):].lstrip("/")
+            name = path[len(self.prefix) + 1:]  # exactly as stored: an empty segment is part of the key
             if not is_bucket_trace_name(name):
                 continue
             modified = info["LastModified"]
@@ -161,22 +215,67 @@ def bucket_for_url(url: str, s3: S3Settings | None = None) -> tuple[Bucket, str]
 
 def ingest_from(b: Bucket, name: str, store: Lake, *, force: bool, cache_dir: Path | None) -> IngestResult:
     """``ingest_file`` on a bucket object: in place for a local folder; object storage is downloaded to a
-    temporary file named like the object first (adapters look at the suffix) and the catalogue then records
-    the object's URL as the source."""
-    local = b.local_path(name)
-    if local is not None:
-        return ingest_file(local, store, force=force, cache_dir=cache_dir)
-    with tempfile.TemporaryDirectory(prefix="taxbreak-dl-") as tmp:
-        dest = Path(tmp) / Path(name).name
-        b.download(name, dest)
-        result = ingest_file(dest, store, force=force, cache_dir=cache_dir)
+    temporary file first (named like the object, or ``object<suffix>`` when that name is too long) and the
+    catalogue and messages name the object's URL.  Never raises for one object: what cannot be read is a
+    failed result with the reason (no catalogue row: its content, hence its trace id, is unknown)."""
     url = b.describe(name)
-    if result.row is not None and result.status != "unchanged" and result.row["source_path"] != url:
-        result.row["source_path"] = url
-        store.write_catalogue_row(result.row)
-    if result.error:
-        result.error = result.error.replace(str(dest), url)
-    return result
+    try:
+        local = b.local_path(name)
+    except OSError as exc:
+        return IngestResult(url, "", "failed", None, f"{url}: not ingested: {exc.strerror or exc}")
+    if local is not None:
+        return ingest_file(local, store, force=force, cache_dir=cache_dir, source_path=url,
+                           file_name=name.rsplit("/", 1)[-1])
+    clean_dead(None, DOWNLOAD_PREFIX)
+    tmp = make_owned_dir(DOWNLOAD_PREFIX)
+    try:
+        dest = tmp / local_copy_name(name)
+        try:
+            b.download(name, dest)
+        except Exception as exc:  # noqa: BLE001 - a store error (gone, denied, network) fails this object only
+            return IngestResult(url, "", "failed", None, f"{url}: cannot download the object ({exc})")
+        return ingest_file(dest, store, force=force, cache_dir=cache_dir, source_path=url,
+                           file_name=name.rsplit("/", 1)[-1])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def apply_sidecar(b: Bucket, trace_name: str, store: Lake, *, cache_dir: Path | None) -> IngestResult:
+    """The sidecar ``<trace_name>.meta.json`` changed: record it in the trace's catalogue row (metadata key
+    ``taxbreak_sidecar``, or ``taxbreak_sidecar_error`` when it is invalid) without reading the events again.
+    A trace not stored yet is ingested instead.  Status 'meta_updated' (or what ``ingest_from`` returns)."""
+    from taxbreak.meta import MetaError, validate_meta
+
+    url = b.describe(trace_name)
+    try:
+        trace_id = sha256_of(b, trace_name)
+    except OSError as exc:
+        return IngestResult(url, "", "failed", None, f"{url}: cannot read the trace ({exc.strerror or exc})")
+    if store.is_stored(trace_id) is None:
+        return ingest_from(b, trace_name, store, force=False, cache_dir=cache_dir)
+    side = trace_name + SIDECAR_SUFFIX
+    side_url = b.describe(side)
+    update: dict[str, object] = {"taxbreak_sidecar": None, "taxbreak_sidecar_error": None,
+                                 "taxbreak_sidecar_source": side_url}
+    try:
+        with b.open(side) as fh:
+            raw = fh.read(SIDECAR_MAX_BYTES + 1)
+        if len(raw) > SIDECAR_MAX_BYTES:
+            raise MetaError(f"{side_url}: larger than {SIDECAR_MAX_BYTES} bytes; not read")
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise MetaError(f"{side_url}: not valid JSON ({exc})") from None
+        update["taxbreak_sidecar"] = validate_meta(obj, side_url)
+    except FileNotFoundError:
+        update["taxbreak_sidecar_source"] = None  # removed: the stored copy goes with it
+    except (OSError, MetaError) as exc:
+        update["taxbreak_sidecar_error"] = str(exc)
+    row = store.update_metadata(trace_id, update)
+    if row is None:  # removed meanwhile
+        return ingest_from(b, trace_name, store, force=False, cache_dir=cache_dir)
+    error = update["taxbreak_sidecar_error"]
+    return IngestResult(url, trace_id, "meta_updated", row, str(error) if error else None)
 
 
 # -- the cursor ---------------------------------------------------------------------------------

@@ -134,9 +134,11 @@ def write_sidecar(trace_path: str | os.PathLike[str], meta: dict[str, Any]) -> P
 
 def find_meta(metadata_json: str | None, source_path: str | None) -> tuple[dict[str, Any] | None, str | None, str]:
     """The trace's taxbreak metadata and where it came from: the catalogue's ``metadata_json -> 'taxbreak'``
-    first, then a sidecar beside the source file.  Returns (meta or None, source or None, note); an invalid
+    first, then a sidecar beside the (local) source file, then the sidecar recorded in the catalogue when it
+    arrived (``metadata_json -> 'taxbreak_sidecar'``).  Returns (meta or None, source or None, note); an invalid
     object is not used and the note says why."""
     notes = []
+    top = None
     if metadata_json:
         try:
             top = json.loads(metadata_json)
@@ -147,11 +149,21 @@ def find_meta(metadata_json: str | None, source_path: str | None) -> tuple[dict[
                 return validate_meta(top["taxbreak"], "trace metadata 'taxbreak'"), "trace_metadata", ""
             except MetaError as exc:
                 notes.append(str(exc))
-    if source_path:
+    if source_path and "://" not in source_path:
         side = sidecar_path(source_path)
         if side.is_file():
             try:
                 return read_sidecar(side), "sidecar", ""
             except MetaError as exc:
                 notes.append(str(exc))
+    # a sidecar recorded in the catalogue when it arrived (taxbreak.pipeline.bucket.apply_sidecar; the only way
+    # for an object-store bucket, whose sidecar is not beside a local path)
+    stored = top.get("taxbreak_sidecar") if isinstance(top, dict) else None
+    if stored is not None:
+        try:
+            return validate_meta(stored, "the sidecar recorded in the catalogue"), "sidecar", ""
+        except MetaError as exc:
+            notes.append(str(exc))
+    if isinstance(top, dict) and top.get("taxbreak_sidecar_error"):
+        notes.append(str(top["taxbreak_sidecar_error"]))
     return None, None, "; ".join(notes) or "no taxbreak metadata in the trace and no sidecar beside it"

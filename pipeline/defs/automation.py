@@ -4,7 +4,8 @@ The sensor takes settled files after its cursor (``taxbreak.pipeline.bucket.sele
 (a sidecar ``<trace>.meta.json`` stands for its trace), registers unseen hashes as ``traces`` partitions and
 requests one ``trace_job`` run per trace: ingest that partition, then rebuild the tables for that trace only.
 Content already in the catalogue (ingested or failed) gets no run: a copy of a known file is not a duplicate,
-and a failed file waits for a content change or ``taxbreak retry``.  A changed sidecar re-runs its trace.
+and a failed file waits for a content change or ``taxbreak retry``.  A changed sidecar re-runs its trace: its
+catalogue row takes the sidecar (``bucket.apply_sidecar``), then the tables are rebuilt.
 """
 
 
@@ -73,8 +74,8 @@ def plan_requests(
 
 
 def _run_request(p: Planned) -> dg.RunRequest:
-    # A changed sidecar re-reads its trace (force) so the catalogue and the tables see the new metadata.
-    config = {"source": p.name, "force": p.reason == "sidecar"}
+    # A changed sidecar is recorded in its trace's catalogue row (events not read again); the tables follow.
+    config = {"source": p.name, "force": False, "sidecar": p.reason == "sidecar"}
     return dg.RunRequest(
         run_key=p.run_key, partition_key=p.trace_id, run_config={"ops": {"trace_ingest": {"config": config}}},
         tags={"taxbreak/source": p.name, "taxbreak/reason": p.reason},

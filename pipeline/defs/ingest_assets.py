@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from taxbreak.pipeline.bucket import ingest_from
+from taxbreak.pipeline.bucket import apply_sidecar, ingest_from
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
 
 TRACES = dg.DynamicPartitionsDefinition(name="traces")
@@ -18,6 +18,8 @@ class IngestConfig(dg.Config):
     """Bucket-relative name of the file; empty: the source path recorded in the catalogue (retries)."""
     force: bool = False
     """Re-ingest even content already stored or failed before (``taxbreak retry``)."""
+    sidecar: bool = False
+    """The trace's sidecar changed: record it in the catalogue row without reading the events again."""
 
 
 def ingest_metadata(row: dict | None, status: str, error: str | None, source: str) -> dict[str, dg.MetadataValue]:
@@ -38,7 +40,8 @@ def ingest_metadata(row: dict | None, status: str, error: str | None, source: st
 
 
 def ingest_source(
-    bucket: BucketResource, lake: LakeResource, key: str, source: str, force: bool, log  # noqa: ANN001
+    bucket: BucketResource, lake: LakeResource, key: str, source: str, force: bool, log,  # noqa: ANN001
+    sidecar: bool = False,
 ) -> tuple[str, dict]:
     """Ingest the bucket object ``source`` registered as partition ``key``; returns (status, metadata).
 
@@ -53,7 +56,10 @@ def ingest_source(
             raise dg.Failure(f"trace {key[:16]}: no source given and no catalogue row to find it in")
         b, name = bucket.for_url(row["source_path"])
         source = row["source_path"]
-    result = ingest_from(b, name, store, force=force, cache_dir=lake.cache_path())
+    if sidecar:
+        result = apply_sidecar(b, name, store, cache_dir=lake.cache_path())
+    else:
+        result = ingest_from(b, name, store, force=force, cache_dir=lake.cache_path())
     status = result.status
     if result.trace_id and result.trace_id != key:
         # The file changed between the sensor's look and this run: the new content went in under its own
@@ -77,7 +83,8 @@ def ingest_source(
 def trace_ingest(
     context: dg.AssetExecutionContext, config: IngestConfig, bucket: BucketResource, lake: LakeResource
 ) -> dg.MaterializeResult:
-    status, meta = ingest_source(bucket, lake, context.partition_key, config.source, config.force, context.log)
+    status, meta = ingest_source(bucket, lake, context.partition_key, config.source, config.force, context.log,
+                                 sidecar=config.sidecar)
     return dg.MaterializeResult(metadata=meta)
 
 

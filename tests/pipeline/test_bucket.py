@@ -115,3 +115,123 @@ def test_sweep_schedule_requests_only_unseen_traces(env: dict[str, Path], instan
     assert [(r.partition_key, r.run_config["ops"]["trace_ingest"]["config"]["source"]) for r in data.run_requests] \
         == [(new_id, "sub/new.json")]
     assert instance.get_dynamic_partitions("traces") == [new_id]
+
+
+# -- nothing in a bucket blocks the others (issue 13) -------------------------------------------------------------
+TRACE = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}'
+
+
+def _hostile_bucket(tmp_path: Path) -> tuple[Path, Path]:
+    """A bucket with a good trace, a FIFO, a link to /dev/zero, a link leaving the bucket and a link inside it."""
+    import os
+
+    inbox, outside = tmp_path / "inbox", tmp_path / "outside"
+    inbox.mkdir()
+    outside.mkdir()
+    (inbox / "good.json").write_bytes(TRACE)
+    os.mkfifo(inbox / "fifo.json")
+    (inbox / "zero.json").symlink_to("/dev/zero")
+    (outside / "secret.json").write_bytes(TRACE + b" ")
+    (inbox / "out.json").symlink_to(outside / "secret.json")
+    (inbox / "sub").mkdir()
+    (inbox / "sub" / "alias.json").symlink_to(inbox / "good.json")
+    return inbox, outside
+
+
+def test_local_bucket_lists_regular_files_inside_it_only(tmp_path: Path) -> None:
+    inbox, _ = _hostile_bucket(tmp_path)
+    bucket = LocalBucket(inbox)
+    assert sorted(e.name for e in bucket.list()) == ["good.json", "sub/alias.json"]
+    assert bucket.rejected["fifo.json"] == "not a regular file"
+    assert bucket.rejected["zero.json"] == "a link leading out of the bucket (to /dev/zero)"
+    assert "out of the bucket" in bucket.rejected["out.json"]
+
+
+def test_hashing_a_fifo_or_a_device_fails_at_once(tmp_path: Path) -> None:
+    import time
+
+    from taxbreak.pipeline.bucket import sha256_of
+
+    inbox, _ = _hostile_bucket(tmp_path)
+    bucket = LocalBucket(inbox)
+    t0 = time.monotonic()
+    for name in ("fifo.json", "zero.json", "out.json"):
+        with pytest.raises(OSError):
+            sha256_of(bucket, name)
+    assert time.monotonic() - t0 < 5  # nothing blocked (a FIFO open or /dev/zero read never returns)
+    assert sha256_of(bucket, "sub/alias.json") == hashlib.sha256(TRACE).hexdigest()
+
+
+def test_ingest_from_a_hostile_bucket_records_the_good_file_and_names_the_rest(tmp_path: Path) -> None:
+    from taxbreak.ingest import Lake
+    from taxbreak.pipeline.bucket import ingest_from
+
+    inbox, _ = _hostile_bucket(tmp_path)
+    bucket, lake = LocalBucket(inbox), Lake(tmp_path / "lake")
+    good = ingest_from(bucket, "good.json", lake, force=False, cache_dir=None)
+    assert good.status == "ingested" and good.row["event_count"] == 1
+    for name, phrase in (("fifo.json", "not a regular file (a FIFO)"), ("zero.json", "leading out of the bucket"),
+                         ("out.json", "a link leading out of the bucket")):
+        res = ingest_from(bucket, name, lake, force=False, cache_dir=None)
+        assert res.status == "failed" and phrase in res.error and str(inbox / name) in res.error, res.error
+    assert [r["file_name"] for r in lake.catalogue().to_pylist()] == ["good.json"]
+
+
+def test_ingest_file_refuses_a_device_and_a_fifo_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    from taxbreak.ingest import Lake, ingest_file, iter_trace_files
+
+    inbox, _ = _hostile_bucket(tmp_path)
+    lake = Lake(tmp_path / "lake")
+    res = ingest_file(inbox / "zero.json", lake)  # named explicitly: the link is followed, the device refused
+    assert res.status == "failed" and "not a regular file (a character device)" in res.error
+    res = ingest_file(inbox / "fifo.json", lake)
+    assert res.status == "failed" and "not a regular file (a FIFO)" in res.error
+    assert not lake.catalogue_paths()  # no content was read: no trace id, no row
+    # a folder expands to its regular files, links not followed
+    assert [p.name for p in iter_trace_files([inbox])] == ["good.json"]
+    assert os.path.exists(inbox / "fifo.json")
+
+
+def test_a_sidecar_after_its_trace_updates_the_catalogue_without_reading_events(tmp_path: Path) -> None:
+    from taxbreak.ingest import Lake
+    from taxbreak.meta import find_meta
+    from taxbreak.pipeline.bucket import apply_sidecar, ingest_from
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "t.json").write_bytes(TRACE)
+    bucket, lake = LocalBucket(inbox), Lake(tmp_path / "lake")
+    first = ingest_from(bucket, "t.json", lake, force=False, cache_dir=None)
+    events_before = lake.events_path(first.trace_id).stat()
+    (inbox / "t.json.meta.json").write_text('{"taxbreak_meta_version": 1, "batch_size": 4, "output_tokens": 7}')
+    res = apply_sidecar(bucket, "t.json", lake, cache_dir=None)
+    assert (res.status, res.trace_id, res.error) == ("meta_updated", first.trace_id, None)
+    row = lake.catalogue_row(first.trace_id)
+    stored = __import__("json").loads(row["metadata_json"])["taxbreak_sidecar"]
+    assert (stored["batch_size"], stored["output_tokens"]) == (4, 7)
+    assert row["event_count"] == 1
+    after = lake.events_path(first.trace_id).stat()
+    assert (after.st_ino, after.st_mtime_ns) == (events_before.st_ino, events_before.st_mtime_ns)  # not rewritten
+    # the stored copy serves when the trace's source is not beside it (an object store, a moved inbox)
+    meta, source, _ = find_meta(row["metadata_json"], "s3://bucket/inbox/t.json")
+    assert (meta["output_tokens"], source) == (7, "sidecar")
+    # an invalid sidecar: recorded as such, the earlier copy dropped
+    (inbox / "t.json.meta.json").write_text('{"taxbreak_meta_version": 1, "batch_size": -1}')
+    bad = apply_sidecar(bucket, "t.json", lake, cache_dir=None)
+    assert bad.status == "meta_updated" and "batch_size must be a non-negative integer" in bad.error
+    meta, source, note = find_meta(lake.catalogue_row(first.trace_id)["metadata_json"], "s3://b/t.json")
+    assert meta is None and "batch_size must be a non-negative integer" in note
+
+
+def test_a_sidecar_before_its_trace_is_stored_ingests_the_trace(tmp_path: Path) -> None:
+    from taxbreak.ingest import Lake
+    from taxbreak.pipeline.bucket import apply_sidecar
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "t.json").write_bytes(TRACE)
+    (inbox / "t.json.meta.json").write_text('{"taxbreak_meta_version": 1}')
+    res = apply_sidecar(LocalBucket(inbox), "t.json", Lake(tmp_path / "lake"), cache_dir=None)
+    assert res.status == "ingested" and res.row["event_count"] == 1
