@@ -12,7 +12,7 @@ import pyarrow as pa
 
 EVENT_SCHEMA_NAME = "taxbreak.events"
 CATALOGUE_SCHEMA_NAME = "taxbreak.catalogue"
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "1.2.0"
 SCHEMA_MAJOR = 1
 
 # Event kinds shared by every adapter.  Adapters map their source categories onto these.
@@ -96,7 +96,9 @@ CATALOGUE_FIELDS: list[pa.Field] = [
     _f("source_format", pa.string(), "", "'kineto', 'nsys-sqlite' or 'nsys-rep' (NULL if unrecognised)."),
     _f("tool_versions_json", pa.string(), "json", "Versions of the tools that wrote the trace."),
     _f("gpu_names_json", pa.string(), "json", "JSON list of GPU model names, one per device."),
-    _f("gpu_count", pa.int32(), "devices", "Number of GPUs described by the trace."),
+    _f("gpu_count", pa.int32(), "devices", "GPUs the host describes (its device list), ran kernels or not."),
+    _f("kernel_gpu_count", pa.int32(), "devices",
+       "GPUs that ran kernels in the trace (distinct device ids of kernel events); NULL in catalogues before 1.2."),
     _f("host_name", pa.string(), "", "Host name, when the trace records it."),
     _f("start_epoch_ns", pa.int64(), "ns", "Absolute time of ts_ns = 0, ns since the Unix epoch, when known."),
     _f("duration_ns", pa.int64(), "ns", "Span from the first to the last event end."),

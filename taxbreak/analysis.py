@@ -53,8 +53,10 @@ except ImportError:  # pragma: no cover - source checkout without install
     pass
 
 # Vendor-library kernel name rules (METHOD.md section 2): the first matching rule (lowest priority number)
-# decides I_lib when the trace has no library API ranges.  Patterns are case-insensitive regular expressions.
+# decides I_lib when the trace has no library API ranges.  Patterns are case-insensitive regular expressions,
+# matched against the kernel's own name (template arguments and parameters cut off: sql/kernel_taxbreak.sql).
 LIB_KERNEL_RULES: list[tuple[int, str, int, str]] = [
+    (5, r"^fbgemm_gpu::", 0, "fbgemm_native"),  # FBGEMM's kernels are not vendor-library kernels (ours)
     (10, r"nvjet", 0, "soda_native_nvjet"),
     (11, r"wgmma", 0, "soda_native_wgmma"),
     (12, r"s884gemm", 0, "soda_native_s884gemm"),
@@ -64,7 +66,8 @@ LIB_KERNEL_RULES: list[tuple[int, str, int, str]] = [
     (23, r"^(sm\d+_xmma|xmma_)", 1, "cublas_xmma"),
     (24, r"^(ampere|volta|turing|hopper|maxwell|sm\d+)_[a-z0-9_]*gemm", 1, "cublas_arch_gemm"),
     (25, r"(gemv2[nt]_kernel|gemvx|gemmsn|gemmk1_kernel|splitkreduce_kernel|gemm_kernel\d)", 1, "cublas_family"),
-    (26, r"(implicit_convolve|winograd|fft2d_|conv2d_grouped_direct|bn_fw_|bn_bw_)", 1, "cudnn_family"),
+    (26, r"(implicit_convolve|explicit_convolve|winograd|fft2d_|conv2d_grouped_direct|bn_fw_|bn_bw_)", 1,
+     "cudnn_family"),
     # ROCm counterparts (ours): rocBLAS/hipBLASLt Tensile GEMMs and Composable Kernel, as cuBLAS and CUTLASS above
     (27, r"^Cijk_", 1, "rocblas_tensile"),
     (28, r"ck_tile|(^|[^a-z_])ck::", 1, "composable_kernel"),
@@ -77,6 +80,8 @@ STEP_PATTERNS: list[tuple[int, str, str | None, str]] = [
     (21, r"^decode(_step)?([#_ ]?\d+)?$", "decode", "decode_annotation"),
     (22, r"^step\[extend", "prefill", "sglang_extend"),
     (23, r"^step\[decode", "decode", "sglang_decode"),
+    # PARAM / HTA benchmark iterations, e.g. '[param|pytorch.model.alex_net|0|0|0|warmup|forward]' (ours)
+    (30, r"^\[param\|.*\|(warmup|measure)\|[a-z_]+\]$", None, "param_bench_iteration"),
 ]
 
 # T_sys defaults (METHOD.md section 4, SODA's fallbacks), by GPU name.
@@ -91,8 +96,17 @@ T_SYS_DEFAULTS: list[tuple[int, str, int, str]] = [
 class RunConfig:
     fusion_ps_threshold: float = 1.0
     fusion_min_count: int = 2
+    fusion_list_pool: int = 500  # the best candidates among which the non-overlapping list is chosen (ours)
     coverage_threshold: float = 0.9
     null_kernel_warmup: int = 20
+    # A launch call waited rather than worked when longer than max(min, factor x its thread's median launch call)
+    # (METHOD.md section 3, ours).
+    launch_blocked_min_ns: int = 50_000
+    launch_blocked_median_factor: float = 10.0
+    # A scope's blocked dispatch is flagged when t_dispatch_blocked_ns exceeds this share of delta_ft + delta_ct (ours).
+    dispatch_blocked_share: float = 0.5
+    # A step is an outlier when longer than this factor x the median of the other steps of its level (ours).
+    outlier_step_factor: float = 5.0
     lib_kernel_rules: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(LIB_KERNEL_RULES))
     step_patterns: list[tuple[int, str, str | None, str]] = field(default_factory=lambda: list(STEP_PATTERNS))
     t_sys_defaults: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(T_SYS_DEFAULTS))
@@ -280,9 +294,14 @@ def prepare(
     con.unregister("_meta_arrow")
     con.execute(
         "CREATE OR REPLACE TEMP TABLE run_config AS SELECT $ps::DOUBLE AS fusion_ps_threshold, "
-        "$minc::BIGINT AS fusion_min_count, $cov::DOUBLE AS coverage_threshold, $warm::BIGINT AS null_kernel_warmup",
+        "$minc::BIGINT AS fusion_min_count, $cov::DOUBLE AS coverage_threshold, $warm::BIGINT AS null_kernel_warmup, "
+        "$lbmin::BIGINT AS launch_blocked_min_ns, $lbf::DOUBLE AS launch_blocked_median_factor, "
+        "$dbs::DOUBLE AS dispatch_blocked_share, $osf::DOUBLE AS outlier_step_factor, "
+        "$flp::BIGINT AS fusion_list_pool",
         {"ps": cfg.fusion_ps_threshold, "minc": cfg.fusion_min_count, "cov": cfg.coverage_threshold,
-         "warm": cfg.null_kernel_warmup},
+         "warm": cfg.null_kernel_warmup, "lbmin": cfg.launch_blocked_min_ns, "lbf": cfg.launch_blocked_median_factor,
+         "dbs": cfg.dispatch_blocked_share, "osf": cfg.outlier_step_factor,
+         "flp": cfg.fusion_list_pool},
     )
     # the user's launch floor, NULL when unset (taxbreak.config analysis.t_sys_ns; sql/trace_launch_floor.sql)
     con.execute("CREATE OR REPLACE TEMP TABLE run_config AS SELECT *, $tsys::BIGINT AS t_sys_override_ns "
@@ -562,147 +581,3 @@ def _all(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> li
     cur = con.execute(sql, params)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-
-
-def summary(
-    warehouse_path: str | os.PathLike[str], trace_id_prefix: str, top_k: int = 5,
-    con: duckdb.DuckDBPyConnection | None = None,
-) -> dict[str, Any]:
-    """The headline figures of one analysed trace (matched by trace id prefix or file name) as plain data.
-
-    ``con``: an open connection to read instead of opening ``warehouse_path`` read-only (kept open)."""
-    own = con is None
-    con = con or duckdb.connect(str(warehouse_path), read_only=True)
-    try:
-        matches = con.execute(
-            "SELECT trace_id FROM trace_meta WHERE starts_with(trace_id, $p) OR file_name = $p ORDER BY trace_id",
-            {"p": trace_id_prefix},
-        ).fetchall()
-        if not matches:
-            raise LookupError(f"no analysed trace matches {trace_id_prefix!r}: run `taxbreak analyze` first")
-        if len(matches) > 1:
-            raise LookupError(f"{trace_id_prefix!r} matches {len(matches)} traces; give more of the trace id")
-        p = {"t": matches[0][0], "k": top_k}
-        out: dict[str, Any] = {
-            "trace": _one(con, "SELECT * FROM trace_meta WHERE trace_id = $t", {"t": p["t"]}),
-            "launch_floor": _one(con, "SELECT * FROM trace_launch_floor WHERE trace_id = $t", {"t": p["t"]}),
-            "taxbreak": _one(con, "SELECT * FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'trace'",
-                             {"t": p["t"]}),
-            "phases": _all(con, "SELECT * FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'phase' "
-                                "ORDER BY scope_key", {"t": p["t"]}),
-            # steps from the annotations themselves (a host-only trace has steps but no kernel rows)
-            "steps": _one(con, "SELECT (SELECT count(*) FROM int_steps WHERE trace_id = $t) AS steps, "
-                               "(SELECT sum(kernels) FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = "
-                               "'step' AND scope_key = 'outside_steps') AS kernels_outside_steps", {"t": p["t"]}),
-            "kernels_per_token": _one(con, "SELECT * FROM kernels_per_token WHERE trace_id = $t", {"t": p["t"]}),
-            "skip": _one(con, "SELECT * FROM skip_by_trace WHERE trace_id = $t", {"t": p["t"]}),
-            "host_partition": _one(con, "SELECT * FROM host_partition WHERE trace_id = $t AND scope_kind = 'trace'",
-                                   {"t": p["t"]}),
-            "device": _all(con, "SELECT * FROM device_busy WHERE trace_id = $t ORDER BY device_id", {"t": p["t"]}),
-            "top_kernels_by_time": _all(con, "SELECT * FROM skip_by_kernel WHERE trace_id = $t AND rank_by_time <= $k "
-                                             "ORDER BY rank_by_time", p),
-            "top_kernels_by_count": _all(con, "SELECT * FROM skip_by_kernel WHERE trace_id = $t AND "
-                                              "rank_by_count <= $k ORDER BY rank_by_count", p),
-            "top_fusion": _all(con, "SELECT * FROM fusion_candidates WHERE trace_id = $t AND rank <= $k ORDER BY rank",
-                               p),
-            "i_lib_rules": _all(con, "SELECT i_lib_rule, i_lib, count(*) AS kernels FROM kernel_taxbreak "
-                                     "WHERE trace_id = $t AND is_linked GROUP BY ALL ORDER BY kernels DESC",
-                                {"t": p["t"]}),
-        }
-    finally:
-        if own:
-            con.close()
-    out["assumptions"] = _assumptions(out)
-    return out
-
-
-def _assumptions(s: dict[str, Any]) -> list[str]:
-    notes = []
-    floor = s.get("launch_floor") or {}
-    if floor.get("t_sys_is_default"):
-        notes.append(f"T_sys = {floor['t_sys_ns'] / 1000:.2f} us is the documented default ({floor['t_sys_rule']}) for "
-                     f"GPU {floor.get('gpu_name') or 'unknown'}: no null-kernel trace of this GPU model and host")
-    tb = s.get("taxbreak") or {}
-    if tb.get("low_coverage"):
-        notes.append(f"only {tb['linked_fraction']:.1%} of kernels are linked (< 90%): HDBI is inflated by orphans; "
-                     "read hdbi_linked")
-    if tb.get("linked_kernels") and tb.get("py_missing_kernels"):
-        notes.append(f"{tb['py_missing_kernels']:,} linked kernels have no Python-level op: t_py = 0 for them")
-    if tb.get("linked_launches") and tb.get("t_dispatch_base_ns") is None:
-        notes.append("no framework-native dispatch sample > 100 ns: T_dispatch_base unknown, library kernels "
-                     "charged their full dispatch as framework translation")
-    rules = {r["i_lib_rule"] for r in s.get("i_lib_rules") or []}
-    if rules and "library_api_range" not in rules:
-        notes.append("I_lib decided from kernel names (no cuBLAS/cuDNN API ranges in the trace)")
-    kpt = s.get("kernels_per_token") or {}
-    if kpt.get("kpt_null_reason"):
-        notes.append("kernels per token unknown: " + kpt["kpt_null_reason"])
-    steps = s.get("steps") or {}
-    if not steps.get("steps"):
-        notes.append("no step annotations: trace-level figures cover the whole trace")
-    elif steps.get("kernels_outside_steps"):
-        notes.append(f"{steps['kernels_outside_steps']:,} kernels lie outside every step (warm-up leftovers?): "
-                     "trace-level figures include them, per-step figures do not")
-    return notes
-
-
-def _ms(ns: float | int | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:,.3f} ms"
-
-
-def format_summary(s: dict[str, Any]) -> str:
-    t, tb, sk, kpt = s["trace"], s["taxbreak"] or {}, s["skip"] or {}, s["kernels_per_token"] or {}
-    floor = s["launch_floor"] or {}
-    lines = [f"trace {t['trace_id'][:16]}  {t['file_name']}  ({t['source_format']}, GPU {t['gpu_name'] or 'unknown'})"]
-    if tb:
-        hdbi = "n/a" if tb["hdbi"] is None else f"{tb['hdbi']:.3f}"
-        hl = "n/a" if tb["hdbi_linked"] is None else f"{tb['hdbi_linked']:.3f}"
-        lines += [
-            f"  HDBI {hdbi} (linked only {hl}; 0 = host-bound, 1 = device-bound)   kernels {tb['kernels']:,}, linked "
-            f"{tb['linked_kernels']:,} ({tb['linked_fraction']:.1%}), launches charged {tb['linked_launches']:,}",
-            f"  T_Orchestrate {_ms(tb['t_orchestrate_ns'])} = dFT {_ms(tb['delta_ft_ns'])}"
-            f" + dCT {_ms(tb['delta_ct_ns'])} + dKT {_ms(tb['delta_kt_ns'])}   "
-            f"T_DeviceActive {_ms(tb['t_device_active_ns'])}",
-            f"  T_sys {floor.get('t_sys_ns', 0) / 1000:.2f} us ({floor.get('t_sys_source')}, "
-            f"{floor.get('t_sys_rule')}); "
-            f"T_dispatch_base {tb['t_dispatch_base_ns'] if tb['t_dispatch_base_ns'] is not None else 'n/a'} ns; "
-            f"dKT excess (diagnostic) {_ms(tb['delta_kt_excess_ns'])}",
-        ]
-    else:
-        lines.append("  no kernels in this trace: no TaxBreak figures")
-    for ph in s["phases"]:
-        if ph["scope_key"] != "unknown":
-            hd = "n/a" if ph["hdbi"] is None else f"{ph['hdbi']:.3f}"
-            lines.append(f"  phase {ph['scope_key']:<8} kernels {ph['kernels']:,}  HDBI {hd}  "
-                         f"T_Orch {_ms(ph['t_orchestrate_ns'])}  T_DevAct {_ms(ph['t_device_active_ns'])}")
-    if kpt:
-        kv = "n/a" if kpt["kpt"] is None else f"{kpt['kpt']:,.1f}"
-        kd = "n/a" if kpt["kpt_decode"] is None else f"{kpt['kpt_decode']:,.1f}"
-        lines.append(f"  kernels per token {kv} (decode-only {kd}); unique kernels {kpt['unique_kernels']:,}, "
-                     f"diversity {kpt['kernel_diversity'] or 0:.3f}")
-    if sk:
-        lines.append(f"  TKLQT {_ms(sk['tklqt_ns'])} over {sk['launch_samples']:,} launches "
-                     f"({sk['negative_samples']:,} negative samples apart, sum {_ms(sk['negative_sum_ns'])}); "
-                     f"AKD {sk['akd_ns'] / 1000:,.2f} us")
-        lines.append(f"  IL {_ms(sk['il_ns'])}; GPU idle {_ms(sk['gpu_idle_merged_ns'])} (IL - merged busy), "
-                     f"{_ms(sk['gpu_idle_sum_ns'])} (IL - sum of kernel time)")
-    for d in s["device"]:
-        lines.append(f"  GPU {d['device_id']}: busy {_ms(d['busy_ns'])}, idle {_ms(d['idle_ns'])} (late launch "
-                     f"{_ms(d['idle_launch_late_ns'])}, sync {_ms(d['idle_sync_drain_ns'])}, memcpy "
-                     f"{_ms(d['idle_memcpy_ns'])}, other {_ms(d['idle_other_ns'])})")
-    if s["top_kernels_by_time"]:
-        lines.append("  top kernels by time:")
-        lines += [f"    {k['rank_by_time']}. {_ms(k['total_dur_ns'])} x{k['invocations']:,}  {k['kernel_name'][:90]}"
-                  for k in s["top_kernels_by_time"]]
-        lines.append("  top kernels by count:")
-        lines += [f"    {k['rank_by_count']}. x{k['invocations']:,}  {k['kernel_name'][:90]}"
-                  for k in s["top_kernels_by_count"]]
-    if s["top_fusion"]:
-        lines.append("  top fusion candidates (proximity score 1.0):")
-        lines += [f"    {f['rank']}. L={f['chain_len']} x{f['occurrences']:,} saves {f['launches_saved']:,} launches "
-                  f"~{_ms(f['host_time_saved_ns'])}: " + " > ".join(n[:40] for n in f["chain"])
-                  for f in s["top_fusion"]]
-    if s["assumptions"]:
-        lines.append("  assumed / caveats:")
-        lines += [f"    - {a}" for a in s["assumptions"]]
-    return "\n".join(lines)

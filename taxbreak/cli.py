@@ -133,23 +133,30 @@ class _ObservedLake:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._lake, name)
 
-    def write_events(self, trace_id: str, batches: Iterable[Any], info: Any, **kwargs: Any) -> dict:
+    def _observed(self, batches: Iterable[Any]) -> Iterator[Any]:
         bar = self._bar
         bar.phase("parse")
+        first = True
+        for batch in batches:
+            if first:
+                bar.phase("write", unit=" events", unit_scale=True)
+                first = False
+            yield batch
+            bar.advance(batch.num_rows)
 
-        def counted() -> Iterator[Any]:
-            first = True
-            for batch in batches:
-                if first:
-                    bar.phase("write", unit=" events", unit_scale=True)
-                    first = False
-                yield batch
-                bar.advance(batch.num_rows)
+    def publish_events(self, trace_id: str, batches: Iterable[Any], info: Any, **kwargs: Any) -> Any:
+        return self._lake.publish_events(trace_id, self._observed(batches), info, **kwargs)
 
-        return self._lake.write_events(trace_id, counted(), info, **kwargs)
+    def write_events(self, trace_id: str, batches: Iterable[Any], info: Any, **kwargs: Any) -> Any:
+        return self._lake.write_events(trace_id, self._observed(batches), info, **kwargs)
 
 
 # -- ingest and traces ---------------------------------------------------------------------------------------------
+def _gpus(row: dict) -> str:
+    """GPUs that ran kernels ('?' in catalogue rows written before schema 1.2)."""
+    return "?" if row.get("kernel_gpu_count") is None else str(row["kernel_gpu_count"])
+
+
 def format_trace_summary(row: dict) -> str:
     """One trace's ingest summary, from its catalogue row (and a few counts from the lake)."""
     counts = json.loads(row.get("event_counts_json") or "{}")
@@ -161,14 +168,15 @@ def format_trace_summary(row: dict) -> str:
         f"  events stored {row['event_count']:,}, skipped {sum(skipped.values()):,}"
         + (f" ({', '.join(f'{k} {v:,}' for k, v in skipped.items())})" if skipped else ""),
         "  per kind: " + ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])),
-        f"  GPUs: {len(gpus)} ({', '.join(sorted(set(gpus))) or 'none recorded'})"
+        f"  GPUs that ran kernels: {row.get('kernel_gpu_count') if row.get('kernel_gpu_count') is not None else '?'}"
+        f" (the host lists {len(gpus)}: {', '.join(sorted(set(gpus))) or 'none recorded'})"
         + (f"   duration {dur / 1e6:,.3f} ms" if dur is not None else ""),
     ]
     link = row.get("_links")
     if link:
         lines.append(
             f"  kernels {link['kernels']:,}, launches {link['launches']:,}, memcpys {link['memcpys']:,}; "
-            f"kernels linked to a launch call {link['to_launch']:,}, to a framework op {link['to_op']:,}"
+            f"kernels linked to a launch call {link['to_launch']:,} (framework ops are linked by `taxbreak analyze`)"
         )
     return "\n".join(lines)
 
@@ -238,6 +246,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             if not args.json:
                 emit(f"FAILED {res.error}", err=True)
             continue
+        if res.status == "not_a_trace":  # recorded as such, never analysed; not a failure of the run
+            if not args.json:
+                emit(f"IGNORED (not a trace) {res.error}", err=True)
+            continue
         if not args.json:
             emit(format_ingest_result(paths, res) + (f"\n  ({seconds:.1f} s)" if args.verbose else ""))
     if args.json:
@@ -262,12 +274,13 @@ def cmd_traces(args: argparse.Namespace) -> int:
         emit(f"the catalogue at {paths.lake} is empty (that lake path comes from {origin}; run from the project "
              "folder, pass --lake, or set TAXBREAK_LAKE / taxbreak.toml): run `taxbreak ingest PATH` to fill it")
         return 0
-    emit(f"{'trace_id':<16}  {'status':<8}  {'format':<11}  {'events':>10}  {'GPUs':>4}  file / error")
+    emit(f"{'trace_id':<16}  {'status':<8}  {'format':<11}  {'events':>10}  {'GPUs':>4}  file / error"
+         "   (GPUs: that ran kernels)")
     for r in rows:
         tail = r["file_name"] if r["status"] == "ingested" else f"{r['file_name']}: {r['error']}"
         emit(
             f"{r['trace_id'][:16]}  {r['status']:<8}  {(r['source_format'] or '-'):<11}  "
-            f"{r['event_count']:>10,}  {r['gpu_count']:>4}  {printable(tail, cell=True)}"
+            f"{r['event_count']:>10,}  {_gpus(r):>4}  {printable(tail, cell=True)}"
         )
     note(args, f"({len(rows)} trace(s) in {paths.lake})")
     return 0
@@ -381,8 +394,8 @@ def _explain_unmatched(args: argparse.Namespace, paths: Paths, opened_path: Path
 def cmd_summary(args: argparse.Namespace) -> int:
     import duckdb
 
-    from taxbreak.analysis import format_summary, summary
     from taxbreak.query import open_for_cli
+    from taxbreak.readmodel import format_summary, summary
 
     paths = Paths.from_args(args)
     opened = open_for_cli(args, "summary")  # like sql/compare/report: the snapshot while a writer holds the file
@@ -571,13 +584,18 @@ def _add_nsys_check(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "nsys-check",
-        help="compare our kernel counts and times with Nsight's own `nsys stats` kernel summary",
+        help="compare our kernel counts and times with Nsight's own `nsys stats` kernel summary (and recipes)",
         description="Ingest TRACE (an .nsys-rep or Nsight SQLite export) if needed, run `nsys stats --report "
         "cuda_gpu_kern_sum` (`gpukernsum` before nsys 2023) on it and compare per-kernel instance counts and "
-        "total ns with the lake. "
+        "total ns with the lake. Where the installed nsys has `nsys recipe` (2023.3 and later) and TRACE is an "
+        ".nsys-rep, also run the cuda_gpu_kern_sum recipe (compared the same way) and the gpu_gaps recipe "
+        "(stored); results go to the lake's checks/nsys/<trace_id>/. "
         "Exit 0 when they agree, 1 on a mismatch, 2 when nsys is not installed or TRACE cannot be ingested.",
     )
     p.add_argument("trace", help="the .nsys-rep or .sqlite file")
+    p.add_argument("--no-recipes", action="store_true", help="skip `nsys recipe` (nsys stats only)")
+    p.add_argument("--gap-ms", type=int, default=500, metavar="MS",
+                   help="gpu_gaps recipe: smallest gap reported, in ms (default 500, the recipe's own)")
     add_path_args(p)
     p.set_defaults(func=cmd_nsys_check)
 
@@ -623,10 +641,16 @@ def _add_requests(sub: argparse._SubParsersAction) -> None:
     add_requests_parser(sub)
 
 
+def _add_whatif(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.whatif import add_whatif_parser
+
+    add_whatif_parser(sub)
+
+
 # The command table: one function per subcommand, in the order `taxbreak --help` lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_ingest, _add_traces, _add_analyze, _add_summary, _add_report, _add_compare, _add_sql, _add_forget,
-    _add_retry, _add_nsys_check, _add_capture, _add_requests,
+    _add_retry, _add_nsys_check, _add_capture, _add_requests, _add_whatif,
 ]
 ADDERS = COMMANDS  # the earlier name
 

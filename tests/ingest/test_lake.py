@@ -38,7 +38,7 @@ def test_write_publishes_one_partition_and_a_catalogue_row(lake):
     assert table.num_rows == 5 and table.schema == EVENT_SCHEMA
     assert (row["event_count"], row["source_event_count"], row["duration_ns"]) == (5, 7, 115)
     assert (row["event_counts_json"], row["skipped_counts_json"]) == ('{"kernel": 5}', '{"missing_ts": 2}')
-    assert (row["status"], row["file_bytes"], row["schema_version"]) == ("ingested", 123, "1.1.0")
+    assert (row["status"], row["file_bytes"], row["schema_version"]) == ("ingested", 123, "1.2.0")
     assert lake.catalogue_row(TRACE_ID) == row  # what was returned is what was stored
     assert lake.catalogue().to_pylist() == [row]
 
@@ -95,9 +95,23 @@ def test_analysis_refuses_an_events_partition_of_an_unknown_major_version(lake, 
 
     lake.write_events(TRACE_ID, iter([_batch(2)]), TraceInfo(source_format="kineto"), file_name="t.json",
                       source_path="/x/t.json", file_bytes=1)
-    assert lake.check_events_version(TRACE_ID) == "1.1.0"
+    assert lake.check_events_version(TRACE_ID) == "1.2.0"
     part = lake.events_dir(TRACE_ID) / "part-0.parquet"
     future = EVENT_SCHEMA.with_metadata({"taxbreak.schema.name": "taxbreak.events", "taxbreak.schema.version": "2.1.0"})
     pq.write_table(pa.Table.from_batches([_batch(2)]).cast(future), part)
     with pytest.raises(SchemaVersionError, match=rf"{part}: written with taxbreak event schema 2\.1\.0"):
         analysis.materialize(tmp_path / "wh.duckdb", lake.root)
+
+
+def test_kernel_gpu_count_is_the_devices_that_ran_kernels(lake):
+    """The host lists 8 GPUs, kernels ran on devices 0 and 3: kernel_gpu_count 2, gpu_count (the host's list) 8.
+    A catalogue file written before schema 1.2 (no kernel_gpu_count column) reads with the column NULL."""
+    batch = _batch(4)
+    devices = pa.array([0, 3, 3, None], pa.int32())
+    batch = batch.set_column(batch.schema.get_field_index("device_id"), EVENT_SCHEMA.field("device_id"), devices)
+    info = TraceInfo(source_format="kineto", gpu_names=["NVIDIA A100"] * 8)
+    row = lake.write_events(TRACE_ID, iter([batch]), info, file_name="t.json", source_path="/x/t.json", file_bytes=1)
+    assert (row["kernel_gpu_count"], row["gpu_count"]) == (2, 8)
+    old = pa.Table.from_pylist([row], schema=CATALOGUE_SCHEMA).drop_columns(["kernel_gpu_count"])
+    pq.write_table(old, lake.catalogue_path(TRACE_ID))
+    assert lake.catalogue().to_pylist() == [{**row, "kernel_gpu_count": None}]

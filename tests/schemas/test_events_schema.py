@@ -45,7 +45,7 @@ def test_schema_version_round_trips_through_parquet(tmp_path) -> None:
     path = tmp_path / "e.parquet"
     pq.write_table(EVENT_SCHEMA.empty_table(), path)
     meta = pq.read_schema(path).metadata
-    assert check_schema_version(meta, str(path)) == "1.1.0"
+    assert check_schema_version(meta, str(path)) == "1.2.0"
     # field metadata survives the round trip
     assert pq.read_schema(path).field("ts_ns").metadata[b"unit"] == b"ns"
 
