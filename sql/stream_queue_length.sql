@@ -1,0 +1,30 @@
+-- table: stream_queue_length
+-- grain: one row per change of a GPU stream's queue length: a time at which kernels were enqueued on the stream or ended
+-- reads: int_kernel_links
+-- description: The queue of each GPU stream over time, like HTA's queue-length view (ours; docs/method.md section 6): a kernel is queued from its launch call's start (the earlier of that and its own start, so clock skew cannot make a queue negative) until it ends. Kernels without a launch call (orphans) have no known enqueue time and are left out. queue_length is the number of kernels launched and not yet ended after the change, held for held_ns until the stream's next change (0 at its last).
+-- column: trace_id: trace key
+-- column: device_id: GPU index
+-- column: stream_id: GPU stream
+-- column: ts_ns: time of the change (ns)
+-- column: queue_length: kernels launched and not yet ended after the change (kernels)
+-- column: held_ns: time until the stream's next change (ns)
+WITH
+pts AS (
+    SELECT trace_id, device_id, stream_id, least(launch_ts_ns, kernel_ts_ns) AS t, 1 AS d
+    FROM int_kernel_links WHERE launch_ts_ns IS NOT NULL
+    UNION ALL
+    SELECT trace_id, device_id, stream_id, kernel_end_ns AS t, -1 AS d
+    FROM int_kernel_links WHERE launch_ts_ns IS NOT NULL
+),
+chg AS (
+    SELECT trace_id, device_id, stream_id, t, sum(d) AS d FROM pts GROUP BY trace_id, device_id, stream_id, t
+)
+SELECT
+    trace_id,
+    device_id,
+    stream_id,
+    t AS ts_ns,
+    CAST(sum(d) OVER w AS BIGINT) AS queue_length,
+    coalesce(lead(t) OVER (PARTITION BY trace_id, device_id, stream_id ORDER BY t), t) - t AS held_ns
+FROM chg
+WINDOW w AS (PARTITION BY trace_id, device_id, stream_id ORDER BY t ROWS UNBOUNDED PRECEDING)
