@@ -31,6 +31,10 @@ def first_rule(name: str) -> tuple[int, str] | None:
     ("_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2dFwdINS_27Rmsnorm2dFwdPipelineOnePass", (1, "composable_kernel")),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", None),
     ("triton_poi_fused_add_cos_sin_0", None),
+    # own names (sql/kernel_taxbreak.sql cuts template arguments off before matching; test_fidelity_rules runs that)
+    ("explicit_convolve_sgemm", (1, "cudnn_family")),
+    ("fbgemm_gpu::jagged_dense_elementwise_kernel", (0, "fbgemm_native")),
+    ("moe::dev::finalize::finalizeKernelVecLoad", None),
 ])
 def test_first_matching_rule(name: str, expected: tuple[int, str] | None) -> None:
     assert first_rule(name) == expected
