@@ -43,6 +43,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 NEG = -(1 << 62)  # "no constraint" (an int64 far below every time)
 
@@ -142,7 +143,8 @@ class Graph:
     d_tb_charged: np.ndarray | None = None  # kernel_taxbreak.is_charged (a linked launch: N of T_Orchestrate)
     d_linked: np.ndarray | None = None
     d_ft_ct: np.ndarray | None = None  # delta_ft_ns + delta_ct_ns of the kernel (ns)
-    d_phase: list[str | None] = field(default_factory=list)
+    scope_cache: list[Any] | None = None
+    d_phase: Any = None  # pyarrow array: kernel_taxbreak.phase per device op
 
     @property
     def n_host(self) -> int:
@@ -336,23 +338,26 @@ def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.T
 
     # device ops, sorted by (device, stream, start)
     n = dev.num_rows
-    kinds = np.array([DEV_KINDS.index(k) for k in dev.column("kind").to_pylist()], dtype=np.int8)
+    kinds = pc.index_in(dev.column("kind"), pa.array(DEV_KINDS)).to_numpy(zero_copy_only=False).astype(np.int8)
     d_ts = _arr(dev, "ts_ns")
     d_dur = _arr(dev, "dur_ns")
     devid = _arr(dev, "device_id")
     strm = _arr(dev, "stream_id")
-    d_pid = dev.column("pid").to_pylist()
+    pid_codes_all = pc.index_in(dev.column("pid"), pa.array(sorted(set(thread_pid) | set(
+        dev.column("pid").unique().to_pylist()), key=str)))
+    d_pid = pid_codes_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     chain_key = np.stack([devid, strm], axis=1) if n else np.zeros((0, 2), dtype=np.int64)
     if n:
         _, d_chain = np.unique(chain_key, axis=0, return_inverse=True)
         d_chain = d_chain.reshape(-1).astype(np.int64)
     else:
         d_chain = np.zeros(0, dtype=np.int64)
-    ltid = dev.column("launch_tid").to_pylist()
-    l_thread = np.array([tkey.get((p, t), -1) if t is not None else -1 for p, t in zip(d_pid, ltid, strict=True)],
-                        dtype=np.int64)
+    thread_keys = pa.array([f"{p}\x00{t}" for p, t in zip(thread_pid, thread_tid, strict=True)], pa.string())
+    dkey = pc.binary_join_element_wise(dev.column("pid").cast(pa.string()),
+                                       dev.column("launch_tid").cast(pa.string()), "\x00")
+    l_thread = pc.index_in(dkey, thread_keys).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     l_ts = _arr(dev, "launch_ts_ns", fill=0)
-    has_l = np.array([v is not None for v in dev.column("launch_ts_ns").to_pylist()], dtype=bool)
+    has_l = dev.column("launch_ts_ns").is_valid().to_numpy(zero_copy_only=False).astype(bool)
     l_thread[~has_l] = -1
     d_launch_seg = seg_at(l_thread, l_ts)
     # the launch must start a segment (a launch call start is a segment boundary); else no launch edge
@@ -401,10 +406,10 @@ def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.T
                                                                     syn.column("tid").to_pylist(), strict=True)],
                             dtype=np.int64)
         s_ts, s_end = _arr(syn, "ts_ns"), _arr(syn, "end_ns")
-        s_pid = syn.column("pid").to_pylist()
-        pid_codes = {p: i for i, p in enumerate(sorted(set(d_pid) | set(s_pid), key=str))}
-        dp = np.array([pid_codes[p] for p in d_pid], dtype=np.int64)
-        sp = np.array([pid_codes[p] for p in s_pid], dtype=np.int64)
+        pid_list = pa.array(sorted(set(dev.column("pid").unique().to_pylist()) | set(
+            syn.column("pid").unique().to_pylist()), key=str))
+        dp = pc.index_in(dev.column("pid"), pid_list).to_numpy(zero_copy_only=False).astype(np.int64)
+        sp = pc.index_in(syn.column("pid"), pid_list).to_numpy(zero_copy_only=False).astype(np.int64)
         # ops sorted by (pid, end, start < end): the latest end <= the call's end, started before it
         span = int(max(d_end.max(), s_end.max()) - min(d_ts.min(), s_ts.min())) + 2
         base = int(min(d_ts.min(), s_ts.min()))
@@ -421,9 +426,9 @@ def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.T
         h_await[last_seg[ok]] = cand[ok]
         h_wake[last_seg[ok]] = s_end[ok] - d_end[cand[ok]]
 
-    names = dev.column("name").to_pylist()
-    uniq: dict[str, int] = {}
-    code = np.array([uniq.setdefault(x, len(uniq)) for x in names], dtype=np.int64)
+    enc = dev.column("name").combine_chunks().dictionary_encode() if n else None
+    code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) if n else np.zeros(0, np.int64)
+    uniq = enc.dictionary.to_pylist() if n else []
     order_ts = np.where(has_l, l_ts, d_ts)
     return Graph(
         trace_id=trace_id, t_sys_ns=t_sys, h_thread=h_thread, h_ts=h_ts, h_dur=h_dur, h_cat=h_cat, h_await=h_await,
@@ -431,10 +436,10 @@ def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.T
         d_kind=kinds, d_ts=d_ts, d_dur=d_dur, d_launch_seg=d_launch_seg, d_launch_id=d_launch_id,
         d_charged=d_charged, d_kernel_seq=d_kernel_seq, d_lat_w=d_lat_w, d_gap_w=d_gap_w, d_lat_bound=lat_bound,
         chain_gap_floor=chain_gap_floor, d_step=d_step, d_name_code=code, d_names=list(uniq),
-        d_order_ts=order_ts, d_pid=np.array([hash(p) for p in d_pid], dtype=np.int64),
+        d_order_ts=order_ts, d_pid=d_pid,
         steps=[], trace_own={}, scope_own={}, d_tb_charged=_arr(dev, "tb_charged", bool, fill=0),
         d_linked=_arr(dev, "is_linked", bool, fill=0), d_ft_ct=_arr(dev, "ft_ct_ns", fill=0),
-        d_phase=dev.column("phase").to_pylist(),
+        d_phase=dev.column("phase"),
     )
 
 
@@ -497,6 +502,7 @@ class Times:
     n_launch_removed: dict[int, int] = field(default_factory=dict)  # per step id (-1: no step): launches removed
     d_ft_ct: np.ndarray | None = None
     d_tb_charged: np.ndarray | None = None
+    wall_cs: np.ndarray | None = None  # prefix sums of launch + library + framework weights (figures' cache)
 
 
 def _graph_groups(g: Graph, sc: Scenario) -> np.ndarray:
@@ -511,7 +517,7 @@ def _graph_groups(g: Graph, sc: Scenario) -> np.ndarray:
         ids = [int(x) for x in sc.cuda_graph[5:].split(",")]
         sel = kern & np.isin(g.d_step, ids)
     else:
-        ph = np.array([p == sc.cuda_graph for p in g.d_phase], dtype=bool)
+        ph = pc.equal(g.d_phase, sc.cuda_graph).fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
         sel = kern & ph
     grp[sel] = g.d_step[sel]  # -1: kernels outside every step form one group
     return grp
@@ -741,10 +747,20 @@ class ScopeDef:
     kernels: np.ndarray  # device op indices (kernels) in scope
     starts: list[tuple[int, int]]  # (thread or -1, orig ns) candidates; the scope starts at the earliest replayed
     host_windows: list[tuple[int, int]] | None  # orig windows of host time counted (None: the whole trace)
+    threads: list[int] = field(default_factory=list)  # host threads that launch the scope's kernels
 
 
 def scopes(g: Graph) -> list[ScopeDef]:
-    """The trace, each step and each phase (steps' phases) of the graph."""
+    """The trace, each step and each phase (steps' phases) of the graph (computed once per graph)."""
+    if g.scope_cache is None:
+        g.scope_cache = _scopes(g)
+        for sd in g.scope_cache:
+            ls = g.d_launch_seg[sd.kernels]
+            sd.threads = np.unique(g.h_thread[ls[ls >= 0]]).tolist()
+    return g.scope_cache
+
+
+def _scopes(g: Graph) -> list[ScopeDef]:
     k = np.flatnonzero(g.d_kind == 0)
     out = []
     start = [g.il_start] if g.il_start is not None else []
@@ -752,10 +768,13 @@ def scopes(g: Graph) -> list[ScopeDef]:
         start = [(-1, int(g.d_ts[k].min()))]
     out.append(ScopeDef("trace", "trace", k, start, None))
     tkey = {(p, t): i for i, (p, t) in enumerate(zip(g.thread_pid, g.thread_tid, strict=True))}
-    phases: dict[str, list[dict[str, Any]]] = {}
+    phases: dict[str, list[Any]] = {}
     step_k = g.d_step[k]
+    order = np.argsort(step_k, kind="stable")
+    sorted_steps = step_k[order]
     for st in g.steps:
-        kk = k[step_k == st["step_id"]]
+        lo, hi = np.searchsorted(sorted_steps, [st["step_id"], st["step_id"] + 1])
+        kk = k[np.sort(order[lo:hi])]
         if not len(kk):
             continue
         th = tkey.get((st["pid"], st["tid"]), -1)
@@ -821,15 +840,16 @@ def figures(g: Graph, x: Times, sd: ScopeDef) -> dict[str, Any]:
     t_orch = int(x.d_ft_ct[tb].sum()) + round(len(tb) * x.t_sys_eff_ns)
     hdbi = t_da / (t_da + t_orch) if t_da + t_orch > 0 else None
     # HDBI_wall: host launch + library + framework time of the threads that launch the scope's kernels
-    lsegs = g.d_launch_seg[kk]
-    threads = np.unique(g.h_thread[lsegs[lsegs >= 0]])
-    hm = np.isin(g.h_thread, threads) & np.isin(g.h_cat, (CAT_LAUNCH, CAT_LIBRARY, CAT_FRAMEWORK))
-    if sd.host_windows is not None:
-        inw = np.zeros(g.n_host, dtype=bool)
-        for lo, hi in sd.host_windows:
-            inw |= (g.h_ts >= lo) & (g.h_ts < hi)
-        hm &= inw
-    host_parts = int(x.h_w[hm].sum())
+    threads = sd.threads
+    if x.wall_cs is None:
+        x.wall_cs = np.r_[0, np.cumsum(np.where(np.isin(g.h_cat, (CAT_LAUNCH, CAT_LIBRARY, CAT_FRAMEWORK)), x.h_w, 0))]
+    host_parts = 0
+    for th in threads:  # segments of the launching threads (inside the scope's windows): prefix-sum differences
+        a, e = int(g.thread_first[th]), int(g.thread_first[th + 1])
+        for lo, hi in sd.host_windows if sd.host_windows is not None else [(None, None)]:
+            i = a if lo is None else a + int(np.searchsorted(g.h_ts[a:e], lo, side="left"))
+            j = e if hi is None else a + int(np.searchsorted(g.h_ts[a:e], hi, side="left"))
+            host_parts += int(x.wall_cs[j] - x.wall_cs[i]) if j > i else 0
     hdbi_wall = t_da / (t_da + host_parts) if t_da + host_parts > 0 else None
     return {"il_ns": il, "il_start_ns": start, "il_end_ns": end, "gpu_idle_ns": il - busy, "tklqt_ns": tklqt,
             "t_device_active_ns": t_da, "t_orchestrate_ns": t_orch, "hdbi": hdbi, "hdbi_wall": hdbi_wall,
