@@ -471,13 +471,15 @@ def render_html(data: dict[str, Any], title: str = "TaxBreak report") -> str:
 
 def markdown_summary(data: dict[str, Any]) -> str:
     """The across-traces table as markdown (for Dagster materialisation metadata)."""
-    lines = ["| trace | HDBI | T_Orchestrate (ns) | ΔFT (ns) | ΔCT (ns) | ΔKT (ns) | T_DeviceActive (ns) "
-             "| kernels/token |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| trace | HDBI | HDBI_linked | coverage | HDBI_wall | flags | T_Orchestrate (ns) | host wall (ns) "
+             "| ΔFT (ns) | ΔCT (ns) | ΔKT (ns) | T_DeviceActive (ns) | kernels/token |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for t in data["traces"]:
-        lines.append(f"| {t['file_name']} | {fmt_value(t['hdbi'], 'fraction')} | {t['t_orchestrate_ns']} | "
-                     f"{t['delta_ft_ns']} | {t['delta_ct_ns']} | {t['delta_kt_ns']} | {t['t_device_active_ns']} | "
-                     f"{fmt_value(t['kpt'], '')} |")
+        lines.append(f"| {t['file_name']} | {fmt_value(t['hdbi'], 'fraction')} | "
+                     f"{fmt_value(t['hdbi_linked'], 'fraction')} | {fmt_value(t['linked_fraction'], 'fraction')} | "
+                     f"{fmt_value(t['hdbi_wall'], 'fraction')} | {', '.join(readmodel.flags(t)) or '-'} | "
+                     f"{t['t_orchestrate_ns']} | {t['host_wall_ns']} | {t['delta_ft_ns']} | {t['delta_ct_ns']} | "
+                     f"{t['delta_kt_ns']} | {t['t_device_active_ns']} | {fmt_value(t['kpt'], '')} |")
     return "\n".join(lines)
 
 

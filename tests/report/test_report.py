@@ -198,7 +198,10 @@ def test_markdown_summary_for_dagster_metadata(wh: dict, data: dict) -> None:
     assert len(lines) == 2 + len(wh["ids"])
     row = next(line for line in lines if line.startswith("| synthetic_moe"))
     t = _by_file(data)[wh["ids"]["moe"]]
-    assert f"| {t['t_orchestrate_ns']} | {t['delta_ft_ns']} | {t['delta_ct_ns']} | {t['delta_kt_ns']} |" in row
+    assert (f"| {t['t_orchestrate_ns']} | {t['host_wall_ns']} | {t['delta_ft_ns']} | {t['delta_ct_ns']} | "
+            f"{t['delta_kt_ns']} |") in row
+    hdbi = f"{t['hdbi']:.3f}"  # HDBI, HDBI_linked, coverage and HDBI_wall side by side, then the flags
+    assert row.startswith(f"| {t['file_name']} | {hdbi} | ") and f"{t['hdbi_wall']:.3f}" in row
 
 
 def test_host_partition_per_step_adds_up(wh: dict, data: dict) -> None:
