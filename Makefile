@@ -18,8 +18,12 @@ $(STAMP): requirements.lock requirements-dev.lock constraints.lock pyproject.tom
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+# `make demo` adds one real GPU trace when the public traces sit beside the checkout (they are not in the repository):
+# the H100 Qwen1.5-0.5B inference trace listed in ../shared/traces/public/SOURCES.md. `make demo DEMO_TRACE=` omits it.
+DEMO_TRACE ?= ../shared/traces/public/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz
+
 demo: $(STAMP)
-	$(BIN)/python -m taxbreak.demo $(ARGS)
+	$(BIN)/python -m taxbreak.demo $(if $(wildcard $(DEMO_TRACE)),--trace $(DEMO_TRACE)) $(ARGS)
 
 test: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium) || echo "chromium not installed: the report browser tests will skip"

@@ -5,7 +5,9 @@ Steps, each a small function so the pipeline (Dagster) can call them one by one:
 1. ``capture_into_inbox(paths)``: profile greedy generation of the built-in dense decoder with torch.profiler on
    whatever device exists (CPU here), with ``prefill``/``decode_step#i`` markers, into ``paths.inbox``; then
    write small synthetic GPU decode traces (dense and MoE, labelled ``synthetic_*`` and ``synthetic: true``) so
-   the GPU-side metrics have something to show on a machine without a GPU.
+   the GPU-side metrics have something to show on a machine without a GPU. ``copy_into_inbox(paths, traces)``
+   adds real traces recorded elsewhere (``--trace``; ``make demo`` passes a public GPU trace when
+   ``../shared/traces/public`` sits beside the checkout).
 2. ``ingest_inbox(paths)``: ingest every trace file in the inbox into the lake (content already there is skipped).
 3. ``print_results(paths, results)``: the per-trace ingest summary, then the analysis summary when the analysis
    module provides one.
@@ -16,6 +18,7 @@ Paths come from ``taxbreak.config.Paths.from_env()`` (``$TAXBREAK_HOME``, defaul
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -58,6 +61,19 @@ def capture_into_inbox(paths: Paths, recapture: bool = True) -> list[Path]:
             print(f"wrote {path} (SYNTHETIC: simulated GPU decode, not a measurement)")
             written.append(path)
     return written
+
+
+def copy_into_inbox(paths: Paths, traces: list[Path]) -> list[Path]:
+    """Copy each trace file, unchanged and under its own name, into ``paths.inbox``; returns the copies."""
+    paths.inbox.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for src in traces:
+        dst = paths.inbox / src.name
+        if src.resolve() != dst.resolve():  # a file of the inbox itself stays where it is
+            shutil.copyfile(src, dst)
+        print(f"copied {src} into the inbox (a real trace recorded elsewhere)")
+        copied.append(dst)
+    return copied
 
 
 def ingest_inbox(paths: Paths, files: list[Path] | None = None) -> list[Any]:
@@ -114,9 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m taxbreak.demo", description="make demo: capture or generate "
                                      "example traces into the inbox, run the pipeline through Dagster, summarise.")
     parser.add_argument("--recapture", action="store_true", help="profile a new CPU trace even if one is there")
+    parser.add_argument("--trace", action="append", type=Path, default=[], metavar="PATH",
+                        help="also show this real trace (Kineto JSON, Nsight SQLite or .nsys-rep); repeatable")
     args = parser.parse_args(argv)
+    for t in args.trace:
+        if not t.is_file():
+            parser.error(f"--trace {t}: no such file")
     paths = Paths.from_env()
     capture_into_inbox(paths, recapture=args.recapture)
+    copy_into_inbox(paths, args.trace)
     from taxbreak.pipeline.local import run_inbox_pipeline  # Dagster lives in pipeline/ only
     from taxbreak.query import exports_dir
 

@@ -37,3 +37,39 @@ def test_demo_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
     again = demo.capture_into_inbox(paths, recapture=False)
     assert again == files and (tmp_path / "inbox" / "demo_dense_cpu.json.gz").read_bytes() == before
     assert [r.status for r in demo.ingest_inbox(paths)] == ["unchanged"] * 3
+
+
+def test_demo_copies_a_real_trace_beside_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`--trace PATH` (what `make demo` passes when the public traces are beside the checkout): the file is copied
+    unchanged into the inbox, ingested and summarised as a real trace, not labelled synthetic."""
+    monkeypatch.setenv("TAXBREAK_HOME", str(tmp_path / "home"))
+    for var in ("TAXBREAK_LAKE", "TAXBREAK_WAREHOUSE", "TAXBREAK_INBOX", "TAXBREAK_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    paths = Paths.from_env()
+    # one aten::mm launching one kernel: op [1000, 1030] µs, launch [1005, 1015] µs, kernel [1020, 1060] µs
+    src = tmp_path / "elsewhere" / "gpu_run.json"
+    src.parent.mkdir()
+    src.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000.0, "dur": 30.0,
+         "args": {"External id": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1005.0, "dur": 10.0,
+         "args": {"correlation": 7, "External id": 1}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1020.0, "dur": 40.0,
+         "args": {"device": 0, "stream": 7, "correlation": 7, "External id": 1}},
+    ]}))
+    (copy,) = demo.copy_into_inbox(paths, [src])
+    assert copy == paths.inbox / "gpu_run.json" and copy.read_bytes() == src.read_bytes()
+    assert demo.copy_into_inbox(paths, [copy]) == [copy]  # a file of the inbox itself stays as it is
+    (res,) = demo.ingest_inbox(paths)
+    assert (res.status, res.row["event_count"], json.loads(res.row["event_counts_json"])["kernel"]) == (
+        "ingested", 3, 1)
+    assert demo.print_results(paths, [res]) == 0
+    out = capsys.readouterr().out
+    assert "[ingested] trace" in out and "gpu_run.json" in out and "[SYNTHETIC]" not in out
+
+
+def test_demo_names_a_missing_trace(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        demo.main(["--trace", str(tmp_path / "nope.json")])
+    assert exc.value.code == 2 and f"--trace {tmp_path / 'nope.json'}: no such file" in capsys.readouterr().err
