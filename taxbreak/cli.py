@@ -623,6 +623,12 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     add_report_parser(sub)
 
 
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.export import add_export_parser
+
+    add_export_parser(sub)
+
+
 def _add_compare(sub: argparse._SubParsersAction) -> None:
     from taxbreak.compare import add_compare_parser
 
@@ -649,8 +655,8 @@ def _add_whatif(sub: argparse._SubParsersAction) -> None:
 
 # The command table: one function per subcommand, in the order `taxbreak --help` lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_ingest, _add_traces, _add_analyze, _add_summary, _add_report, _add_compare, _add_sql, _add_forget,
-    _add_retry, _add_nsys_check, _add_capture, _add_requests, _add_whatif,
+    _add_ingest, _add_traces, _add_analyze, _add_summary, _add_report, _add_export, _add_compare, _add_sql,
+    _add_forget, _add_retry, _add_nsys_check, _add_capture, _add_requests, _add_whatif,
 ]
 ADDERS = COMMANDS  # the earlier name
 
