@@ -1,7 +1,7 @@
 -- table: serving_steps
 -- grain: one row per serving-engine step (a batch of co-scheduled requests) found in a trace
 -- reads: stg_events, stg_meta_raw, trace_meta, int_meta_step_requests, kernel_taxbreak
--- description: Batch composition per engine step (METHOD.md section 8, LLMVisor), from where the trace carries it: the metadata's steps[].requests[] (per request: id, tenant, tokens, context), vLLM-style annotations execute_N_context_C(sq..sk..sqsq..sqsk..)_generation_G(sq..sk..sqsq..sqsk..) (per step sums: requests, tokens, tokens squared, attended keys, no request ids), and SGLang's step[EXTEND bs=B toks=T] / step[DECODE bs=B] (requests and tokens only: no squared tokens, no context). When annotations overlap (SGLang traces carry both forms) the richest source gives the composition and the shortest overlapping range the timing (ours). Device time and orchestration come from the kernels whose launch call (their start when they have none) lies in the step. The per-step sums are what the fitted latency model (request_model_fit, docs/method.md) reads.
+-- description: Batch composition per engine step (METHOD.md section 8, LLMVisor), from where the trace carries it: the metadata's steps[].requests[] (per request: id, tenant, tokens, context), vLLM-style annotations execute_N_context_C(sq..sk..sqsq..sqsk..)_generation_G(sq..sk..sqsq..sqsk..) (per step sums: requests, tokens, tokens squared, attended keys, no request ids), and SGLang's step[EXTEND bs=B toks=T] / step[DECODE bs=B] (requests and tokens only: no squared tokens, no context). When annotations overlap (SGLang traces carry both forms) the richest source gives the composition and the shortest overlapping range the timing (ours). Device time and orchestration come from the kernels the step's process launched (any process's when it launches none) whose launch call (their start when they have none) lies in the step. The per-step sums are what the fitted latency model (request_model_fit, docs/method.md) reads.
 -- column: trace_id: trace key
 -- column: step_id: 1-based position of the serving step in the trace by start time
 -- column: step_name: annotation name that gave the composition
@@ -104,12 +104,18 @@ timed AS (
 steps AS (
     SELECT k.*, t.step_ts_ns, t.step_end_ns FROM kept k JOIN timed t USING (trace_id, event_id)
 ),
+-- A step's kernels: launched by the step's process (any process when that one launches none, as when the engine's
+-- scheduler and its model runner are different processes) while the step ran (ours).
+launching AS (SELECT DISTINCT trace_id, pid FROM kernel_taxbreak),
 kern AS (
     SELECT s.trace_id, s.event_id, count(*) AS kernels, sum(k.kernel_dur_ns) AS device_active_ns,
            sum(coalesce(k.delta_ft_ns, 0) + coalesce(k.delta_ct_ns, 0) + coalesce(k.delta_kt_ns, 0)) AS t_orchestrate_ns,
            max(k.kernel_end_ns) AS last_kernel_end_ns
-    FROM steps s JOIN kernel_taxbreak k
-      ON k.trace_id = s.trace_id AND coalesce(k.launch_ts_ns, k.kernel_ts_ns) >= s.step_ts_ns
+    FROM steps s
+    LEFT JOIN launching l ON l.trace_id = s.trace_id AND l.pid = s.pid
+    JOIN kernel_taxbreak k
+      ON k.trace_id = s.trace_id AND (k.pid = s.pid OR l.pid IS NULL)
+     AND coalesce(k.launch_ts_ns, k.kernel_ts_ns) >= s.step_ts_ns
      AND coalesce(k.launch_ts_ns, k.kernel_ts_ns) < s.step_end_ns
     GROUP BY ALL
 )

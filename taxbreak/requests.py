@@ -247,7 +247,7 @@ def _fit_row(key: tuple[str, str, str], fit: PhaseFit, traces: int, now: datetim
 
 def stale_groups(con: Any) -> list[tuple[str, str, str]]:
     """(model, GPU, phase) groups whose fit-ready steps in ``serving_steps`` differ in number from the stored fit
-    (or have none): the groups new steps arrived for."""
+    (or have none): the groups new steps arrived for; and fitted groups that no longer have any step."""
     if not _has_table(con, "serving_steps"):
         return []
     fitted = "request_model_fit" if _has_table(con, "request_model_fit") else None
@@ -258,7 +258,10 @@ def stale_groups(con: Any) -> list[tuple[str, str, str]]:
     if fitted:
         have = {(m, g, p): n for m, g, p, n in con.execute(
             "SELECT model_name, gpu_name, phase, steps_fitted FROM request_model_fit").fetchall()}
-    return sorted((m, g, p) for m, g, p, n in rows if have.get((m, g, p)) != n)
+    now = {(m, g, p): n for m, g, p, n in rows}
+    changed = {k for k, n in now.items() if have.get(k) != n}
+    gone = {k for k in have if k not in now}  # their steps were removed (a trace forgotten): drop the fit
+    return sorted(changed | gone)
 
 
 def refit(con: Any, groups: list[tuple[str, str, str]] | None = None, *, grid_points: int = GRID_POINTS,

@@ -35,6 +35,9 @@ def wh(lake_builder, tmp_path: Path) -> duckdb.DuckDBPyConnection:
         ev(a, "user_annotation", "execute_foo", 60000, 1000),  # not the format: ignored
         ev(a, "runtime_api", "cudaLaunchKernel", 5000, 500, correlation_id=1),
         ev(a, "kernel", "k", 8000, 52000, tid="7", device_id=0, stream_id=7, correlation_id=1),
+        # another process's kernel in the same window is not the step's: pid 100 launches kernels of its own
+        ev(a, "runtime_api", "cudaLaunchKernel", 6000, 500, pid="200", correlation_id=2),
+        ev(a, "kernel", "other", 9000, 1000, pid="200", tid="8", device_id=1, stream_id=8, correlation_id=2),
     ], gpu="NVIDIA H100 80GB HBM3", file_name="a.json")
     lake_builder(b, [
         ev(b, "user_annotation", "step[DECODE bs=3]", 1000, 8000),

@@ -125,3 +125,7 @@ def test_refit_of_one_group_keeps_the_others() -> None:
     assert [(f["model_name"], f["steps_fitted"]) for f in res["fitted"]] == [("m", 39)]
     assert con.execute("SELECT fitted_at FROM request_model_fit WHERE model_name = 'm2'").fetchone()[0] == before
     assert con.execute("SELECT count(*) FROM request_model_fit").fetchone()[0] == 2
+    con.execute("DELETE FROM serving_steps WHERE model_name = 'm2'")  # m2's trace was forgotten: its fit goes
+    assert stale_groups(con) == [("m2", "g", "mixed")]
+    refit(con)
+    assert con.execute("SELECT model_name FROM request_model_fit").fetchall() == [("m",)]
