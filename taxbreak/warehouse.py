@@ -130,9 +130,12 @@ def connect_writer(
 
 
 def publish_snapshot(db: Path) -> Path:
-    """Copy the (closed, checkpointed) warehouse file to ``exports/snapshot.duckdb`` by write-then-rename."""
+    """Copy the (closed, checkpointed) warehouse file to ``exports/snapshot.duckdb`` by write-then-rename; call it
+    holding the writer lock."""
     dest = snapshot_path(db)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".{dest.name}.*.tmp"):  # left by a killed writer (this one holds the lock)
+        stale.unlink(missing_ok=True)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
     try:
         shutil.copyfile(db, tmp)
