@@ -19,15 +19,16 @@ from taxbreak.pipeline.bucket import Bucket, Cursor, Entry, select_new, sha256_o
 from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
+from taxbreak.pipeline.defs.whatif_assets import WHATIF_KEYS
 
 SCHEDULE_CRON = os.environ.get("TAXBREAK_SCHEDULE_CRON", "0 * * * *")
 
 trace_job = dg.define_asset_job(
-    "trace_job", selection=dg.AssetSelection.assets(TRACE_INGEST, *ANALYSIS_KEYS), partitions_def=TRACES,
+    "trace_job", selection=dg.AssetSelection.assets(TRACE_INGEST, *ANALYSIS_KEYS, *WHATIF_KEYS), partitions_def=TRACES,
     description="Ingest one trace (a `traces` partition) and rebuild the analysis tables for it.",
 )
 refresh_job = dg.define_asset_job(
-    "refresh_job", selection=dg.AssetSelection.assets(*ANALYSIS_KEYS),
+    "refresh_job", selection=dg.AssetSelection.assets(*ANALYSIS_KEYS, *WHATIF_KEYS),
     description="Rebuild every analysis table for all traces and re-export the warehouse.",
 )
 
