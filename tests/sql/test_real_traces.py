@@ -123,34 +123,57 @@ def test_host_partition_sums_to_wall_time(real) -> None:
     con, _ = real
     bad = con.execute("""
         SELECT trace_id, pid, tid FROM host_partition
-        WHERE launch_host_ns + library_ns + framework_ns + sync_ns + other_runtime_ns + host_untraced_ns
-              + unresolved_ns <> wall_ns OR least(launch_host_ns, library_ns, framework_ns, sync_ns,
-              other_runtime_ns, host_untraced_ns, unresolved_ns) < 0
+        WHERE launch_host_ns + launch_blocked_ns + library_ns + framework_ns + sync_ns + other_runtime_ns
+              + host_untraced_ns + unresolved_ns <> wall_ns OR least(launch_host_ns, launch_blocked_ns, library_ns,
+              framework_ns, sync_ns, other_runtime_ns, host_untraced_ns, unresolved_ns) < 0
     """).fetchall()
     assert bad == []
     assert con.execute("SELECT count(*) FROM host_partition WHERE scope_kind = 'thread'").fetchone()[0] > 10
+    # the trace row sums the kernel-launching threads, 'other_threads' the rest; together every thread
+    split = con.execute("""
+        SELECT t.trace_id FROM host_partition t
+        JOIN (SELECT trace_id, sum(wall_ns) AS w, sum(wall_ns) FILTER (WHERE launches_kernels) AS wl
+              FROM host_partition WHERE scope_kind = 'thread' GROUP BY trace_id) th USING (trace_id)
+        LEFT JOIN host_partition o ON o.trace_id = t.trace_id AND o.scope_kind = 'other_threads'
+        WHERE t.scope_kind = 'trace' AND (t.wall_ns + coalesce(o.wall_ns, 0) <> th.w
+              OR (th.wl IS NOT NULL AND t.wall_ns <> th.wl))
+    """).fetchall()
+    assert split == []
+    assert con.execute("SELECT count(*) FROM host_partition WHERE scope_kind = 'other_threads'").fetchone()[0] > 0
 
 
 def test_host_partition_per_step(real) -> None:
-    """One row per step whose parts sum to the step's duration; a step's traced parts never exceed its thread's."""
+    """One row per step, over the threads that launch its kernels: its wall is the step's duration times those
+    threads, and its traced parts never exceed what the trace's threads hold."""
     con, _ = real
     steps = con.execute("SELECT count(*) FROM int_steps").fetchone()[0]
     assert steps > 0
     assert con.execute("""
         SELECT count(*) FROM int_steps s JOIN host_partition h ON h.trace_id = s.trace_id AND h.scope_kind = 'step'
-         AND h.step_id = s.step_id AND h.pid = s.pid AND h.tid = s.tid AND h.wall_ns = s.step_dur_ns
+         AND h.step_id = s.step_id AND h.wall_ns = s.step_dur_ns * h.threads AND h.threads >= 1
     """).fetchone()[0] == steps
     assert con.execute("SELECT count(*) FROM host_partition WHERE scope_kind = 'step'").fetchone()[0] == steps
     over = con.execute("""
         SELECT s.trace_id, s.step_id FROM host_partition s
-        LEFT JOIN host_partition t ON t.trace_id = s.trace_id AND t.scope_kind = 'thread' AND t.pid = s.pid
-         AND t.tid = s.tid
-        WHERE s.scope_kind = 'step' AND (s.launch_host_ns > coalesce(t.launch_host_ns, 0)
-              OR s.library_ns > coalesce(t.library_ns, 0) OR s.framework_ns > coalesce(t.framework_ns, 0)
-              OR s.sync_ns > coalesce(t.sync_ns, 0) OR s.other_runtime_ns > coalesce(t.other_runtime_ns, 0)
-              OR s.unresolved_ns > coalesce(t.unresolved_ns, 0))
+        JOIN (SELECT trace_id, sum(launch_host_ns + launch_blocked_ns) AS launch_ns, sum(library_ns) AS library_ns,
+                     sum(framework_ns) AS framework_ns, sum(sync_ns) AS sync_ns,
+                     sum(other_runtime_ns) AS other_runtime_ns
+              FROM host_partition WHERE scope_kind = 'thread' GROUP BY trace_id) t USING (trace_id)
+        WHERE s.scope_kind = 'step' AND (s.launch_host_ns + s.launch_blocked_ns > t.launch_ns
+              OR s.library_ns > t.library_ns OR s.framework_ns > t.framework_ns OR s.sync_ns > t.sync_ns
+              OR s.other_runtime_ns > t.other_runtime_ns)
     """).fetchall()
     assert over == []
+    # a trace without its outlier steps holds less of every part than the whole trace, and nothing negative
+    excl = con.execute("""
+        SELECT x.trace_id FROM host_partition x JOIN host_partition t ON t.trace_id = x.trace_id
+         AND t.scope_kind = 'trace'
+        WHERE x.scope_kind = 'trace_excl_outliers' AND (x.wall_ns > t.wall_ns OR least(x.wall_ns, x.launch_host_ns,
+              x.launch_blocked_ns, x.library_ns, x.framework_ns, x.sync_ns, x.other_runtime_ns, x.host_untraced_ns) < 0
+              OR x.launch_host_ns + x.launch_blocked_ns + x.library_ns + x.framework_ns + x.sync_ns
+                 + x.other_runtime_ns + x.host_untraced_ns + x.unresolved_ns <> x.wall_ns)
+    """).fetchall()
+    assert excl == []
 
 
 def test_device_busy_plus_idle_is_span(real) -> None:
@@ -232,3 +255,49 @@ def test_gpu_idle_counts_only_the_il_window(real) -> None:
         "SELECT il_ns, kernel_busy_merged_ns, busy_in_il_ns, gpu_idle_merged_ns FROM skip_by_trace "
         "WHERE trace_id = $t", {"t": tid}).fetchone()
     assert busy_all > il > busy_in > 0 and idle == il - busy_in
+
+
+def test_issue_11_figures_on_the_public_traces(real) -> None:
+    """The figures issue 11 named, on the traces it named (docs/method.md 'What changed in 2026-12')."""
+    con, ids = real
+
+    def one(sql: str, rel: str) -> tuple:
+        return con.execute(sql, {"t": ids[rel]}).fetchone()
+
+    trace = "SELECT {} FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'trace'"
+    # NCCL kernels link to the collective, never to record_param_comms inside it
+    nccl = "hta/nccl_parser_config/nccl_data.json.gz"
+    assert one("SELECT count(*) FILTER (WHERE op_name = 'record_param_comms'), count(*) FILTER (WHERE op_name "
+               "LIKE 'c10d::%') FROM int_kernel_links WHERE trace_id = $t AND kernel_name ILIKE '%nccl%'",
+               nccl)[0] == 0
+    assert one("SELECT count(*) FROM int_kernel_links WHERE trace_id = $t AND kernel_name ILIKE '%nccl%' AND "
+               "op_name LIKE 'c10d::%'", nccl)[0] > 0
+    # HTA's Triton example: the triton_poi_fused cpu_op is no framework op: HDBI 1.0 with 0 % coverage, flagged
+    assert one(trace.format("hdbi, linked_fraction, low_coverage"), "hta/triton_example/triton_example.json.gz") == (
+        1.0, 0.0, True)
+    # the public H100 Qwen trace: T_Orchestrate 104.8 ms over a 49.7 ms launching thread: flagged; HDBI_wall apart;
+    # the background thread's ~49.8 ms of "framework" is reported apart
+    qwen = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    orch, wall, flag, hw, top = one(trace.format("t_orchestrate_ns, host_wall_ns, orchestrate_exceeds_wall, "
+                                                 "hdbi_wall, len(top_orchestrate_kernels)"), qwen)
+    assert orch > 2 * wall and flag and 0.5 < hw < 0.7 and top == 3
+    assert one("SELECT threads, wall_ns FROM host_partition WHERE trace_id = $t AND scope_kind = 'other_threads'",
+               qwen)[1] > 45_000_000
+    # the 2-GPU Nsight export: its launch calls mostly waited; the dispatch terms are mostly that wait
+    h100 = "nsys-ai/h100_2gpu_1s.sqlite"
+    lh, lb, blocked_flag = one(trace.format("host_launch_ns, host_launch_blocked_ns, dispatch_blocked_flag"), h100)
+    assert lb > 0.9 * (lh + lb) and blocked_flag
+    assert real_lake[-1].catalogue_row(ids[h100])["kernel_gpu_count"] == 2  # the host lists no GPU at all
+    # AlexNet: the first iteration (cuDNN autotuning) is an outlier step, and the trace is shown without it
+    alex = "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+    assert one(trace.format("is_outlier_step"), alex) == (True,)
+    excl = one("SELECT kernels, hdbi FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = "
+               "'trace_excl_outliers'", alex)
+    assert excl[0] == 40 and excl[1] > 0.05
+    # SGLang decode: T_dispatch_base is the median (mean of the two middle samples), 7,311 ns
+    assert one(trace.format("t_dispatch_base_ns"), "tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"
+               ) == (7311,)
+    # the 2021 ResNet sample's explicit_convolve kernels are cuDNN library kernels
+    resnet = "kineto/worker0.1623143089861.pt.trace.json.gz"
+    assert one("SELECT count(*), min(i_lib) FROM kernel_taxbreak WHERE trace_id = $t AND kernel_name LIKE "
+               "'%explicit_convolve%'", resnet) == (6, 1)
