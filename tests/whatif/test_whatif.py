@@ -251,3 +251,18 @@ def test_synthetic_ground_truth(tmp_path: Path) -> None:
     # and the host speed-up really moved IL (the test could not pass on an identity replay)
     assert con.execute("SELECT il_ns FROM skip_by_trace WHERE trace_id = $t", {"t": ids["h3"]}).fetchone()[0] < (
         0.8 * con.execute("SELECT il_ns FROM skip_by_trace WHERE trace_id = $t", {"t": ids["base"]}).fetchone()[0])
+
+
+def test_report_section(tiny: tuple) -> None:
+    from taxbreak import whatif_report
+
+    con, root = tiny
+    whatif.compute_and_write(con, root, [TINY])
+    d = whatif_report.whatif_data(con, TINY)
+    assert [r["host_speedup"] for r in d["sweep"]] == list(whatif.SWEEP_SPEEDUPS)
+    assert d["sweep"][0]["il_replay_ns"] == 31000
+    assert {r["scenario"] for r in d["other"]} == {"gpu_x2", "cuda_graph_decode", "fuse_top5"}
+    html = whatif_report.whatif_section(d)
+    # identity path: k2 <- gap 1000 <- k1 <- launch path 6000 <- aten::a 4000: host 10000 of 31000 ns
+    assert "<svg" in html and "Critical path split" in html and "host 32%" in html
+    assert whatif_report.whatif_data(con, "0" * 64) is None
