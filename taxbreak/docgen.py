@@ -58,8 +58,9 @@ def _cell(text: str) -> str:
 
 def generate() -> str:
     from taxbreak.requests import request_sql_files
+    from taxbreak.whatif import table_docs  # tables written by the what-if replay, documented the same way
 
-    files = sql_files()
+    files = sql_files() + table_docs()
     fit_files = {f.name for f in request_sql_files()}
     files = files + request_sql_files()  # written after each latency-model fit (taxbreak.requests.refit)
     lines = [
