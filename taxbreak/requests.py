@@ -445,7 +445,6 @@ def format_requests(d: dict[str, Any]) -> str:
 
 def cmd_requests(args: Any) -> int:
     """``taxbreak requests [TRACE] [--refit] [--json]``."""
-    from taxbreak.analysis import connect
     from taxbreak.config import Paths
     from taxbreak.query import open_for_cli
 
@@ -455,21 +454,16 @@ def cmd_requests(args: Any) -> int:
               file=sys.stderr)
         return 2
     if args.refit:
+        from taxbreak.warehouse import WarehouseBusy, writer
+
         try:
-            con = connect(paths.warehouse)
-        except Exception as exc:  # noqa: BLE001 - DuckDB lock errors have no common base class to name
-            print(f"requests: cannot open {paths.warehouse} for writing ({exc}); try again when the pipeline "
-                  "has released it", file=sys.stderr)
-            return 2
-        try:
-            res = refit(con, None if not args.all else [
-                tuple(r) for r in con.execute(
+            # the one writer rule (taxbreak.warehouse): the lock, then the readers' snapshot published after
+            with writer(paths.warehouse) as con:
+                res = refit(con, None if not args.all else [tuple(r) for r in con.execute(
                     "SELECT DISTINCT model_name, gpu_name, phase FROM serving_steps WHERE fit_ready").fetchall()])
-        except RequestsError as exc:
+        except (RequestsError, WarehouseBusy) as exc:
             print(f"requests: {paths.warehouse}: {exc}", file=sys.stderr)
             return 2
-        finally:
-            con.close()
         for f in res["fitted"]:
             print(f"fitted {f['model_name']} / {f['gpu_name']} / {f['phase']}: {f['steps_fitted']:,} steps",
                   file=sys.stderr)
