@@ -7,6 +7,7 @@ Hovering a mark shows its exact value through an SVG ``<title>``.
 from __future__ import annotations
 
 import math
+import re
 from html import escape
 
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
@@ -14,14 +15,14 @@ FONT = "font-family='system-ui, -apple-system, Segoe UI, sans-serif'"
 
 
 def _fmt_ns(value_ns: float) -> str:
-    """A duration for humans: 1.23 ms, 45.6 us, 789 ns."""
+    """A duration for humans: 1.23 ms, 45.6 µs, 789 ns."""
     a = abs(value_ns)
     if a >= 1e9:
         return f"{value_ns / 1e9:.3g} s"
     if a >= 1e6:
         return f"{value_ns / 1e6:.3g} ms"
     if a >= 1e3:
-        return f"{value_ns / 1e3:.3g} us"
+        return f"{value_ns / 1e3:.3g} µs"
     return f"{value_ns:.0f} ns"
 
 
@@ -71,6 +72,38 @@ def short_kernel_name(name: str, max_chars: int = 48) -> str:
     return head if len(head) <= max_chars else head[: max_chars - 3] + "..."
 
 
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NOISE = {"void", "const", "unsigned", "int", "long", "char", "float", "double", "bool", "at", "native", "c10", "std",
+          "detail", "cuda", "anonymous", "namespace", "array", "ul", "lambda"}
+
+
+def disambiguate_kernel_names(names: list[str], max_chars: int = 60) -> dict[str, str]:
+    """full name -> a short label unique within ``names``: ``short_kernel_name``, and where several names share it,
+    the first identifiers that tell them apart (``elementwise_kernel<gpu_kernel_impl_nocast> [direct_copy_kernel_cuda
+    · BFloat16]``), then a number as the last resort."""
+    out = {n: short_kernel_name(n, max_chars) for n in dict.fromkeys(names)}
+    groups: dict[str, list[str]] = {}
+    for n, s in out.items():
+        groups.setdefault(s, []).append(n)
+    for short, group in groups.items():
+        if len(group) < 2:
+            continue
+        idents = {n: [w for w in dict.fromkeys(_IDENT.findall(n)) if w not in _NOISE] for n in group}
+        common = set.intersection(*(set(v) for v in idents.values()))
+        for n in group:
+            extra = [w for w in idents[n] if w not in common][:2]
+            out[n] = f"{short} [{' · '.join(extra)}]" if extra else short
+        seen: dict[str, int] = {}
+        for n in group:  # still equal (names differing only in numbers or punctuation): number them
+            seen[out[n]] = seen.get(out[n], 0) + 1
+        count: dict[str, int] = {}
+        for n in group:
+            if seen[out[n]] > 1:
+                count[out[n]] = count.get(out[n], 0) + 1
+                out[n] = f"{out[n]} #{count[out[n]]}"
+    return out
+
+
 def _nice_ticks(vmax: float, n: int = 5) -> list[float]:
     if vmax <= 0:
         return [0.0]
@@ -80,11 +113,58 @@ def _nice_ticks(vmax: float, n: int = 5) -> list[float]:
     return [i * step for i in range(int(vmax / step) + 2) if i * step <= vmax * 1.0001 + step]
 
 
+CHAR_W = 7.3  # generous width of one character at font-size 12 (px), for laying out labels without clipping
+
+
+def text_w(s: str) -> float:
+    return len(s) * CHAR_W
+
+
+def title_w(title: str) -> int:
+    """Width a plot needs for its title (bold, font-size 14) starting at x = 8."""
+    return int(text_w(title) * 1.3) + 16
+
+
+def fit_label(label: str, max_chars: int) -> str:
+    """The label, or its start and end around a middle ellipsis when longer than max_chars (full text on hover)."""
+    if len(label) <= max_chars:
+        return label
+    head = (max_chars - 1) * 2 // 3
+    return label[:head] + "…" + label[-(max_chars - 1 - head):]
+
+
+def _legend(names: list[str], color: dict[str, str], x0: float, y: float, width: float,
+            opacity: dict[str, str] | None = None) -> tuple[list[str], float]:
+    """Legend swatches that wrap onto new lines; returns the elements and the y below the last line."""
+    body, lx, ly = [], x0, y
+    for n in names:
+        w = 24 + text_w(n)
+        if lx + w > width and lx > x0:
+            lx, ly = x0, ly + 18
+        op = (opacity or {}).get(n, "")
+        body.append(f"<rect x='{lx:.0f}' y='{ly - 10}' width='12' height='12' fill='{color[n]}'{op}/>")
+        body.append(_text(lx + 16, ly, n))
+        lx += w
+    return body, ly + 8
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    return [10.0 ** k for k in range(a, b + 1)]
+
+
 def stacked_hbar(
     rows: list[tuple[str, list[tuple[str, float]]]], unit: str = "ns", title: str = "", width: int = 900,
-    colors: dict[str, str] | None = None, legend: bool = True, label_w: int = 190, label_chars: int = 28,
+    colors: dict[str, str] | None = None, legend: bool = True, label_w: int | None = None, label_chars: int = 90,
+    normalize: bool = False, log: bool = False, notes: dict[str, str] | None = None,
 ) -> str:
-    """Horizontal stacked bars: one bar per (label, [(segment, value)]) row, a shared legend and axis."""
+    """Horizontal stacked bars: one bar per (label, [(segment, value)]) row, a shared legend and axis.
+
+    ``normalize``: each bar is its segments' shares of the row total (0..100%), the total printed beside it, so rows
+    that differ by orders of magnitude stay readable. ``log``: a log10 axis (single-segment rows). Labels are never
+    cut at the edge: the label column is as wide as the longest label (up to ``label_chars`` characters, longer ones
+    shortened in the middle, the full text on hover); the values printed beside the bars have their own margin.
+    ``notes``: label -> a short mark printed after the value (e.g. a caveat)."""
     seg_names: list[str] = []
     for _, segs in rows:
         for name, _ in segs:
@@ -92,50 +172,262 @@ def stacked_hbar(
                 seg_names.append(name)
     colors = colors or {}
     color = {n: colors.get(n, PALETTE[i % len(PALETTE)]) for i, n in enumerate(seg_names)}
-    bar_h, gap, top = 22, 10, 46 if title else 26
-    plot_w = width - label_w - 30
-    vmax = max([sum(max(v, 0) for _, v in segs) for _, segs in rows] + [0])
-    ticks = _nice_ticks(vmax)
-    scale_max = max(ticks[-1], vmax) or 1.0
-    height = top + len(rows) * (bar_h + gap) + 50
+    notes = notes or {}
+    shown = [fit_label(label, label_chars) for label, _ in rows]
+    label_w = label_w or int(min(max([text_w(x) for x in shown] + [40]) + 14, label_chars * CHAR_W + 14))
+    value_w = int(max([text_w(fmt_value(sum(max(v, 0) for _, v in segs), unit) + (" = " if normalize else "")
+                            + (" " + notes[label] if label in notes else "")) for label, segs in rows] + [40]) + 12)
+    width = max(width, label_w + value_w + 260, title_w(title))
+    plot_w = width - label_w - value_w - 10
+    bar_h, gap = 22, 10
     body: list[str] = []
+    y = 8.0
     if title:
         body.append(_text(8, 18, title, extra="font-weight='600' font-size='14'"))
-    lx = 8
-    for n in seg_names if legend else []:
-        body.append(f"<rect x='{lx}' y='{top - 20}' width='12' height='12' fill='{color[n]}'/>")
-        body.append(_text(lx + 16, top - 10, n))
-        lx += 24 + 7 * len(n)
+        y = 26.0
+    if legend:
+        lg, y = _legend(seg_names, color, 8, y + 14, width - 8)
+        body += lg
+    top = int(y + 6)
+    totals = [sum(max(v, 0) for _, v in segs) for _, segs in rows]
+    if log:
+        pos = [t for t in totals if t > 0] or [1.0]
+        ticks = _log_ticks(min(pos), max(pos))
+        lo, hi = math.log10(ticks[0]), math.log10(ticks[-1]) if ticks[-1] > ticks[0] else math.log10(ticks[0]) + 1
+
+        def xw(v: float) -> float:
+            return 0.0 if v <= 0 else max(0.0, (math.log10(v) - lo) / (hi - lo) * plot_w)
+    else:
+        vmax = 1.0 if normalize else max(totals + [0])
+        ticks = [0, 0.25, 0.5, 0.75, 1.0] if normalize else _nice_ticks(vmax)
+        scale_max = 1.0 if normalize else (max(ticks[-1], vmax) or 1.0)
+
+        def xw(v: float) -> float:
+            return max(v, 0) / scale_max * plot_w
     for i, (label, segs) in enumerate(rows):
-        y = top + i * (bar_h + gap)
-        body.append(_text(label_w - 6, y + bar_h * 0.7, label[:label_chars], anchor="end"))
+        yy = top + i * (bar_h + gap)
+        body.append(f"<text x='{label_w - 6}' y='{yy + bar_h * 0.7:.1f}' text-anchor='end'><title>{escape(label)}"
+                    f"</title>{escape(shown[i])}</text>")
         x = float(label_w)
+        total = totals[i]
         for name, v in segs:
-            w = max(v, 0) / scale_max * plot_w
+            if log:
+                w = xw(total)
+            else:
+                w = xw(max(v, 0) / total if normalize and total > 0 else v)
+            share = f" ({max(v, 0) / total:.1%})" if normalize and total > 0 else ""
             body.append(
-                f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{bar_h}' fill='{color[name]}'>"
-                f"<title>{escape(label + ': ' + (name + ' = ' if legend else '') + fmt_value(v, unit))}</title></rect>"
-            )
+                f"<rect x='{x:.1f}' y='{yy}' width='{w:.1f}' height='{bar_h}' fill='{color[name]}'>"
+                f"<title>{escape(label + ': ' + (name + ' = ' if legend else '') + fmt_value(v, unit) + share)}"
+                "</title></rect>")
             x += w
-        total = sum(max(v, 0) for _, v in segs)
-        body.append(_text(x + 4, y + bar_h * 0.7, fmt_value(total, unit), extra="fill='#555'"))
+        end_x = label_w + (plot_w if normalize else x - label_w)
+        txt = ("= " if normalize else "") + fmt_value(total, unit) + (" " + notes[label] if label in notes else "")
+        body.append(_text(end_x + 4, yy + bar_h * 0.7, txt, extra="fill='#555'"))
     ay = top + len(rows) * (bar_h + gap)
     body.append(f"<line x1='{label_w}' y1='{ay}' x2='{label_w + plot_w}' y2='{ay}' stroke='#999'/>")
     for t in ticks:
-        tx = label_w + t / scale_max * plot_w
+        tx = label_w + (xw(t) if not log else (math.log10(t) - lo) / (hi - lo) * plot_w)
         if tx <= label_w + plot_w + 0.5:
             body.append(f"<line x1='{tx:.1f}' y1='{ay}' x2='{tx:.1f}' y2='{ay + 4}' stroke='#999'/>")
-            body.append(_text(tx, ay + 16, fmt_value(t, unit), anchor="middle", extra="fill='#555'"))
-    return _svg(width, height, body, title or "stacked bars")
+            lab = f"{t:.0%}" if normalize else fmt_value(t, unit)
+            anchor = "start" if tx <= label_w + 1 else "middle"
+            body.append(_text(tx, ay + 16, lab, anchor=anchor, extra="fill='#555'"))
+    scale = " (log scale)" if log else " (share of each row's total)" if normalize else ""
+    if scale:
+        body.append(_text(label_w + plot_w, ay + 32, scale.strip(" ()"), anchor="end", extra="fill='#777'"))
+    return _svg(width, ay + 42, body, title or "stacked bars")
 
 
 def hbar(
-    items: list[tuple[str, float]], unit: str = "ns", title: str = "", width: int = 900, label_w: int = 190,
-    label_chars: int = 28,
+    items: list[tuple[str, float]], unit: str = "ns", title: str = "", width: int = 900, label_w: int | None = None,
+    label_chars: int = 90, log: bool = False, notes: dict[str, str] | None = None,
 ) -> str:
-    """Simple horizontal bars, in the order given."""
+    """Simple horizontal bars, in the order given (``log``: a log10 axis)."""
     return stacked_hbar([(label, [("value", v)]) for label, v in items], unit=unit, title=title, width=width,
-                        colors={"value": PALETTE[0]}, legend=False, label_w=label_w, label_chars=label_chars)
+                        colors={"value": PALETTE[0]}, legend=False, label_w=label_w, label_chars=label_chars, log=log,
+                        notes=notes)
+
+
+HDBI_COLORS = {"HDBI": "#4e79a7", "HDBI_linked": "#f28e2b", "HDBI_wall": "#59a14f"}
+
+
+def hdbi_bars(
+    rows: list[tuple[str, dict[str, float | None], str | None]], ref_lines: tuple[float, ...], ref_note: str,
+    title: str = "", width: int = 900, label_chars: int = 90,
+) -> str:
+    """HDBI, HDBI_linked and HDBI_wall per row on a fixed 0..1 axis with dashed reference lines (``ref_note`` says
+    whose they are); a row whose third element is a mark text (low coverage) gets its HDBI bar hatched and the mark
+    printed beside it."""
+    metrics = list(HDBI_COLORS)
+    shown = [fit_label(label, label_chars) for label, _, _ in rows]
+    label_w = int(min(max([text_w(x) for x in shown] + [40]) + 14, label_chars * CHAR_W + 14))
+    value_w = int(max([text_w("0.000 " + (m or "")) for _, _, m in rows] + [60]) + 12)
+    width = max(width, label_w + value_w + 300, title_w(title))
+    plot_w = width - label_w - value_w - 10
+    bar_h, gap = 9, 10
+    body = ["<defs><pattern id='hatch' width='6' height='6' patternUnits='userSpaceOnUse' "
+            "patternTransform='rotate(45)'><rect width='6' height='6' fill='#fff'/><line x1='0' y1='0' x2='0' y2='6' "
+            "stroke='#4e79a7' stroke-width='3'/></pattern></defs>"]
+    y = 8.0
+    if title:
+        body.append(_text(8, 18, title, extra="font-weight='600' font-size='14'"))
+        y = 26.0
+    lg, y = _legend([*metrics, "low coverage (hatched)"], {**HDBI_COLORS, "low coverage (hatched)": "url(#hatch)"},
+                    8, y + 14, width - 8)
+    body += lg
+    top = int(y + 8)
+    row_h = len(metrics) * bar_h + gap
+
+    def px(v: float) -> float:
+        return label_w + min(max(v, 0.0), 1.0) * plot_w
+
+    for i, (label, vals, mark) in enumerate(rows):
+        yy = top + i * row_h
+        body.append(f"<text x='{label_w - 6}' y='{yy + 1.5 * bar_h + 4:.1f}' text-anchor='end'><title>"
+                    f"{escape(label)}</title>{escape(shown[i])}</text>")
+        for j, m in enumerate(metrics):
+            v = vals.get(m)
+            by = yy + j * bar_h
+            if v is None:
+                body.append(_text(label_w + 4, by + bar_h - 1, f"{m} n/a", extra="fill='#999' font-size='9'"))
+                continue
+            fill = "url(#hatch)" if (mark and m == "HDBI") else HDBI_COLORS[m]
+            body.append(f"<rect x='{label_w}' y='{by}' width='{px(v) - label_w:.1f}' height='{bar_h - 1}' "
+                        f"fill='{fill}' stroke='{HDBI_COLORS[m]}' stroke-width='0.5'><title>"
+                        f"{escape(f'{label}: {m} = {v:.3f}' + (f' ({mark})' if mark and m == 'HDBI' else ''))}"
+                        "</title></rect>")
+            if j == 0:
+                body.append(_text(label_w + plot_w + 6, by + bar_h, f"{v:.3f}" + (f" {mark}" if mark else ""),
+                                  extra="fill='#a33'" if mark else "fill='#555'"))
+    ay = top + len(rows) * row_h
+    for r in ref_lines:
+        body.append(f"<line x1='{px(r):.1f}' y1='{top - 4}' x2='{px(r):.1f}' y2='{ay}' stroke='#777' "
+                    "stroke-dasharray='4 3'/>")
+    if ref_lines:
+        body.append(_text(label_w, ay + 32, f"dashed lines at {' and '.join(f'{r:g}' for r in ref_lines)}: "
+                          f"{ref_note}", extra="fill='#777' font-size='11'"))
+    body.append(f"<line x1='{label_w}' y1='{ay}' x2='{label_w + plot_w}' y2='{ay}' stroke='#999'/>")
+    for t in (0, 0.25, 0.5, 0.75, 1.0):
+        body.append(_text(px(t), ay + 14, f"{t:g}", anchor="start" if t == 0 else "middle", extra="fill='#555'"))
+    return _svg(width, ay + 40, body, title or "HDBI")
+
+
+def log_histogram(counts: list[tuple[int, int, int]], title: str = "", width: int = 640, height: int = 240,
+                  x_label: str = "kernel duration (log scale)") -> str:
+    """Vertical bars of counts in log-spaced bins: ``counts`` = [(bin_lo_ns, bin_hi_ns, count)] in bin order."""
+    if not counts:
+        return _svg(width, 60, [_text(8, 30, f"{title}: no data")], title or "histogram")
+    left, right, top, bottom = 56, 16, 34 if title else 14, 44
+    pw, ph = width - left - right, height - top - bottom
+    cmax = max(c for *_, c in counts) or 1
+    bw = pw / len(counts)
+    body: list[str] = []
+    if title:
+        body.append(_text(8, 18, title, extra="font-weight='600' font-size='14'"))
+    for t in _nice_ticks(cmax, 4):
+        if t <= cmax:
+            yy = top + ph - t / cmax * ph
+            body.append(f"<line x1='{left}' y1='{yy:.1f}' x2='{left + pw}' y2='{yy:.1f}' stroke='#eee'/>")
+            body.append(_text(left - 6, yy + 4, f"{t:,.0f}", anchor="end", extra="fill='#555'"))
+    for i, (lo, hi, c) in enumerate(counts):
+        h = c / cmax * ph
+        x = left + i * bw
+        body.append(f"<rect x='{x + 1:.1f}' y='{top + ph - h:.1f}' width='{max(bw - 2, 1):.1f}' height='{h:.1f}' "
+                    f"fill='{PALETTE[0]}'><title>{escape(f'{_fmt_ns(lo)} – {_fmt_ns(hi)}: {c:,} kernels')}</title>"
+                    "</rect>")
+        if i % max(1, len(counts) // 8) == 0:
+            body.append(_text(x, top + ph + 14, _fmt_ns(lo), extra="fill='#555' font-size='10'"))
+    body.append(f"<line x1='{left}' y1='{top + ph}' x2='{left + pw}' y2='{top + ph}' stroke='#999'/>")
+    body.append(_text(left + pw / 2, height - 6, x_label, anchor="middle"))
+    return _svg(width, height, body, title or "histogram")
+
+
+def range_hbar(rows: list[tuple[str, float, float, float, float]], unit: str = "ns", title: str = "",
+               width: int = 900, label_chars: int = 90) -> str:
+    """Per row a p10–p90 bar, a p50 tick and a max dot on a shared log10 axis: (label, p10, p50, p90, max)."""
+    vals = [v for _, *vs in rows for v in vs if v and v > 0]
+    if not vals:
+        return _svg(width, 60, [_text(8, 30, f"{title}: no data")], title or "ranges")
+    shown = [fit_label(r[0], label_chars) for r in rows]
+    label_w = int(min(max([text_w(x) for x in shown] + [40]) + 14, label_chars * CHAR_W + 14))
+    width = max(width, label_w + 360, title_w(title))
+    plot_w = width - label_w - 90
+    ticks = _log_ticks(min(vals), max(vals))
+    lo, hi = math.log10(ticks[0]), math.log10(ticks[-1])
+    hi = hi if hi > lo else lo + 1
+
+    def px(v: float) -> float:
+        return label_w + (math.log10(max(v, ticks[0])) - lo) / (hi - lo) * plot_w
+
+    body: list[str] = []
+    top = 34 if title else 10
+    if title:
+        body.append(_text(8, 18, title, extra="font-weight='600' font-size='14'"))
+    for i, (label, p10, p50, p90, mx) in enumerate(rows):
+        yy = top + i * 24
+        tip = escape(f"{label}: p10 {fmt_value(p10, unit)}, p50 {fmt_value(p50, unit)}, p90 {fmt_value(p90, unit)}, "
+                     f"max {fmt_value(mx, unit)}")
+        body.append(f"<text x='{label_w - 6}' y='{yy + 13}' text-anchor='end'><title>{escape(label)}</title>"
+                    f"{escape(shown[i])}</text>")
+        body.append(f"<rect x='{px(p10):.1f}' y='{yy + 3}' width='{max(px(p90) - px(p10), 1):.1f}' height='14' "
+                    f"fill='{PALETTE[0]}' opacity='0.5'><title>{tip}</title></rect>")
+        body.append(f"<line x1='{px(p50):.1f}' y1='{yy}' x2='{px(p50):.1f}' y2='{yy + 20}' stroke='#222' "
+                    f"stroke-width='2'><title>{tip}</title></line>")
+        body.append(f"<circle cx='{px(mx):.1f}' cy='{yy + 10}' r='3' fill='{PALETTE[2]}'><title>{tip}</title></circle>")
+        body.append(_text(label_w + plot_w + 8, yy + 13, fmt_value(p50, unit), extra="fill='#555'"))
+    ay = top + len(rows) * 24 + 4
+    body.append(f"<line x1='{label_w}' y1='{ay}' x2='{label_w + plot_w}' y2='{ay}' stroke='#999'/>")
+    for t in ticks:
+        body.append(_text(px(t), ay + 14, fmt_value(t, unit), anchor="middle", extra="fill='#555'"))
+    body.append(_text(label_w + plot_w, ay + 30, "bar p10–p90, line p50 (printed), dot max; log scale",
+                      anchor="end", extra="fill='#777'"))
+    return _svg(width, ay + 40, body, title or "ranges")
+
+
+def step_chart(series: dict[str, list[tuple[int, float]]], t0_ns: int, t1_ns: int, title: str = "",
+               y_label: str = "", width: int = 900, height: int = 220) -> str:
+    """Step lines (a value held until the next point) over [t0_ns, t1_ns], times relative to t0_ns."""
+    pts = [p for s in series.values() for p in s]
+    if not pts or t1_ns <= t0_ns:
+        return _svg(width, 60, [_text(8, 30, f"{title}: no data")], title or "steps")
+    left, right, top, bottom = 56, 16, 34 if title else 14, 40
+    pw, ph = width - left - right, height - top - bottom
+    ymax = max(max(y for _, y in pts), 1)
+
+    def px(t: float) -> float:
+        return left + (min(max(t, t0_ns), t1_ns) - t0_ns) / (t1_ns - t0_ns) * pw
+
+    def py(v: float) -> float:
+        return top + ph - v / ymax * ph
+
+    body: list[str] = []
+    if title:
+        body.append(_text(8, 18, title, extra="font-weight='600' font-size='14'"))
+    for t in _nice_ticks(ymax, 4):
+        if t <= ymax:
+            body.append(f"<line x1='{left}' y1='{py(t):.1f}' x2='{left + pw}' y2='{py(t):.1f}' stroke='#eee'/>")
+            body.append(_text(left - 6, py(t) + 4, f"{t:g}", anchor="end", extra="fill='#555'"))
+    for i, (name, s) in enumerate(series.items()):
+        c = PALETTE[i % len(PALETTE)]
+        d, prev = [], None
+        for t, v in sorted(s):
+            if prev is None:
+                d.append(f"M{px(t):.1f},{py(v):.1f}")
+            else:
+                d.append(f"H{px(t):.1f}V{py(v):.1f}")
+            prev = v
+        d.append(f"H{px(t1_ns):.1f}")
+        body.append(f"<path d='{''.join(d)}' fill='none' stroke='{c}' stroke-width='1.5'><title>{escape(name)}"
+                    "</title></path>")
+        body.append(_text(left + 8 + 150 * i, top + 12, name, extra=f"fill='{c}'"))
+    for k in range(6):
+        t = t0_ns + (t1_ns - t0_ns) * k / 5
+        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
+        body.append(_text(px(t), top + ph + 14, "+" + _fmt_ns(t - t0_ns), anchor=anchor, extra="fill='#555'"))
+    body.append(_text(14, top + ph / 2, y_label, anchor="middle",
+                      extra=f"transform='rotate(-90 14 {top + ph / 2:.1f})'"))
+    return _svg(width, height, body, title or "steps")
 
 
 def line_chart(

@@ -1,12 +1,18 @@
-"""``taxbreak report``: one self-contained HTML file (inline SVG, no network) from the warehouse tables.
+"""``taxbreak report``: an HTML report folder (inline SVG and inlined script, no network) from the warehouse tables.
 
-``collect`` reads the data (plain dicts and lists, testable without HTML); ``render_html`` draws it.
+``collect`` reads the data (plain dicts and lists, testable without HTML); ``render_index`` and ``render_trace_page``
+draw it; ``write_report`` writes ``index.html`` plus ``traces/<id>.html`` per trace, rewriting a trace's page only
+when its data changed (``manifest.json`` keeps a content hash per page). Every headline figure, flag and caveat
+comes from the one read model (taxbreak.readmodel); the GPU breakdown and stream queues from their sql/ tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import hashlib
+import json
+import math
 import sys
 from html import escape
 from pathlib import Path
@@ -14,15 +20,19 @@ from typing import Any
 
 import duckdb
 
-from taxbreak import plots, readmodel
+from taxbreak import plots, readmodel, whatif_report
 from taxbreak.config import add_path_args
 from taxbreak.plots import fmt_value
 
-HDBI_LABELS = [(0.2, "0.2: strongly host-bound"), (0.5, "0.5: host = device")]
+HDBI_REF_NOTE = "reference line (ours, not the paper's)"
+HDBI_LABELS = [(y, f"{y:g}: {HDBI_REF_NOTE}") for y in readmodel.HDBI_REFERENCE_LINES]
+ASSETS = Path(__file__).resolve().parent / "report_assets"
 SPLIT_COLORS = {"ΔFT framework": "#4e79a7", "ΔCT library": "#f28e2b", "ΔKT launch floor": "#e15759",
                 "device active": "#59a14f"}
-TIMELINE_MAX_KERNELS = 400
-TIMELINE_NO_STEP_KERNELS = 150
+TIMELINE_MAX_KERNELS = 60_000  # kernels of a trace the interactive timeline carries (the page says when it stops)
+IDLE_CAUSE_COLORS = {"launch_late": "#e15759", "sync_drain": "#76b7b2", "memcpy": "#edc948", "other": "#bab0ac"}
+WORK_COLORS = {"compute": "#4e79a7", "communication exposed": "#f28e2b", "memcpy/memset exposed": "#edc948",
+               "idle": "#e0e0e0"}
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -83,9 +93,11 @@ def top_kernels(con: duckdb.DuckDBPyConnection, trace_id: str, k: int = 10) -> l
 
 
 def fusion_rows(con: duckdb.DuckDBPyConnection, trace_id: str, k: int = 8) -> list[dict[str, Any]]:
+    """The trace's listed fusion chains (maximal, non-overlapping: fusion_candidates.is_listed), by rank = host time
+    saved, each with its whole chain."""
     return _rows(con, """
-        SELECT chain_len, chain, occurrences, proximity_score, launches_saved, host_time_saved_ns
-        FROM fusion_candidates WHERE trace_id = $t ORDER BY host_time_saved_ns DESC, rank LIMIT $k
+        SELECT rank, chain_len, chain, occurrences, proximity_score, launches_saved, host_time_saved_ns
+        FROM fusion_candidates WHERE trace_id = $t AND is_listed ORDER BY rank LIMIT $k
     """, {"t": trace_id, "k": k})
 
 
@@ -96,41 +108,154 @@ def choose_step(steps: list[dict[str, Any]], step_id: str | None) -> dict[str, A
     return next((s for s in real if s["phase"] == "decode"), real[0] if real else None)
 
 
+def step_title(s: dict[str, Any]) -> str:
+    """'step 3: decode_step#1 (decode)'; no phase printed when it is unknown."""
+    return f"step {s['scope_key']}: {s['step_name']}" + (f" ({s['phase']})" if s.get("phase") else "")
+
+
 def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | None) -> dict[str, Any]:
-    """Framework ops, launch calls and kernels of one step (or the trace's first kernels), with the device's idle
-    gaps in that window; at most TIMELINE_MAX_KERNELS kernels of a step, TIMELINE_NO_STEP_KERNELS without one."""
-    limit = TIMELINE_MAX_KERNELS if step_id is not None else TIMELINE_NO_STEP_KERNELS
+    """Everything the interactive timeline draws, JSON-ready: every kernel of the trace (up to TIMELINE_MAX_KERNELS)
+    on a lane per GPU stream with its launch call, framework op and TaxBreak terms (kernel_taxbreak), each GPU's idle
+    gaps by cause (device_idle_gaps) on a lane of their own, and the step windows to pick from (``step_id``, the
+    first decode step by default, opens; without steps the whole trace)."""
     ks = _rows(con, """
-        SELECT l.kernel_seq, l.kernel_name, l.kernel_ts_ns, l.kernel_end_ns, l.stream_id, l.device_id,
-               l.launch_name, l.launch_ts_ns, l.launch_dur_ns, l.op_name, l.op_ts_ns, l.op_end_ns
+        SELECT l.kernel_seq, l.kernel_name, l.kernel_ts_ns, l.kernel_dur_ns, l.stream_id, l.device_id,
+               l.launch_ts_ns, l.launch_dur_ns, l.op_name, l.op_ts_ns, l.op_end_ns, k.step_id,
+               k.delta_ft_ns, k.delta_ct_ns, k.delta_kt_ns, k.t_launch_obs_ns, k.t_dispatch_ns
         FROM int_kernel_links l JOIN kernel_taxbreak k USING (trace_id, kernel_seq)
-        WHERE l.trace_id = $t AND ($any OR CAST(k.step_id AS VARCHAR) = $s)
-        ORDER BY l.kernel_seq LIMIT $n
-    """, {"t": trace_id, "any": step_id is None, "s": str(step_id), "n": limit})
+        WHERE l.trace_id = $t ORDER BY l.kernel_seq LIMIT $n
+    """, {"t": trace_id, "n": TIMELINE_MAX_KERNELS})
+    total = con.execute("SELECT count(*) FROM int_kernel_links WHERE trace_id = $t", {"t": trace_id}).fetchone()[0]
     if not ks:
-        return {"lanes": [], "gaps": [], "kernels": 0}
-    starts = [k["kernel_ts_ns"] for k in ks] + [k["launch_ts_ns"] for k in ks if k["launch_ts_ns"] is not None]
-    t0, t1 = min(starts), max(k["kernel_end_ns"] for k in ks)
-    ops: set[tuple] = set()  # an op launching several kernels is drawn once
-    launches = []
-    streams: dict[str, list] = {}
+        return {"kernels": 0, "total_kernels": total}
+    t0 = min([k["kernel_ts_ns"] for k in ks] + [k["launch_ts_ns"] for k in ks if k["launch_ts_ns"] is not None])
+    t1 = max(k["kernel_ts_ns"] + k["kernel_dur_ns"] for k in ks)
+    names: dict[str, int] = {"": 0}
+
+    def name_ix(n: str | None) -> int:
+        return names.setdefault(n or "", len(names)) if n else 0
+
+    devices = sorted({k["device_id"] for k in ks}, key=lambda d: (d is None, d))
+    lanes = ["framework ops", "launch calls"]
+    lane_of: dict[Any, int] = {}
+    for d in devices:
+        lane_of[("idle", d)] = len(lanes)
+        lanes.append(f"GPU {d} idle gaps")
+        for st in sorted({k["stream_id"] for k in ks if k["device_id"] == d}, key=lambda x: (x is None, x)):
+            lane_of[(d, st)] = len(lanes)
+            lanes.append(f"GPU {d} stream {st}")
+    ops: dict[tuple, list] = {}
+    kern = []
     for k in ks:
         if k["op_ts_ns"] is not None:
-            ops.add((k["op_ts_ns"], k["op_end_ns"], k["op_name"], "op"))
-        if k["launch_ts_ns"] is not None:
-            launches.append((k["launch_ts_ns"], k["launch_ts_ns"] + (k["launch_dur_ns"] or 0),
-                             k["launch_name"] or "launch", "launch call"))
-        lane = f"GPU{k['device_id']} s{k['stream_id']}"
-        streams.setdefault(lane, []).append((k["kernel_ts_ns"], k["kernel_end_ns"], k["kernel_name"], "kernel"))
-    gaps = con.execute("""
-        SELECT gap_start_ns, gap_end_ns FROM device_idle_gaps
-        WHERE trace_id = $t AND gap_end_ns > $a AND gap_start_ns < $b ORDER BY gap_start_ns
-    """, {"t": trace_id, "a": t0, "b": t1}).fetchall()
-    lanes = [("framework ops", sorted(ops)), ("launch calls", launches)]
-    lanes += [(name, boxes) for name, boxes in sorted(streams.items())]
-    idle_ns = sum(min(e, t1) - max(s, t0) for s, e in gaps)
-    return {"lanes": lanes, "gaps": [(max(s, t0), min(e, t1)) for s, e in gaps], "kernels": len(ks),
-            "window_ns": t1 - t0, "idle_ns": idle_ns, "truncated": len(ks) == limit}
+            ops.setdefault((k["op_ts_ns"], k["op_end_ns"], k["op_name"]),
+                           [k["op_ts_ns"], k["op_end_ns"] - k["op_ts_ns"], name_ix(k["op_name"])])
+        kern.append([lane_of[(k["device_id"], k["stream_id"])], k["kernel_ts_ns"], k["kernel_dur_ns"],
+                     name_ix(k["kernel_name"]), name_ix(k["kernel_name"]), k["launch_ts_ns"], k["launch_dur_ns"] or 0,
+                     k["delta_ft_ns"], k["delta_ct_ns"], k["delta_kt_ns"], k["t_launch_obs_ns"], k["t_dispatch_ns"],
+                     name_ix(k["op_name"])])
+    gaps = [[lane_of[("idle", g["device_id"])], g["gap_start_ns"], g["gap_ns"], g["cause"]] for g in _rows(con, """
+        SELECT device_id, gap_start_ns, gap_ns, cause FROM device_idle_gaps
+        WHERE trace_id = $t AND gap_end_ns > $a AND gap_start_ns < $b ORDER BY device_id, gap_start_ns
+    """, {"t": trace_id, "a": t0, "b": t1}) if ("idle", g["device_id"]) in lane_of]
+    steps = [s for s in step_rows(con, trace_id) if s["scope_key"] != "outside_steps"]
+    win = _rows(con, "SELECT step_id, step_ts_ns, step_end_ns FROM int_steps WHERE trace_id = $t", {"t": trace_id})
+    win_of = {str(w["step_id"]): w for w in win}
+    kspan: dict[str, list[int]] = {}
+    for k in ks:  # a step's window also holds its kernels, which may end after the annotation
+        if k["step_id"] is not None:
+            sp = kspan.setdefault(str(k["step_id"]), [k["kernel_ts_ns"], k["kernel_ts_ns"] + k["kernel_dur_ns"]])
+            sp[0] = min(sp[0], k["kernel_ts_ns"], k["launch_ts_ns"] if k["launch_ts_ns"] is not None else sp[0])
+            sp[1] = max(sp[1], k["kernel_ts_ns"] + k["kernel_dur_ns"])
+    windows = [{"label": f"whole trace ({len(ks):,} kernels)", "start": t0, "end": t1, "key": None}]
+    for s in steps:
+        w = win_of.get(s["scope_key"])
+        if w is None:
+            continue
+        a, b = w["step_ts_ns"], w["step_end_ns"]
+        if s["scope_key"] in kspan:
+            a, b = min(a, kspan[s["scope_key"]][0]), max(b, kspan[s["scope_key"]][1])
+        windows.append({"label": step_title(s) + f", {s['kernels']:,} kernels", "start": a, "end": b,
+                        "key": s["scope_key"]})
+    initial = next((i for i, w in enumerate(windows) if step_id is not None and w["key"] == str(step_id)), 0)
+    idle_ns = sum(g[2] for g in gaps)
+    return {"kernels": len(ks), "total_kernels": total, "truncated": total > len(ks), "lanes": lanes,
+            "k": kern, "ops": sorted(ops.values()), "gaps": gaps, "names": list(names), "steps": windows,
+            "initial_step": initial, "window_ns": t1 - t0, "idle_ns": idle_ns,
+            "cause_colors": IDLE_CAUSE_COLORS, "colors": plots.PALETTE}
+
+
+def gpu_breakdown(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
+    """The trace's rows of gpu_time_breakdown (sql/gpu_time_breakdown.sql), by rank and device."""
+    if not _has(con, "gpu_time_breakdown"):
+        return []
+    return _rows(con, "SELECT * FROM gpu_time_breakdown WHERE trace_id = $t ORDER BY rank NULLS LAST, device_id",
+                 {"t": trace_id})
+
+
+def work_segments(g: dict[str, Any]) -> list[tuple[str, float]]:
+    return [("compute", g["t_compute_ns"]), ("communication exposed", g["t_comm_exposed_ns"]),
+            ("memcpy/memset exposed", g["t_memory_exposed_ns"]), ("idle", g["t_idle_ns"])]
+
+
+def device_label(g: dict[str, Any]) -> str:
+    return (f"rank {g['rank']} " if g.get("rank") is not None else "") + f"GPU {g['device_id']}"
+
+
+QUEUE_POINTS = 4000  # queue-length changes drawn per stream
+
+
+def queue_data(con: duckdb.DuckDBPyConnection, trace_id: str, window: tuple[int, int] | None) -> dict[str, Any]:
+    """stream_queue_summary rows of the trace, and each stream's queue length (stream_queue_length) in ``window``."""
+    if not (_has(con, "stream_queue_summary") and _has(con, "stream_queue_length")):
+        return {"summary": [], "series": {}, "window": window}
+    summary = _rows(con, "SELECT * FROM stream_queue_summary WHERE trace_id = $t ORDER BY device_id, stream_id",
+                    {"t": trace_id})
+    series: dict[str, list[tuple[int, int]]] = {}
+    if window is not None:
+        for r in _rows(con, """
+            SELECT device_id, stream_id, ts_ns, queue_length FROM (
+                SELECT *, row_number() OVER (PARTITION BY device_id, stream_id ORDER BY ts_ns) AS n
+                FROM stream_queue_length WHERE trace_id = $t AND ts_ns + held_ns >= $a AND ts_ns <= $b)
+            WHERE n <= $k ORDER BY device_id, stream_id, ts_ns
+        """, {"t": trace_id, "a": window[0], "b": window[1], "k": QUEUE_POINTS}):
+            series.setdefault(f"GPU {r['device_id']} stream {r['stream_id']}", []).append(
+                (r["ts_ns"], r["queue_length"]))
+    return {"summary": summary, "series": series, "window": window}
+
+
+def idle_rows(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
+    """device_busy rows (idle time by gap cause per GPU)."""
+    return _rows(con, "SELECT * FROM device_busy WHERE trace_id = $t ORDER BY device_id", {"t": trace_id})
+
+
+def idle_segments(r: dict[str, Any]) -> list[tuple[str, float]]:
+    return [("launch_late", r["idle_launch_late_ns"]), ("sync_drain", r["idle_sync_drain_ns"]),
+            ("memcpy", r["idle_memcpy_ns"]), ("other", r["idle_other_ns"])]
+
+
+def duration_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any]:
+    """Kernel durations of the trace: counts in power-of-two bins (ns) and p10 / p50 / p90 / max."""
+    bins = [(int(2 ** b), int(2 ** (b + 1)), n) for b, n in con.execute("""
+        SELECT floor(log2(greatest(kernel_dur_ns, 1)))::INTEGER AS b, count(*) FROM int_kernel_links
+        WHERE trace_id = $t GROUP BY b ORDER BY b""", {"t": trace_id}).fetchall()]
+    if bins:  # empty bins between the first and the last are shown as zero
+        have = {lo: n for lo, _, n in bins}
+        lo_b, hi_b = int(math.log2(bins[0][0])), int(math.log2(bins[-1][0]))
+        bins = [(2 ** b, 2 ** (b + 1), have.get(2 ** b, 0)) for b in range(lo_b, hi_b + 1)]
+    p = con.execute("""SELECT quantile_disc(kernel_dur_ns, 0.1), quantile_disc(kernel_dur_ns, 0.5),
+                              quantile_disc(kernel_dur_ns, 0.9), max(kernel_dur_ns)
+                       FROM int_kernel_links WHERE trace_id = $t""", {"t": trace_id}).fetchone()
+    return {"bins": bins, "p10_ns": p[0], "p50_ns": p[1], "p90_ns": p[2], "max_ns": p[3]}
+
+
+def phase_rows(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
+    """The trace's prefill and decode scopes (taxbreak_by_scope, scope_kind 'phase')."""
+    return _rows(con, """
+        SELECT scope_key AS phase, kernels, linked_fraction, low_coverage, t_orchestrate_ns, t_device_active_ns,
+               hdbi, hdbi_linked, hdbi_wall
+        FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'phase' AND scope_key IN ('prefill', 'decode')
+        ORDER BY scope_key DESC""", {"t": trace_id})
 
 
 def sweep_data(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -153,6 +278,18 @@ def sweep_data(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = Non
         sw["transition"] = tr
         sw["transition_bs"] = tr.get("hdbi_crossing_batch_size")
     return out
+
+
+def assumption_groups(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The caveats of every trace (taxbreak.readmodel.caveats) grouped by kind: per kind the traces it concerns
+    (their labels) and the distinct wordings with the traces each applies to."""
+    by_kind: dict[str, dict[str, Any]] = {}
+    for t in traces:
+        for c in readmodel.caveats(t):
+            g = by_kind.setdefault(c["kind"], {"kind": c["kind"], "traces": [], "texts": {}})
+            g["traces"].append(trace_label(t))
+            g["texts"].setdefault(c["text"], []).append(trace_label(t))
+    return list(by_kind.values())
 
 
 def assumptions(traces: list[dict[str, Any]]) -> list[str]:
@@ -181,10 +318,12 @@ def collect(
         missing = sorted(set(trace_ids) - {t["trace_id"] for t in traces})
         if missing:
             raise RuntimeError(f"trace(s) not in the warehouse: {', '.join(missing)}")
+    show = len(traces) > 3 and sys.stderr.isatty()
     for i, t in enumerate(traces, 1):
-        if len(traces) > 3:
+        if show:
             print(f"\rreport: trace {i}/{len(traces)} {t['file_name'][-40:]:<40}", end="", file=sys.stderr, flush=True)
         tid = t["trace_id"]
+        t["page"] = page_name(t)
         t["steps"] = step_rows(con, tid)
         t["host_partition"] = host_partition_rows(con, tid)
         t["top_kernels"] = top_kernels(con, tid)
@@ -192,10 +331,20 @@ def collect(
         chosen = choose_step(t["steps"], step_id)
         t["timeline_step"] = chosen
         t["timeline"] = timeline_data(con, tid, chosen["scope_key"] if chosen else None)
+        tl = t["timeline"]
+        window = ((tl["steps"][tl["initial_step"]]["start"], tl["steps"][tl["initial_step"]]["end"])
+                  if tl["kernels"] else None)
+        t["queues"] = queue_data(con, tid, window)
+        t["gpu_breakdown"] = gpu_breakdown(con, tid)
+        t["idle"] = idle_rows(con, tid)
+        t["durations"] = duration_data(con, tid)
+        t["phases"] = phase_rows(con, tid)
         t["requests"] = request_data(con, tid)
-    if len(traces) > 3:
+        t["whatif"] = whatif_report.whatif_data(con, tid)
+    if show:
         print(file=sys.stderr)
     return {"traces": traces, "sweeps": sweep_data(con, trace_ids), "assumptions": assumptions(traces),
+            "assumption_groups": assumption_groups(traces),
             "caveats": {t["file_name"]: [c["text"] for c in readmodel.caveats(t)] for t in traces}}
 
 
@@ -264,36 +413,57 @@ def requests_section(d: dict[str, Any] | None) -> str:
 
 # --- rendering ---------------------------------------------------------------------------------------------
 CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1180px;color:#222}
-h1{font-size:24px}h2{font-size:19px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:36px}
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1240px;padding:0 16px;
+color:#222}h1{font-size:24px}h2{font-size:19px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:36px}
 h3{font-size:15px;margin-top:22px}table{border-collapse:collapse;font-size:12.5px;margin:8px 0}
-td,th{border:1px solid #ddd;padding:3px 7px;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
-th{background:#f4f4f4}.cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #ddd;border-radius:6px;
-padding:8px 12px;min-width:130px}.card b{display:block;font-size:18px}.card span{color:#666;font-size:12px}
-.note{color:#555;font-size:12.5px}
-td.mono{word-break:break-all;max-width:640px}.warn{background:#fff6e5;border-left:4px solid #f28e2b;padding:6px 10px}
+td,th{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th{background:#f4f4f4}
+.tw{overflow-x:auto;max-width:100%}td.link{min-width:240px;word-break:break-all}
+.cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #ddd;border-radius:6px;padding:8px 12px;
+min-width:130px}.card b{display:block;font-size:18px;white-space:nowrap}.card span{color:#666;font-size:12px}
+.card small{display:block;color:#666;font-size:11.5px}.note{color:#555;font-size:12.5px}
+td.mono{word-break:break-all;min-width:220px}td.nowrap{white-space:nowrap}
+.warn{background:#fff6e5;border-left:4px solid #f28e2b;padding:6px 10px}
 code{background:#f4f4f4;padding:1px 4px}.mono{font-family:ui-monospace,monospace;font-size:11.5px}
+svg{max-width:100%;height:auto;display:block;margin:6px 0}
+#timeline{position:relative;border:1px solid #ddd;padding:4px;user-select:none}
+#timeline canvas{display:block;cursor:grab}.tl-bar{font-size:12.5px;margin:2px 0 6px}
+.tl-tip{position:absolute;background:#fff;border:1px solid #999;padding:6px 8px;font-size:12px;max-width:370px;
+box-shadow:0 2px 6px rgba(0,0,0,.2);pointer-events:none;z-index:2;word-break:break-all}
+.chain{margin:0;padding-left:18px}.chain li{word-break:break-all}
 """
 
 
+def _cell(v: Any, unit: str) -> str:
+    if isinstance(v, list):
+        if not v:
+            return "<td></td>"
+        return "<td class='mono'><ol class='chain'>" + "".join(f"<li>{escape(str(x))}</li>" for x in v) + "</ol></td>"
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return f"<td class='n'>{escape(fmt_value(v, unit))}</td>"
+    if isinstance(v, _Html):
+        return f"<td class='{v.cls}'>{v}</td>"
+    return f"<td class='mono'>{escape('' if v is None else str(v))}</td>"
+
+
+class _Html(str):
+    """A table cell's ready-made HTML (``cls``: its CSS class)."""
+
+    cls = "nowrap"
+
+
+class _Link(_Html):
+    cls = "link"
+
+
 def _table(rows: list[dict[str, Any]], cols: list[tuple[str, str, str]]) -> str:
-    """cols: (key, header, unit)."""
+    """cols: (key, header, unit); the unit is printed with every value (µs, ms, ...). Nothing is cut: long names
+    wrap, lists (a fusion chain) are shown whole, one item per line."""
     if not rows:
         return "<p class='note'>none</p>"
     head = "".join(f"<th>{escape(h)}</th>" for _, h, _ in cols)
-    body = []
-    for r in rows:
-        cells = []
-        for key, _, unit in cols:
-            v = r.get(key)
-            if isinstance(v, list):
-                v = " → ".join(str(x) for x in v)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                cells.append(f"<td class='n'>{escape(fmt_value(v, unit))}</td>")
-            else:
-                cells.append(f"<td class='mono'>{escape('' if v is None else str(v))[:160]}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    body = ["<tr>" + "".join(_cell(r.get(key), unit) for key, _, unit in cols) + "</tr>" for r in rows]
+    return f"<div class='tw'><table><tr>{head}</tr>{''.join(body)}</table></div>"
 
 
 def split_segments(r: dict[str, Any]) -> list[tuple[str, float]]:
@@ -301,35 +471,83 @@ def split_segments(r: dict[str, Any]) -> list[tuple[str, float]]:
             ("ΔKT launch floor", r["delta_kt_ns"] or 0), ("device active", r["t_device_active_ns"] or 0)]
 
 
+def gpu_short(name: str | None) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3', 'AMD Instinct MI300X VF' -> 'MI300X VF'; 'GPU ?' when unknown."""
+    if not name:
+        return "GPU ?"
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "AMD Instinct ", "AMD Radeon ", "AMD "):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
 def trace_label(t: dict[str, Any]) -> str:
-    return t["file_name"] if len(t["file_name"]) <= 28 else t["file_name"][:25] + "..."
+    """A trace's label on every chart: its GPU, a short id and its file name, so two same-named files differ."""
+    return f"{gpu_short(t.get('gpu_name'))} · {t['trace_id'][:6]} · {t['file_name']}"
+
+
+def page_name(t: dict[str, Any]) -> str:
+    return f"traces/{t['trace_id'][:12]}.html"
+
+
+def _t_sys(t: dict[str, Any]) -> str:
+    return f"{fmt_value(t['t_sys_ns'], 'ns')} ({t['t_sys_source']})" if t.get("t_sys_ns") is not None else "n/a"
+
+
+def _tklqt(t: dict[str, Any]) -> tuple[str, str]:
+    """TKLQT with its per-launch mean: ('1.2 ms total', 'mean 3.4 µs per launch over 356 launches')."""
+    mean = fmt_value(t.get("mean_launch_to_start_ns"), "ns")
+    return (f"{fmt_value(t.get('tklqt_ns'), 'ns')} total",
+            f"mean {mean} per launch over {t.get('launch_samples') or 0:,} launches")
 
 
 def _cards(t: dict[str, Any]) -> str:
+    tk_total, tk_mean = _tklqt(t)
     items = [
-        ("HDBI", fmt_value(t["hdbi"], "fraction")),
-        ("HDBI_linked", fmt_value(t["hdbi_linked"], "fraction")),
-        ("HDBI_wall", fmt_value(t["hdbi_wall"], "fraction")),
-        ("T_Orchestrate", fmt_value(t["t_orchestrate_ns"], "ns")),
-        ("T_DeviceActive", fmt_value(t["t_device_active_ns"], "ns")),
-        ("kernels / token", fmt_value(t["kpt"], "")),
-        ("decode kernels / token", fmt_value(t["kpt_decode"], "")),
-        ("TKLQT", fmt_value(t["tklqt_ns"], "ns")),
-        ("end-to-end (IL)", fmt_value(t["il_ns"], "ns")),
-        ("linked fraction", fmt_value(t["linked_fraction"], "fraction")),
-        ("T_sys", f"{t['t_sys_ns']} ns ({t['t_sys_source']})"),
+        ("HDBI", fmt_value(t["hdbi"], "fraction"), ""),
+        ("HDBI_linked", fmt_value(t["hdbi_linked"], "fraction"), ""),
+        ("HDBI_wall", fmt_value(t["hdbi_wall"], "fraction"), ""),
+        ("linked fraction", fmt_value(t["linked_fraction"], "fraction"),
+         "low coverage" if "low_coverage" in readmodel.flags(t) else ""),
+        ("T_Orchestrate", fmt_value(t["t_orchestrate_ns"], "ns"), "ΔFT + ΔCT + ΔKT, summed per kernel"),
+        ("T_DeviceActive", fmt_value(t["t_device_active_ns"], "ns"), "sum of kernel durations"),
+        ("TKLQT", tk_total, tk_mean),
+        ("end-to-end (IL)", fmt_value(t["il_ns"], "ns"), ""),
+        ("kernels / token", fmt_value(t["kpt"], ""), f"decode only {fmt_value(t['kpt_decode'], '')}"),
+        ("T_sys (launch floor)", fmt_value(t["t_sys_ns"], "ns"), str(t["t_sys_source"] or "")),
     ]
     return "<div class='cards'>" + "".join(
-        f"<div class='card'><b>{escape(v)}</b><span>{escape(k)}</span></div>" for k, v in items) + "</div>"
+        f"<div class='card'><b>{escape(v)}</b><span>{escape(k)}</span>" + (f"<small>{escape(sub)}</small>" if sub
+                                                                             else "") + "</div>"
+        for k, v, sub in items) + "</div>"
 
 
 def _hdbi_caveat(t: dict[str, Any]) -> str:
     parts = [readmodel.hdbi_text(t) + "."]
     parts += [c["text"] + "." for c in readmodel.caveats(t)
               if c["kind"] in ("coverage", "wall", "blocked", "outlier", "launch_floor", "no_kernels")]
-    parts.append("The 0.2 / 0.5 reference lines are our reading aids, not thresholds from the paper.")
+    parts.append(f"The {' / '.join(f'{y:g}' for y in readmodel.HDBI_REFERENCE_LINES)} reference lines are our "
+                 "reading aids, not thresholds from the paper.")
     cls = "warn" if readmodel.flags(t) or t["t_sys_is_default"] else "note"
     return f"<p class='{cls}'>{escape(' '.join(parts))}</p>"
+
+
+def _low_mark(t: dict[str, Any]) -> str | None:
+    if "low_coverage" not in readmodel.flags(t) or t.get("linked_fraction") is None:
+        return None
+    return f"⚠ low coverage: {t['linked_fraction']:.1%} linked"
+
+
+def hdbi_chart(traces: list[dict[str, Any]], title: str) -> tuple[str, list[dict[str, Any]]]:
+    """HDBI, HDBI_linked and HDBI_wall of the traces on a 0..1 axis, null-kernel calibration traces left out (they
+    are returned, for the note that says so)."""
+    calib = [t for t in traces if t.get("is_null_kernel")]
+    rows = [(trace_label(t), {"HDBI": t["hdbi"], "HDBI_linked": t["hdbi_linked"], "HDBI_wall": t["hdbi_wall"]},
+             _low_mark(t)) for t in traces if not t.get("is_null_kernel") and t["hdbi"] is not None]
+    if not rows:
+        return "", calib
+    return plots.hdbi_bars(rows, readmodel.HDBI_REFERENCE_LINES, "reference (ours, not the paper's)",
+                           title=title), calib
 
 
 def _kpt_section(traces: list[dict[str, Any]]) -> str:
@@ -340,9 +558,9 @@ def _kpt_section(traces: list[dict[str, Any]]) -> str:
     rows = []
     for t in pts:
         tag = f" [{t['model_kind']}]" if t["model_kind"] else ""
-        rows.append((trace_label(t) + tag, [("kernels / token (paper)", float(t["kpt"]))]))
-    svg = plots.stacked_hbar(rows, unit="", title="Kernels per output token"
-                             + (" — dense vs MoE" if {"dense", "moe"} <= kinds else ""))
+        rows.append((trace_label(t) + tag, float(t["kpt"])))
+    svg = plots.hbar(rows, unit="", title="Kernels per output token" + (" — dense vs MoE" if {"dense", "moe"} <= kinds
+                                                                        else "") + " (log scale)", log=True)
     by_kind = ""
     if {"dense", "moe"} <= kinds:
         agg = []
@@ -361,7 +579,7 @@ def _tklqt_rule_note(tr: dict[str, Any]) -> str:
     if tr.get("baseline_tklqt_ns") is None:
         return ""
     b = tr["tklqt_transition_batch_size"]
-    return escape(f" TKLQT rule (METHOD.md §6, ours: TKLQT > 1.25 × {fmt_value(tr['baseline_tklqt_ns'], 'ns')}, "
+    return escape(f" TKLQT rule (docs/method.md §6, ours: TKLQT > 1.25 × {fmt_value(tr['baseline_tklqt_ns'], 'ns')}, "
                   "the median of the two smallest batches): " + (f"transition at batch size {b}" if b is not None
                   else "no transition") + ("; agrees with HDBI ≥ 0.5." if tr["transitions_agree"]
                                            else "; HDBI ≥ 0.5 first at batch size "
@@ -377,7 +595,7 @@ def _sweep_section(sweeps: dict[str, Any]) -> str:
         tb = sw["transition_bs"]
         v = [(tb, f"HDBI 0.5 at bs ≈ {tb:.3g}")] if tb else []
         out.append(plots.line_chart({model: [(p["batch_size"], p["hdbi"]) for p in pts]}, "batch size", "HDBI",
-                                    title=f"{model}: HDBI vs batch size", hlines=[(y, lab) for y, lab in HDBI_LABELS],
+                                    title=f"{model}: HDBI vs batch size", hlines=HDBI_LABELS,
                                     vlines=v, y_unit="fraction"))
         out.append(plots.line_chart({model: [(p["batch_size"], p["tklqt_ns"] or 0) for p in pts]}, "batch size",
                                     "TKLQT", title=f"{model}: TKLQT vs batch size", vlines=v, y_unit="ns"))
@@ -388,85 +606,258 @@ def _sweep_section(sweeps: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _trace_section(t: dict[str, Any]) -> str:
-    h = [f"<h2 id='t-{t['trace_id'][:12]}'>{escape(t['file_name'])}</h2>",
-         "<p class='note'>" + escape(" · ".join(x for x in (
+def _phase_section(traces: list[dict[str, Any]]) -> str:
+    rows, tab = [], []
+    for t in traces:
+        for ph in t.get("phases") or []:
+            label = f"{trace_label(t)} · {ph['phase']}"
+            if ph["hdbi"] is not None:
+                mark = (f"⚠ low coverage: {ph['linked_fraction']:.1%} linked" if ph["low_coverage"]
+                        and ph["linked_fraction"] is not None else None)
+                rows.append((label, {"HDBI": ph["hdbi"], "HDBI_linked": ph["hdbi_linked"],
+                                     "HDBI_wall": ph["hdbi_wall"]}, mark))
+            tab.append({"trace": trace_label(t), **ph})
+    if not rows:
+        return "<p class='note'>No trace has prefill or decode steps.</p>"
+    return (plots.hdbi_bars(rows, readmodel.HDBI_REFERENCE_LINES, "reference (ours, not the paper's)",
+                            title="Prefill vs decode: HDBI, HDBI_linked, HDBI_wall per phase")
+            + _table(tab, [("trace", "trace", ""), ("phase", "phase", ""), ("kernels", "kernels", ""),
+                           ("t_orchestrate_ns", "T_Orchestrate", "ns"), ("t_device_active_ns", "T_DeviceActive", "ns"),
+                           ("hdbi", "HDBI", "fraction"), ("hdbi_linked", "HDBI_linked", "fraction"),
+                           ("hdbi_wall", "HDBI_wall", "fraction")]))
+
+
+def _idle_section(traces: list[dict[str, Any]]) -> str:
+    rows = []
+    for t in traces:
+        tot = {c: 0 for c in IDLE_CAUSE_COLORS}
+        for r in t.get("idle") or []:
+            for c, v in idle_segments(r):
+                tot[c] += v
+        if sum(tot.values()) > 0:
+            rows.append((trace_label(t), list(tot.items())))
+    if not rows:
+        return "<p class='note'>No GPU idle gaps.</p>"
+    return plots.stacked_hbar(rows, title="GPU idle time by cause (device_idle_gaps; every GPU of the trace)",
+                              colors=IDLE_CAUSE_COLORS, normalize=True)
+
+
+def _gpu_section(traces: list[dict[str, Any]]) -> str:
+    rows, notes = [], {}
+    for t in traces:
+        for g in t.get("gpu_breakdown") or []:
+            label = f"{trace_label(t)} · {device_label(g)}"
+            rows.append((label, work_segments(g)))
+            if g["comm_busy_ns"]:
+                notes[label] = f"comm overlapped {g['comm_overlap_fraction']:.0%}"
+    if not rows:
+        return "<p class='note'>No GPU breakdown (run `taxbreak analyze` to build gpu_time_breakdown).</p>"
+    return plots.stacked_hbar(rows, title="GPU time by work class, per rank and device (compute > communication > "
+                              "memcpy/memset > idle)", colors=WORK_COLORS, normalize=True, notes=notes)
+
+
+def _durations_section(traces: list[dict[str, Any]]) -> str:
+    rows = [(trace_label(t), d["p10_ns"], d["p50_ns"], d["p90_ns"], d["max_ns"]) for t in traces
+            if (d := t.get("durations")) and d["p50_ns"] is not None]
+    if not rows:
+        return "<p class='note'>No kernels.</p>"
+    return plots.range_hbar(rows, title="Kernel durations per trace")
+
+
+def _assumption_section(groups: list[dict[str, Any]]) -> str:
+    if not groups:
+        return "<p class='note'>none: every floor measured, every count known.</p>"
+    h = ["<table><tr><th>kind</th><th>traces</th><th>what it means (wording from the read model)</th></tr>"]
+    for g in groups:
+        texts = list(g["texts"].items())
+        lines = []
+        for text, who in texts[:4]:
+            lines.append(f"<li>{escape(text)}" + (f" <span class='note'>({len(who)} trace(s): "
+                                                  f"{escape(', '.join(who[:3]))}"
+                                                  f"{' …' if len(who) > 3 else ''})</span>" if len(texts) > 1 else "")
+                         + "</li>")
+        more = (f"<li class='note'>and {len(texts) - 4} other wording(s) on the trace pages</li>"
+                if len(texts) > 4 else "")
+        h.append(f"<tr><td class='nowrap'>{escape(g['kind'])}</td><td class='n'>{len(g['traces'])}</td>"
+                 f"<td><ul class='chain'>{''.join(lines)}{more}</ul></td></tr>")
+    return "".join(h) + "</table>"
+
+
+# The page checks its own layout once drawn and says so on <body> (the browser tests read it): data-rendered = the
+# number of plots, data-clipped = SVG texts that stick out of their plot, data-overflow = 1 when the page is wider
+# than the window (something would be cut off at the right).
+LAYOUT_CHECK = """(function(){var svgs=document.querySelectorAll('svg'),bad=[];
+svgs.forEach(function(s){var r=s.getBoundingClientRect();s.querySelectorAll('text').forEach(function(t){
+var b=t.getBoundingClientRect();if(b.width>0&&(b.left<r.left-0.5||b.right>r.right+0.5||b.top<r.top-0.5||
+b.bottom>r.bottom+0.5)){bad.push(t.textContent);}});});
+document.body.setAttribute('data-clipped',bad.length);document.body.setAttribute('data-clipped-texts',
+bad.slice(0,5).join(' | '));document.body.setAttribute('data-overflow',
+document.documentElement.scrollWidth>window.innerWidth+1?1:0);
+document.body.setAttribute('data-rendered',svgs.length);})();"""
+
+
+def _page(title: str, body: list[str], script: str = "") -> str:
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{escape(title)}</title><style>{CSS}</style>"
+        "<script>window.onerror=function(m){document.title='JSERROR: '+m;};</script></head><body>"
+        + "".join(body) + script
+        + "<script>" + LAYOUT_CHECK + "</script>"
+        "</body></html>\n"
+    )
+
+
+def _timeline_script() -> str:
+    return (ASSETS / "timeline.js").read_text(encoding="utf-8")
+
+
+def _json_for_script(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+
+
+def _kernel_names(t: dict[str, Any]) -> dict[str, str]:
+    return plots.disambiguate_kernel_names([k["kernel_name"] for k in t["top_kernels"]])
+
+
+def render_trace_page(t: dict[str, Any], index_href: str = "../index.html") -> str:
+    """One trace's page: headline cards and caveats, the step split, host partition, the interactive timeline, GPU
+    breakdown and stream queues, idle gaps, kernel durations, top kernels, requests, fusion candidates."""
+    h = [f"<p class='note'><a href='{escape(index_href)}'>← all traces</a></p>",
+         f"<h1>{escape(t['file_name'])}</h1>",
+         "<p class='note'>" + escape(" · ".join(str(x) for x in (
              f"trace {t['trace_id'][:16]}", t["source_format"], t["gpu_name"],
              t["model"] and f"model {t['model']}" + (f" ({t['model_kind']})" if t["model_kind"] else ""),
              t["batch_size"] and f"batch {t['batch_size']}",
-             t["output_tokens"] and f"output tokens {t['output_tokens']}") if x)) + "</p>",
+             t["output_tokens"] and f"output tokens {t['output_tokens']}",
+             t.get("is_null_kernel") and "null-kernel calibration trace") if x)) + "</p>",
          _cards(t), _hdbi_caveat(t)]
     steps = [s for s in t["steps"] if s["scope_key"] != "outside_steps"]
     if steps:
-        rows = [(f"{s['scope_key']}: {s['step_name']}", split_segments(s)) for s in steps[:40]]
-        h.append(plots.stacked_hbar(rows, title="Orchestration split per step (ΔFT / ΔCT / ΔKT vs device active)",
-                                    colors=SPLIT_COLORS))
+        rows = [(step_title(s), split_segments(s)) for s in steps[:60]]
+        h.append(plots.stacked_hbar(rows, title="Per step: host orchestration (ΔFT / ΔCT / ΔKT) and device-active "
+                                    "time, summed — not a wall time", colors=SPLIT_COLORS, normalize=True))
+        if len(steps) > 60:
+            h.append(f"<p class='note'>first 60 of {len(steps)} steps.</p>")
     if t.get("host_partition"):
-        rows = [("whole trace (all threads)" if r["scope_kind"] == "trace" else f"{r['step_id']}: {r['step_name']}",
-                 host_segments(r)) for r in t["host_partition"][:41]]
+        rows = [("whole trace (all threads)" if r["scope_kind"] == "trace" else
+                 f"step {r['step_id']}: {r['step_name']}", host_segments(r)) for r in t["host_partition"][:61]]
         h.append(plots.stacked_hbar(rows, title="Host time partition (self time; parts add up to wall time)",
                                     colors=HOST_COLORS))
     tl = t["timeline"]
-    st = t["timeline_step"]
-    where = f"step {st['scope_key']} ({st['step_name']}, {st['phase']})" if st else "first kernels of the trace"
-    h.append(f"<h3>Launch timeline: {escape(where)}</h3>")
+    h.append("<h2>Timeline</h2>")
+    script = ""
     if tl["kernels"]:
-        h.append(plots.timeline(tl["lanes"], tl["gaps"]))
-        h.append(f"<p class='note'>{tl['kernels']} kernels over {fmt_value(tl['window_ns'], 'ns')}; GPU idle "
-                 f"{fmt_value(tl['idle_ns'], 'ns')} (shaded)" + (f"; first {tl['kernels']} kernels only"
-                                                                  if tl["truncated"] else "") + ".</p>")
+        h.append("<p class='note'>Every kernel" + (f" (the first {tl['kernels']:,} of {tl['total_kernels']:,})"
+                                                   if tl["truncated"] else "")
+                 + " on a lane per GPU stream, its launch call and framework op above; GPU idle gaps coloured by "
+                 "cause (" + ", ".join(f"<span style='color:{c}'>■</span> {escape(k)}"
+                                       for k, c in IDLE_CAUSE_COLORS.items())
+                 + "). Wheel: zoom; drag: pan; double-click: the whole window; hover: ΔFT/ΔCT/ΔKT, t_dispatch and "
+                 "queueing; lines: launch → kernel. In the opening window the GPU is idle "
+                 f"{fmt_value(tl['idle_ns'], 'ns')} of the trace's kernel span {fmt_value(tl['window_ns'], 'ns')}."
+                 "</p>")
+        h.append("<div id='timeline'></div>")
+        script = (f"<script type='application/json' id='tl-data'>{_json_for_script(tl)}</script>"
+                  f"<script>{_timeline_script()}</script>")
     else:
         h.append("<p class='note'>no kernels</p>")
-    h.append("<h3>Top kernels by total time</h3>")
+    h.append("<h2>GPUs: work classes, communication overlap, idle gaps, stream queues</h2>")
+    if t.get("gpu_breakdown"):
+        h.append(plots.stacked_hbar([(device_label(g), work_segments(g)) for g in t["gpu_breakdown"]],
+                                    title="GPU time by work class (compute > communication > memcpy/memset > idle)",
+                                    colors=WORK_COLORS))
+        h.append(_table(t["gpu_breakdown"], [
+            ("rank", "rank", ""), ("device_id", "GPU", ""), ("kernels", "kernels", ""),
+            ("comm_kernels", "comm kernels", ""), ("span_ns", "span", "ns"), ("t_compute_ns", "compute", "ns"),
+            ("t_comm_exposed_ns", "comm exposed", "ns"), ("t_memory_exposed_ns", "memory exposed", "ns"),
+            ("t_idle_ns", "idle", "ns"), ("comm_busy_ns", "comm busy", "ns"),
+            ("comm_compute_overlap_ns", "comm ∩ compute", "ns"), ("comm_overlap_fraction", "comm overlapped",
+                                                                 "fraction")]))
+    if t.get("idle"):
+        h.append(plots.stacked_hbar([(f"GPU {r['device_id']}", idle_segments(r)) for r in t["idle"]],
+                                    title="GPU idle time by cause", colors=IDLE_CAUSE_COLORS))
+    q = t.get("queues") or {}
+    if q.get("summary"):
+        h.append(_table(q["summary"], [("device_id", "GPU", ""), ("stream_id", "stream", ""),
+                                       ("kernels_queued", "kernels queued", ""), ("max_queue_length", "max queue", ""),
+                                       ("mean_queue_length", "mean queue", ""),
+                                       ("nonempty_ns", "time non-empty", "ns"), ("queue_span_ns", "span", "ns")]))
+        if q.get("series") and q.get("window"):
+            h.append(plots.step_chart(q["series"], q["window"][0], q["window"][1], y_label="kernels",
+                                      title="Stream queue length (launched, not yet finished) in the timeline's "
+                                      "opening window"))
+    d = t.get("durations") or {}
+    if d.get("bins"):
+        h.append(plots.log_histogram(d["bins"], title="Kernel durations (power-of-two bins)"))
+    h.append("<h2>Top kernels by total time</h2>")
     if t["top_kernels"]:
-        bars = [(plots.short_kernel_name(k["kernel_name"], 44), k["total_dur_ns"]) for k in t["top_kernels"]]
-        h.append(plots.hbar(bars, label_w=330, label_chars=44))
-    h.append(_table(t["top_kernels"], [("kernel_name", "kernel", ""), ("invocations", "count", ""),
-                                       ("total_dur_ns", "total", "ns"), ("akd_ns", "mean (AKD)", "ns"),
-                                       ("time_share", "share", "fraction"),
-                                       ("mean_launch_to_start_ns", "launch→start", "ns")]))
+        names = _kernel_names(t)
+        bars = [(names[k["kernel_name"]], k["total_dur_ns"]) for k in t["top_kernels"]]
+        h.append(plots.hbar(bars))
+        rows = [{**k, "short": names[k["kernel_name"]]} for k in t["top_kernels"]]
+        h.append(_table(rows, [("short", "kernel", ""), ("invocations", "count", ""), ("total_dur_ns", "total", "ns"),
+                               ("akd_ns", "mean (AKD)", "ns"), ("time_share", "share", "fraction"),
+                               ("mean_launch_to_start_ns", "launch→start", "ns"), ("kernel_name", "full name", "")]))
     h.append(requests_section(t.get("requests")))
-    h.append("<h3>Fusion candidates (by host time saved)</h3>")
-    h.append(_table(t["fusion"], [("chain_len", "L", ""), ("occurrences", "count", ""),
+    h.append(whatif_report.whatif_section(t.get("whatif")))
+    h.append("<h2>Fusion candidates (listed chains, by host time saved)</h2>")
+    h.append(_table(t["fusion"], [("rank", "rank", ""), ("chain_len", "L", ""), ("occurrences", "count", ""),
                                   ("proximity_score", "PS", "fraction"), ("launches_saved", "launches saved", ""),
-                                  ("host_time_saved_ns", "host time saved", "ns"), ("chain", "chain", "")]))
-    return "".join(h)
+                                  ("host_time_saved_ns", "host time saved", "ns"), ("chain", "chain (in order)", "")]))
+    h.append("<h2>Caveats</h2>")
+    cav = readmodel.caveats(t)
+    h.append("<ul>" + "".join(f"<li><b>{escape(c['kind'])}</b>: {escape(c['text'])}</li>" for c in cav) + "</ul>"
+             if cav else "<p class='note'>none</p>")
+    return _page(f"TaxBreak: {t['file_name']}", h, script)
 
 
-def render_html(data: dict[str, Any], title: str = "TaxBreak report") -> str:
+def render_index(data: dict[str, Any], title: str = "TaxBreak report") -> str:
     traces = data["traces"]
     body = [f"<h1>{escape(title)}</h1>",
             f"<p class='note'>{len(traces)} trace(s) · generated {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC · "
-            "TaxBreak decomposition (METHOD.md): T_Orchestrate = ΔFT + ΔCT + ΔKT; HDBI near 0 = host-bound, "
-            "near 1 = device-bound.</p>"]
+            "TaxBreak decomposition (docs/method.md): T_Orchestrate = ΔFT + ΔCT + ΔKT; HDBI near 0 = host-bound, "
+            "near 1 = device-bound. One page per trace: follow its name in the table.</p>"]
     if traces:
         body.append("<h2>Across traces</h2>")
+        body.append(_table([{**t, "link": _Link(f"<a href='{escape(t['page'])}'>{escape(trace_label(t))}</a>"),
+                             "tsys": _Html(escape(_t_sys(t))),
+                             "tklqt": _Html(escape(_tklqt(t)[0]) + "<br><span class='note'>"
+                                            + escape(_tklqt(t)[1]) + "</span>"),
+                             "flags": ", ".join(readmodel.flags(t))} for t in traces], [
+            ("link", "trace (GPU · id · file)", ""), ("model", "model", ""), ("batch_size", "bs", ""),
+            ("kernels", "kernels", ""), ("linked_fraction", "linked", "fraction"),
+            ("t_orchestrate_ns", "T_Orchestrate", "ns"), ("t_device_active_ns", "T_DeviceActive", "ns"),
+            ("hdbi", "HDBI", "fraction"), ("hdbi_linked", "HDBI_linked", "fraction"),
+            ("hdbi_wall", "HDBI_wall", "fraction"), ("kpt", "kernels/token", ""), ("tklqt", "TKLQT", ""),
+            ("il_ns", "end-to-end", "ns"), ("tsys", "T_sys", ""), ("flags", "flags", "")]))
         body.append(plots.stacked_hbar([(trace_label(t), split_segments(t)) for t in traces],
-                                       title="Orchestration split: ΔFT / ΔCT / ΔKT vs device-active time",
-                                       colors=SPLIT_COLORS))
-        hd = [(trace_label(t), float(t["hdbi"])) for t in traces if t["hdbi"] is not None]
-        if hd:
-            body.append(plots.hbar(hd, unit="fraction", title="HDBI per trace (coverage and T_sys caveats below)"))
-        body.append(_table(traces, [
-            ("file_name", "trace", ""), ("model", "model", ""), ("batch_size", "bs", ""), ("kernels", "kernels", ""),
-            ("linked_fraction", "linked", "fraction"), ("t_orchestrate_ns", "T_Orchestrate", "ns"),
-            ("t_device_active_ns", "T_DeviceActive", "ns"), ("hdbi", "HDBI", "fraction"),
-            ("kpt", "kernels/token", ""), ("tklqt_ns", "TKLQT", "ns"), ("il_ns", "end-to-end", "ns"),
-            ("t_sys_source", "T_sys", "")]))
+                                       title="Orchestration split: ΔFT / ΔCT / ΔKT vs device-active time, as shares "
+                                       "(host and device time summed — not a wall time)",
+                                       colors=SPLIT_COLORS, normalize=True))
+        il = [(trace_label(t), float(t["il_ns"])) for t in traces if t["il_ns"]]
+        if il:
+            body.append(plots.hbar(il, title="End-to-end time (IL) per trace (log scale)", log=True))
+        svg, calib = hdbi_chart(traces, "HDBI, HDBI_linked and HDBI_wall per trace (0 = host-bound, 1 = device-bound)")
+        body.append(svg)
+        if calib:
+            body.append("<p class='note'>Left out of the HDBI chart: null-kernel calibration trace(s) "
+                        + escape(", ".join(trace_label(t) for t in calib)) + " (they measure the launch floor).</p>")
+        body.append("<h3>Prefill vs decode</h3>" + _phase_section(traces))
+        body.append("<h3>GPU time by work class and rank</h3>" + _gpu_section(traces))
+        body.append("<h3>GPU idle gaps by cause</h3>" + _idle_section(traces))
+        body.append("<h3>Kernel durations</h3>" + _durations_section(traces))
         body.append("<h3>Kernels per token</h3>" + _kpt_section(traces))
         body.append("<h3>Batch-size sweeps</h3>" + _sweep_section(data["sweeps"]))
-    body.append("<h2>Assumptions</h2>")
-    body.append("<ul>" + "".join(f"<li>{escape(a)}</li>" for a in data["assumptions"]) + "</ul>"
-                if data["assumptions"] else "<p class='note'>none: every floor measured, every count known.</p>")
-    body.extend(_trace_section(t) for t in traces)
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{escape(title)}</title><style>{CSS}</style>"
-        "<script>window.onerror=function(m){document.title='JSERROR: '+m;};</script></head><body>"
-        + "".join(body)
-        + "<script>document.body.setAttribute('data-rendered', document.querySelectorAll('svg').length);</script>"
-        "</body></html>\n"
-    )
+    body.append("<h2>Assumptions, grouped by kind</h2>")
+    body.append(_assumption_section(data.get("assumption_groups") or assumption_groups(traces)))
+    return _page(title, body)
+
+
+def render_html(data: dict[str, Any], title: str = "TaxBreak report") -> str:
+    """The index and every trace page in one document (for tests and quick looks; ``write_report`` writes pages)."""
+    parts = [render_index(data, title)] + [render_trace_page(t, "#") for t in data["traces"]]
+    return "".join(parts)
 
 
 def markdown_summary(data: dict[str, Any]) -> str:
@@ -483,17 +874,63 @@ def markdown_summary(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+MANIFEST = "manifest.json"
+
+
+def _render_version() -> str:
+    """Changes when the code that draws a page changes, so every page is redrawn then."""
+    h = hashlib.sha256()
+    for f in (Path(__file__), Path(plots.__file__), ASSETS / "timeline.js"):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _content_hash(t: dict[str, Any], version: str) -> str:
+    return hashlib.sha256((version + json.dumps(t, sort_keys=True, default=str)).encode()).hexdigest()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
 def write_report(
     con: duckdb.DuckDBPyConnection, out_path: str | Path, trace_ids: list[str] | None = None,
-    step_id: str | None = None,
+    step_id: str | None = None, data: dict[str, Any] | None = None,
 ) -> Path:
+    """Write the report folder; returns the index file. ``out_path`` ending in .html names the index file (its
+    folder holds ``traces/``), else it is the folder (``index.html`` in it). A trace page is rewritten only when its
+    data (or the drawing code) changed since the last run, per ``manifest.json``; pages of traces no longer in the
+    report are removed."""
     out = Path(out_path)
-    data = collect(con, trace_ids, step_id)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render_html(data), encoding="utf-8")
-    tmp.replace(out)
-    return out
+    index = out if out.suffix == ".html" else out / "index.html"
+    folder = index.parent
+    data = data or collect(con, trace_ids, step_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    man_path = folder / MANIFEST
+    try:
+        old = json.loads(man_path.read_text(encoding="utf-8")).get("pages", {})
+    except (OSError, ValueError):
+        old = {}
+    version = _render_version()
+    pages: dict[str, str] = {}
+    written = 0
+    for t in data["traces"]:
+        digest = _content_hash(t, version)
+        pages[t["page"]] = digest
+        if old.get(t["page"]) != digest or not (folder / t["page"]).exists():
+            _write_atomic(folder / t["page"], render_trace_page(t))
+            written += 1
+    for stale in set(old) - set(pages):
+        p = folder / stale
+        if p.parent == folder / "traces" and p.exists():
+            p.unlink()
+    _write_atomic(index, render_index(data))
+    _write_atomic(man_path, json.dumps({"version": version, "pages": pages, "pages_written_last_run": written},
+                                       indent=1, sort_keys=True))
+    return index
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -525,14 +962,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
-        help="write a self-contained HTML report (plots as inline SVG) from the warehouse",
-        description="One HTML file, no network needed: across-traces orchestration split, HDBI with caveats, "
-        "kernels per token, batch-size sweeps, assumptions, then per trace a step split, the launch timeline of a "
-        "step, top kernels and fusion candidates.",
+        help="write the HTML report (index.html + one page per trace) from the warehouse",
+        description="A folder of self-contained HTML pages, no network needed: index.html across traces "
+        "(orchestration split, HDBI / HDBI_linked / HDBI_wall, prefill vs decode, GPU work classes, idle gaps by "
+        "cause, kernel durations, kernels per token, sweeps, assumptions) and traces/<id>.html per trace (step "
+        "split, interactive timeline, GPU breakdown and stream queues, top kernels, fusion candidates). A trace's "
+        "page is rewritten only when its data changed.",
     )
     p.add_argument("--trace", action="append", help="trace-id prefix, file glob, model:NAME ... (repeatable; "
                    "default every analysed trace)")
-    p.add_argument("--step", help="step_id whose launch timeline to draw (default: the first decode step)")
-    p.add_argument("-o", "--output", default="warehouse/report.html", help="output file (default %(default)s)")
+    p.add_argument("--step", help="step_id the timeline opens on (default: the first decode step)")
+    p.add_argument("-o", "--output", default="warehouse/report",
+                   help="output folder, or the index file's path when it ends in .html (default %(default)s)")
     add_path_args(p, lake=False)
     p.set_defaults(func=cmd_report)
