@@ -5,12 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.taxbreak-installed
 
-.PHONY: demo test lint bench clean-warehouse help
+.PHONY: demo test lint bench bench-env clean-warehouse help
 
 help:
 	@echo "make demo   - set up .venv, run the main pipeline on an embedded default and show the result"
 	@echo "make test   - set up .venv and run the test suite"
-	@echo "make bench  - run the ingest/analysis benchmarks (prints MB/s, rows/s, peak RSS)"
+	@echo "make bench  - every benchmark figure as a ratio to a reference run beside it (ARGS=\"--size-mib 512\")"
+	@echo "make bench-env - the optional peers' environment .venv-bench (HTA; TraceLens with TRACELENS_SRC=DIR)"
 
 $(STAMP): requirements.lock requirements-dev.lock constraints.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,8 +35,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/python bench/bench_kineto_ingest.py --size-mib 512
-	$(BIN)/python bench/bench_nsys_ingest.py --rows 5000000
+	$(BIN)/python bench/run_all.py $(ARGS)
+
+# The peers the benchmarks compare with, in their own venv (never .venv, never the package): HTA from PyPI
+# (traceinsight), AMD TraceLens (not on PyPI) from a local copy of its repository when TRACELENS_SRC names one.
+BENCH_VENV := .venv-bench
+TRACELENS_SRC ?=
+bench-env:
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r bench/requirements-peers.txt
+	if [ -n "$(TRACELENS_SRC)" ]; then $(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check \
+	  --no-deps "$(TRACELENS_SRC)"; else echo "TraceLens skipped: set TRACELENS_SRC=/path/to/TraceLens"; fi
 
 clean-warehouse:
 	rm -rf warehouse/lake warehouse/*.duckdb warehouse/exports warehouse/reports
