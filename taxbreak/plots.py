@@ -73,14 +73,14 @@ def short_kernel_name(name: str, max_chars: int = 48) -> str:
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NOISE = {"void", "const", "unsigned", "int", "long", "char", "float", "double", "bool", "at", "native", "c10", "std",
-          "detail", "cuda", "anonymous", "namespace", "array", "ul", "lambda"}
+_NOISE = {"void", "const", "at", "native", "c10", "std", "detail", "cuda", "anonymous", "namespace", "ul", "lambda",
+          "operator"}
 
 
 def disambiguate_kernel_names(names: list[str], max_chars: int = 60) -> dict[str, str]:
     """full name -> a short label unique within ``names``: ``short_kernel_name``, and where several names share it,
-    the first identifiers that tell them apart (``elementwise_kernel<gpu_kernel_impl_nocast> [direct_copy_kernel_cuda
-    · BFloat16]``), then a number as the last resort."""
+    the identifiers of the full name that tell it apart from the others (``elementwise_kernel<gpu_kernel_impl_nocast>
+    [direct_copy_kernel_cuda · BFloat16]``), then a number as the last resort."""
     out = {n: short_kernel_name(n, max_chars) for n in dict.fromkeys(names)}
     groups: dict[str, list[str]] = {}
     for n, s in out.items():
@@ -89,10 +89,17 @@ def disambiguate_kernel_names(names: list[str], max_chars: int = 60) -> dict[str
         if len(group) < 2:
             continue
         idents = {n: [w for w in dict.fromkeys(_IDENT.findall(n)) if w not in _NOISE] for n in group}
-        common = set.intersection(*(set(v) for v in idents.values()))
+        sets = {n: set(v) for n, v in idents.items()}
         for n in group:
-            extra = [w for w in idents[n] if w not in common][:2]
-            out[n] = f"{short} [{' · '.join(extra)}]" if extra else short
+            open_ = [m for m in group if m != n]  # names not yet told apart from n
+            chosen: list[str] = []
+            for w in idents[n]:
+                if not open_ or len(chosen) == 3:
+                    break
+                if any(w not in sets[m] for m in open_):
+                    chosen.append(w)
+                    open_ = [m for m in open_ if w in sets[m]]
+            out[n] = f"{short} [{' · '.join(chosen)}]" if chosen else short
         seen: dict[str, int] = {}
         for n in group:  # still equal (names differing only in numbers or punctuation): number them
             seen[out[n]] = seen.get(out[n], 0) + 1

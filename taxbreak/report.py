@@ -156,8 +156,10 @@ def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | 
                      name_ix(k["op_name"])])
     gaps = [[lane_of[("idle", g["device_id"])], g["gap_start_ns"], g["gap_ns"], g["cause"]] for g in _rows(con, """
         SELECT device_id, gap_start_ns, gap_ns, cause FROM device_idle_gaps
-        WHERE trace_id = $t AND gap_end_ns > $a AND gap_start_ns < $b ORDER BY device_id, gap_start_ns
-    """, {"t": trace_id, "a": t0, "b": t1}) if ("idle", g["device_id"]) in lane_of]
+        WHERE trace_id = $t AND ($all OR (gap_end_ns > $a AND gap_start_ns < $b)) ORDER BY device_id, gap_start_ns
+    """, {"t": trace_id, "a": t0, "b": t1, "all": total == len(ks)}) if ("idle", g["device_id"]) in lane_of]
+    if gaps:  # every gap of the GPUs when every kernel is shown (copies may open or close the device's span)
+        t0, t1 = min(t0, min(g[1] for g in gaps)), max(t1, max(g[1] + g[2] for g in gaps))
     steps = [s for s in step_rows(con, trace_id) if s["scope_key"] != "outside_steps"]
     win = _rows(con, "SELECT step_id, step_ts_ns, step_end_ns FROM int_steps WHERE trace_id = $t", {"t": trace_id})
     win_of = {str(w["step_id"]): w for w in win}

@@ -1,7 +1,10 @@
-"""`taxbreak report`: the data it shows, well-formed SVG, and a render in a real headless browser (chromium)."""
+"""`taxbreak report`: the data it shows, well-formed SVG, the report folder (index + one page per trace, rewritten
+only when a trace's data changed), and a render of every page in a real headless browser (chromium): no script
+error, every plot drawn, the timeline drawn, nothing sticking out of a plot or the window."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -13,7 +16,7 @@ import pytest
 
 from taxbreak import plots
 from taxbreak.cli import main
-from taxbreak.report import collect, render_html
+from taxbreak.report import collect, render_html, render_index, render_trace_page, trace_label, write_report
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -29,8 +32,8 @@ def data(wh: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def report_file(wh: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("report") / "report.html"
+def report_dir(wh: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "rep"
     assert main(["report", "--warehouse", str(wh["warehouse"]), "-o", str(out)]) == 0
     return out
 
@@ -67,30 +70,51 @@ def test_collect_traces_and_sweep(wh: dict, data: dict) -> None:
     assert not any(k.startswith("synthetic-moe-L2") for k in data["sweeps"])  # one batch size is no sweep
 
 
-def test_timeline_is_the_first_decode_step(wh: dict, data: dict) -> None:
+def _union_ns(spans: list[tuple[int, int]]) -> int:
+    spans = sorted(spans)
+    busy_ns, run_s, run_e = 0, spans[0][0], spans[0][1]
+    for s, e in spans[1:]:
+        if s > run_e:
+            busy_ns, run_s = busy_ns + run_e - run_s, s
+        run_e = max(run_e, e)
+    return busy_ns + run_e - run_s
+
+
+def test_timeline_holds_every_kernel_and_opens_on_the_first_decode_step(wh: dict, data: dict) -> None:
     t = _by_file(data)[wh["ids"]["dense_bs1"]]
     step = t["timeline_step"]
     assert step["phase"] == "decode" and step["step_name"].startswith("decode")
     tl = t["timeline"]
-    assert tl["kernels"] == step["kernels"]
-    lanes = dict(tl["lanes"])
-    assert len(lanes["launch calls"]) == step["kernels"]  # one launch call per kernel, no graphs
-    assert len(lanes["framework ops"]) == step["kernels"]  # the synthetic eager step: one op per kernel
-    assert sum(len(b) for name, b in tl["lanes"] if name.startswith("GPU")) == step["kernels"]
-    assert 0 < tl["idle_ns"] < tl["window_ns"]
-    # the window runs from the first launch call or kernel to the last kernel's end; the device is idle in it
-    # wherever none of these kernels runs (one stream, no copies in a synthetic decode step)
-    kernels = sorted((s, e) for name, boxes in tl["lanes"] if name.startswith("GPU") for s, e, *_ in boxes)
-    t0 = min(s for s, *_ in [*kernels, *lanes["launch calls"]])
-    t1 = max(e for _s, e in kernels)
-    assert tl["window_ns"] == t1 - t0
-    busy_ns, run_s, run_e = 0, kernels[0][0], kernels[0][1]
-    for s, e in kernels[1:]:
-        if s > run_e:
-            busy_ns, run_s = busy_ns + run_e - run_s, s
-        run_e = max(run_e, e)
-    busy_ns += run_e - run_s
-    assert tl["idle_ns"] == t1 - t0 - busy_ns
+    n = wh["kernels"]["dense_bs1"]
+    assert tl["kernels"] == tl["total_kernels"] == len(tl["k"]) == n and not tl["truncated"]
+    assert tl["lanes"] == ["framework ops", "launch calls", "GPU 0 idle gaps", "GPU 0 stream 7"]
+    # the windows: the whole trace, then one per step; the first decode step opens
+    opening = tl["steps"][tl["initial_step"]]
+    assert tl["steps"][0]["label"] == f"whole trace ({n:,} kernels)"
+    assert opening["key"] == step["scope_key"] and opening["label"].startswith(f"step {step['scope_key']}: decode")
+    assert len(tl["steps"]) == 1 + sum(1 for s in t["steps"] if s["scope_key"] != "outside_steps")
+    # each kernel: lane, start, duration, name, launch start, the TaxBreak terms straight from kernel_taxbreak
+    con = duckdb.connect(str(wh["warehouse"]), read_only=True)
+    try:
+        ref = con.execute("SELECT kernel_ts_ns, kernel_dur_ns, launch_ts_ns, delta_ft_ns, delta_ct_ns, delta_kt_ns, "
+                          "t_launch_obs_ns, t_dispatch_ns FROM kernel_taxbreak WHERE trace_id = $t ORDER BY kernel_seq",
+                          {"t": t["trace_id"]}).fetchall()
+        in_step = con.execute("SELECT count(*) FROM kernel_taxbreak WHERE trace_id = $t AND step_id = $s",
+                              {"t": t["trace_id"], "s": int(step["scope_key"])}).fetchone()[0]
+    finally:
+        con.close()
+    assert [(k[1], k[2], k[5], k[7], k[8], k[9], k[10], k[11]) for k in tl["k"]] == ref
+    assert all(k[0] == 3 for k in tl["k"])  # one stream
+    assert in_step == step["kernels"]
+    inside = [k for k in tl["k"] if opening["start"] <= k[1] and k[1] + k[2] <= opening["end"]]
+    assert len(inside) >= step["kernels"]  # the opening window holds the step's kernels
+    assert len(tl["ops"]) == n  # the synthetic eager trace: one op per kernel
+    # idle gaps: every gap of the GPU (device_busy's idle time); copies fill some of the time no kernel runs
+    kernels = [(k[1], k[1] + k[2]) for k in tl["k"]]
+    span = max(e for _, e in kernels) - min(s for s, _ in kernels)
+    assert tl["idle_ns"] == sum(g[2] for g in tl["gaps"]) == t["idle"][0]["idle_ns"] > 0
+    assert span - _union_ns(kernels) - 5000 <= tl["idle_ns"] <= span - _union_ns(kernels)
+    assert {g[3] for g in tl["gaps"]} <= {"launch_late", "sync_drain", "memcpy", "other"}
 
 
 def test_assumptions_name_defaults_tokens_and_orphans(wh: dict, data: dict) -> None:
@@ -122,7 +146,11 @@ def test_real_trace_without_steps(wh: dict, data: dict) -> None:
         pytest.skip("the public traces (../shared/traces/public) are absent")
     t = _by_file(data)[wh["ids"]["h100"]]
     assert t["kernels"] == 3442  # SOURCES.md: CUPTI_ACTIVITY_KIND_KERNEL 3442
-    assert t["timeline_step"] is None and t["timeline"]["kernels"] == 150 and t["timeline"]["truncated"]
+    tl = t["timeline"]
+    assert t["timeline_step"] is None and tl["kernels"] == 3442 and not tl["truncated"]
+    assert [w["label"] for w in tl["steps"]] == ["whole trace (3,442 kernels)"]
+    assert [g["device_id"] for g in t["gpu_breakdown"]] == [0, 1]  # two H100s (SOURCES.md), no rank recorded
+    assert all(g["rank"] is None for g in t["gpu_breakdown"])
     assert t["low_coverage"] and t["kpt"] is None
     notes = data["caveats"]["h100_2gpu_1s.sqlite"]
     assert f"only {t['linked_fraction']:.1%} of kernels are linked (< 90%): orphans add device time but no " \
@@ -136,13 +164,97 @@ def test_real_trace_without_steps(wh: dict, data: dict) -> None:
 def test_every_plot_is_well_formed_svg(data: dict) -> None:
     html = render_html(data)
     svgs = re.findall(r"<svg .*?</svg>", html, flags=re.S)
-    per_trace = sum(1 + bool(t["top_kernels"]) + any(x["scope_key"] != "outside_steps" for x in t["steps"])
-                    + bool(t["host_partition"]) for t in data["traces"])
-    assert len(svgs) == 3 + 2 * len(data["sweeps"]) + per_trace  # split, HDBI, kpt; HDBI+TKLQT per sweep
+    assert len(svgs) > 10 * len(data["traces"]) // 2
     for s in svgs:
         ET.fromstring(s)
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained: no remote assets
     assert "https://" not in html
+    assert "<script src" not in html  # the timeline's script is inlined, never fetched
+
+
+def test_report_text_fixes(wh: dict, data: dict) -> None:
+    """No Python None in headings, µs not us, TKLQT with its per-launch mean, step bars that say they are no wall
+    time, the whole listed fusion chain, HDBI_linked and HDBI_wall in the charts."""
+    t = _by_file(data)[wh["ids"]["dense_bs1"]]
+    page = render_trace_page(t)
+    index = render_index(data)
+    for html in (page, index):
+        assert not re.search(r"[(>,] ?None[)<,]", html)
+        assert not re.search(r"\d us\b", html)
+    assert "µs" in page
+    mean = plots.fmt_value(t["mean_launch_to_start_ns"], "ns")
+    assert f"mean {mean} per launch over {t['launch_samples']:,} launches" in page
+    assert "summed — not a wall time" in page and "not a wall time" in index
+    chain = t["fusion"][0]["chain"]
+    assert t["fusion"][0]["rank"] == 1 and len(chain) == t["fusion"][0]["chain_len"] > 1
+    assert "".join(f"<li>{plots.escape(k)}</li>" for k in chain) in page
+    assert [f["rank"] for f in t["fusion"]] == list(range(1, len(t["fusion"]) + 1))
+    assert "HDBI_linked" in index and "HDBI_wall" in index
+    assert "dashed lines at 0.2 and 0.5: reference (ours, not the paper&#x27;s)" in index
+
+
+def test_labels_and_null_kernel_traces(wh: dict, data: dict) -> None:
+    """Two traces of the same file name get different labels; a null-kernel trace stays out of the HDBI chart;
+    a low-coverage trace is marked."""
+    a, b = (dict(t) for t in data["traces"][:2])
+    b["file_name"] = a["file_name"]
+    assert trace_label(a) != trace_label(b) and a["trace_id"][:6] in trace_label(a)
+    assert trace_label(a).startswith("H100 80GB HBM3 · ")
+    null = {**a, "is_null_kernel": True}
+    from taxbreak.report import hdbi_chart
+
+    svg, calib = hdbi_chart([null, b], "HDBI")
+    assert calib == [null] and trace_label(b) in svg and "HDBI_wall" in svg
+    assert trace_label(null) not in svg.replace(trace_label(b), "")
+    low = {**b, "low_coverage": True, "linked_fraction": 0.014}
+    svg, _ = hdbi_chart([low], "HDBI")
+    assert "⚠ low coverage: 1.4% linked" in svg and "url(#hatch)" in svg
+
+
+def test_gpu_sections(wh: dict, data: dict) -> None:
+    t = _by_file(data)[wh["ids"]["dense_bs1"]]
+    g = t["gpu_breakdown"][0]
+    assert g["t_compute_ns"] + g["t_comm_exposed_ns"] + g["t_memory_exposed_ns"] + g["t_idle_ns"] == g["span_ns"]
+    assert g["comm_kernels"] == 0 and g["t_idle_ns"] == t["idle"][0]["idle_ns"]
+    q = t["queues"]["summary"]
+    assert [(r["device_id"], r["stream_id"], r["kernels_queued"]) for r in q] == [(0, 7, wh["kernels"]["dense_bs1"])]
+    series = t["queues"]["series"]["GPU 0 stream 7"]
+    assert all(v >= 0 for _, v in series) and max(v for _, v in series) <= q[0]["max_queue_length"]
+    d = t["durations"]
+    assert sum(c for *_, c in d["bins"]) == wh["kernels"]["dense_bs1"]
+    assert all(hi == 2 * lo for lo, hi, _ in d["bins"]) and d["p10_ns"] <= d["p50_ns"] <= d["p90_ns"] <= d["max_ns"]
+    assert {p["phase"] for p in t["phases"]} == {"prefill", "decode"}
+    index = render_index(data)
+    assert "GPU time by work class, per rank and device" in index and "GPU idle time by cause" in index
+    assert "Prefill vs decode" in index and "Kernel durations per trace" in index
+
+
+def test_report_folder_is_incremental(wh: dict, data: dict, tmp_path: Path) -> None:
+    con = duckdb.connect(str(wh["warehouse"]), read_only=True)
+    try:
+        index = write_report(con, tmp_path / "r", data=data)
+        pages = sorted((tmp_path / "r" / "traces").glob("*.html"))
+        assert index == tmp_path / "r" / "index.html" and len(pages) == len(data["traces"])
+        man = json.loads((tmp_path / "r" / "manifest.json").read_text())
+        assert man["pages_written_last_run"] == len(data["traces"])
+        for p in pages:
+            p.write_text("marker", encoding="utf-8")  # untouched unless rewritten
+        write_report(con, tmp_path / "r", data=data)
+        assert json.loads((tmp_path / "r" / "manifest.json").read_text())["pages_written_last_run"] == 0
+        assert all(p.read_text() == "marker" for p in pages)
+        # one trace's rows change: only its page is rewritten; a trace left out of the report loses its page
+        changed = {**data, "traces": [dict(t) for t in data["traces"][1:]]}
+        changed["traces"][0]["kernels"] += 1
+        write_report(con, tmp_path / "r", data=changed)
+        after = {p.name: p.read_text() for p in (tmp_path / "r" / "traces").glob("*.html")}
+        assert len(after) == len(data["traces"]) - 1 and data["traces"][0]["page"].split("/")[1] not in after
+        rewritten = [n for n, text in after.items() if text != "marker"]
+        assert rewritten == [changed["traces"][0]["page"].split("/")[1]]
+        # a path ending in .html names the index file (the Dagster asset writes reports/index.html)
+        assert write_report(con, tmp_path / "x" / "report.html", data=data) == tmp_path / "x" / "report.html"
+        assert len(list((tmp_path / "x" / "traces").glob("*.html"))) == len(data["traces"])
+    finally:
+        con.close()
 
 
 def test_plot_geometry() -> None:
@@ -171,24 +283,70 @@ def test_short_kernel_name(name: str, short: str) -> None:
     assert plots.short_kernel_name(name) == short
 
 
+def test_same_short_names_are_told_apart() -> None:
+    names = [
+        "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel"
+        "_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(c10::BFloat16)#1}> >(int, T1)",
+        "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<"
+        "float, float, float, at::native::binary_internal::MulFunctor<float> > > >(int, T1)",
+        "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel"
+        "_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(float)#1}> >(int, T1)",
+        "gemv2N_kernel",
+    ]
+    out = plots.disambiguate_kernel_names(names)
+    assert len(set(out.values())) == 4
+    assert out["gemv2N_kernel"] == "gemv2N_kernel"
+    assert all(out[n].startswith("elementwise_kernel<gpu_kernel_impl_nocast> [") for n in names[:3])
+    assert out[names[0]] == "elementwise_kernel<gpu_kernel_impl_nocast> [direct_copy_kernel_cuda · BFloat16]"
+    assert out[names[1]] == "elementwise_kernel<gpu_kernel_impl_nocast> [BinaryFunctor]"
+    assert out[names[2]] == "elementwise_kernel<gpu_kernel_impl_nocast> [direct_copy_kernel_cuda · float]"
+    same = ["k<1>(int)", "k<2>(int)"]  # only numbers differ: numbered
+    assert plots.disambiguate_kernel_names(same) == {"k<1>(int)": "k #1", "k<2>(int)": "k #2"}
+
+
 def _run_chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                          text=True, timeout=90)
+                          text=True, timeout=120)
 
 
-def test_renders_in_headless_chromium(chromium: str, report_file: Path, tmp_path: Path) -> None:
-    shot = tmp_path / "report.png"
-    proc = _run_chromium(chromium, tmp_path / "p1", f"--screenshot={shot}", "--window-size=1280,2000",
-                         "--enable-logging=stderr", "--v=0", report_file.as_uri())
-    assert shot.exists() and shot.stat().st_size > 30_000, proc.stderr[-2000:]
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    bad = [line for line in proc.stderr.splitlines() if "Uncaught" in line or "CONSOLE" in line]
-    assert not bad, bad
-    dom = _run_chromium(chromium, tmp_path / "p2", "--dump-dom", report_file.as_uri())
-    m = re.search(r"<title>(.*?)</title>", dom.stdout)
-    assert m and m.group(1) == "TaxBreak report", m.group(1) if m else dom.stderr[-2000:]
-    n_svg = report_file.read_text(encoding="utf-8").count("<svg ")
-    assert f'data-rendered="{n_svg}"' in dom.stdout  # the page's own script ran and saw every plot
+def _body_attrs(dom: str) -> dict[str, str]:
+    m = re.search(r"<body([^>]*)>", dom)
+    assert m, dom[-2000:]
+    return dict(re.findall(r'([a-z-]+)="([^"]*)"', m.group(1)))
+
+
+@pytest.mark.parametrize("width", [1280, 900])
+def test_renders_in_headless_chromium(chromium: str, report_dir: Path, tmp_path: Path, width: int) -> None:
+    """Every page: the page's own layout check ran (data-rendered = its plots), no SVG text sticks out of its plot
+    (data-clipped 0), the page is no wider than the window (data-overflow 0), no script error (the title stays),
+    and a trace page's timeline drew kernels."""
+    pages = [report_dir / "index.html", *sorted((report_dir / "traces").glob("*.html"))]
+    assert len(pages) >= 5
+    for page in pages:
+        dom = _run_chromium(chromium, tmp_path / "p", f"--window-size={width},2000", "--dump-dom", page.as_uri())
+        m = re.search(r"<title>(.*?)</title>", dom.stdout)
+        assert m and not m.group(1).startswith("JSERROR"), (page, m.group(1) if m else dom.stderr[-2000:])
+        attrs = _body_attrs(dom.stdout)
+        n_svg = page.read_text(encoding="utf-8").count("<svg ")
+        assert attrs["data-rendered"] == str(n_svg) and n_svg > 0, page
+        assert attrs["data-clipped"] == "0", (page, attrs["data-clipped-texts"])
+        assert attrs["data-overflow"] == "0", page
+        if page.parent.name == "traces" and "id=\"timeline\"" in dom.stdout:
+            drawn = re.search(r'data-kernels-drawn="(\d+)"', dom.stdout)
+            assert drawn and int(drawn.group(1)) > 0, page
+
+
+def test_screenshot_and_console(chromium: str, report_dir: Path, tmp_path: Path) -> None:
+    page = sorted((report_dir / "traces").glob("*.html"))[0]
+    for target in (report_dir / "index.html", page):
+        shot = tmp_path / "shot.png"
+        proc = _run_chromium(chromium, tmp_path / "p1", f"--screenshot={shot}", "--window-size=1280,2000",
+                             "--enable-logging=stderr", "--v=0", target.as_uri())
+        assert shot.exists() and shot.stat().st_size > 30_000, proc.stderr[-2000:]
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        bad = [line for line in proc.stderr.splitlines() if "Uncaught" in line or "CONSOLE" in line]
+        assert not bad, bad
+        shot.unlink()
 
 
 def test_markdown_summary_for_dagster_metadata(wh: dict, data: dict) -> None:
