@@ -71,6 +71,7 @@ class Scenario:
     graph_keep_framework: bool = True  # with cuda_graph: keep (True) or drop the framework/library host time
     graph_gap_ns: int | None = None  # with cuda_graph: GPU gap between graph kernels (default: the stream floor)
     fuse_top: int = 0  # fuse the top N fusion candidates (fusion_candidates.rank <= N)
+    host_delay_ns: int = 0  # a fixed host delay added to each outermost framework op (after / s)
 
     def __post_init__(self) -> None:
         for f in ("host_speedup", "gpu_speedup", "t_sys_scale"):
@@ -79,6 +80,8 @@ class Scenario:
                 raise ValueError(f"scenario {self.name!r}: {f} must be a positive number, not {v!r}")
         if self.t_sys_ns is not None and self.t_sys_ns < 0:
             raise ValueError(f"scenario {self.name!r}: t_sys_ns must be >= 0")
+        if self.host_delay_ns < 0:
+            raise ValueError(f"scenario {self.name!r}: host_delay_ns must be >= 0")
         if self.fuse_top < 0:
             raise ValueError(f"scenario {self.name!r}: fuse_top must be >= 0")
         if self.cuda_graph is not None and not re.fullmatch(r"all|[A-Za-z_]+|step:\d+(,\d+)*", self.cuda_graph):
@@ -113,6 +116,7 @@ class Graph:
     h_cat: np.ndarray
     h_await: np.ndarray  # device op index a waiting sync waited for (on the segment ending the call), else -1
     h_wake: np.ndarray  # that sync's end - the op's end (ns)
+    h_leaf_ops: np.ndarray  # outermost framework ops starting at the segment's start (ops)
     thread_pid: list[str]
     thread_tid: list[str]
     thread_first: np.ndarray  # first segment index per thread
@@ -294,7 +298,9 @@ def build_graph(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str
         dev = con.sql(_DEVICE_SQL + " ORDER BY device_id, stream_id, ts_ns, kernel_seq NULLS LAST",
                       params={"t": trace_id}).to_arrow_table()
         syn = con.sql(_SYNC_SQL, params={"re": BLOCKING_CALL_RE}).to_arrow_table()
-        g = _assemble(trace_id, int(floor["t_sys_ns"]), seg, dev, syn)
+        ops = con.sql("SELECT pid, tid, ts_ns, ts_ns + dur_ns AS end_ns FROM _wi_ev WHERE kind = 'framework_op' "
+                      "AND dur_ns > 0 ORDER BY pid, tid, ts_ns, end_ns DESC").to_arrow_table()
+        g = _assemble(trace_id, int(floor["t_sys_ns"]), seg, dev, syn, ops)
         _attach_scopes(con, g)
         if _table_exists(con, "fusion_candidates"):
             rows = con.execute("SELECT chain FROM fusion_candidates WHERE trace_id = $t ORDER BY rank",
@@ -306,7 +312,7 @@ def build_graph(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str
     return g
 
 
-def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.Table) -> Graph:
+def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.Table, ops: pa.Table) -> Graph:
     # host
     h_thread = _arr(seg, "thread")
     h_ts = _arr(seg, "t")
@@ -426,13 +432,35 @@ def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.T
         h_await[last_seg[ok]] = cand[ok]
         h_wake[last_seg[ok]] = s_end[ok] - d_end[cand[ok]]
 
+    # outermost framework ops (inside no other framework op on their thread: the ops Python called), counted at
+    # their start segment
+    h_leaf = np.zeros(len(h_ts), dtype=np.int64)
+    if ops.num_rows and len(h_ts):
+        okey = pc.binary_join_element_wise(ops.column("pid").cast(pa.string()), ops.column("tid").cast(pa.string()),
+                                           "\x00")
+        o_thread = pc.index_in(okey, thread_keys).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        o_ts, o_end = _arr(ops, "ts_ns"), _arr(ops, "end_ns")
+        # ops are sorted by (thread, start, end desc): an op is outermost when it starts at or after the latest end
+        # of the earlier ops of its thread (segmented running max with a per-thread offset)
+        o_key = pc.binary_join_element_wise(ops.column("pid").cast(pa.string()), ops.column("tid").cast(pa.string()),
+                                            "\x00").combine_chunks().dictionary_encode().indices.to_numpy(
+                                                zero_copy_only=False).astype(np.int64)
+        big = int(o_end.max() - o_ts.min()) + 2
+        run = np.maximum.accumulate((o_end - o_ts.min()) + o_key.astype(np.int64) * big) - o_key * big + o_ts.min()
+        prev = np.r_[np.iinfo(np.int64).min, run[:-1]]
+        first = np.r_[True, o_key[1:] != o_key[:-1]]
+        outer = first | (o_ts >= prev)
+        at = seg_at(np.where(outer, o_thread, -1), o_ts)
+        at = at[at >= 0]
+        np.add.at(h_leaf, at, 1)
     enc = dev.column("name").combine_chunks().dictionary_encode() if n else None
     code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) if n else np.zeros(0, np.int64)
     uniq = enc.dictionary.to_pylist() if n else []
     order_ts = np.where(has_l, l_ts, d_ts)
     return Graph(
         trace_id=trace_id, t_sys_ns=t_sys, h_thread=h_thread, h_ts=h_ts, h_dur=h_dur, h_cat=h_cat, h_await=h_await,
-        h_wake=h_wake, thread_pid=thread_pid, thread_tid=thread_tid, thread_first=thread_first, d_chain=d_chain,
+        h_wake=h_wake, h_leaf_ops=h_leaf, thread_pid=thread_pid, thread_tid=thread_tid, thread_first=thread_first,
+        d_chain=d_chain,
         d_kind=kinds, d_ts=d_ts, d_dur=d_dur, d_launch_seg=d_launch_seg, d_launch_id=d_launch_id,
         d_charged=d_charged, d_kernel_seq=d_kernel_seq, d_lat_w=d_lat_w, d_gap_w=d_gap_w, d_lat_bound=lat_bound,
         chain_gap_floor=chain_gap_floor, d_step=d_step, d_name_code=code, d_names=list(uniq),
@@ -562,7 +590,7 @@ def prepare_inputs(g: Graph, sc: Scenario) -> Times:
     graph and fusion rewrites."""
     s = float(sc.host_speedup)
     t_sys_factor = (sc.t_sys_ns / g.t_sys_ns if g.t_sys_ns else 1.0) if sc.t_sys_ns is not None else sc.t_sys_scale
-    h_w = np.rint(g.h_dur / s).astype(np.int64)
+    h_w = np.rint(g.h_dur / s).astype(np.int64) + sc.host_delay_ns * g.h_leaf_ops
     h_wake_w = np.rint(g.h_wake / s).astype(np.int64)
     waited = g.h_await >= 0
     h_w[waited] = h_wake_w[waited]
@@ -1189,7 +1217,7 @@ def scenario_from_args(args: Any) -> Scenario:
     return Scenario(name=args.name or "cli", host_speedup=args.host_speedup, t_sys_ns=args.t_sys_ns,
                     t_sys_scale=args.t_sys_scale, gpu_speedup=args.gpu_speedup, cuda_graph=args.cuda_graph,
                     graph_keep_framework=not args.graph_drop_framework, graph_gap_ns=args.graph_gap_ns,
-                    fuse_top=fuse)
+                    fuse_top=fuse, host_delay_ns=args.host_delay_ns)
 
 
 def _fmt_ratio(a: float | None) -> str:
@@ -1294,6 +1322,8 @@ def add_whatif_parser(sub: Any) -> None:
     p.add_argument("--graph-gap-ns", type=int, default=None,
                    help="with --cuda-graph: GPU gap between graph kernels (default: the stream's smallest gap)")
     p.add_argument("--fuse", default=None, metavar="top:N", help="fuse the top N fusion candidates")
+    p.add_argument("--host-delay-ns", type=int, default=0,
+                   help="add this host delay to every outermost framework op (after the speed-up)")
     p.add_argument("--step", default=None, help="print only these step ids (comma-separated)")
     p.add_argument("--sweep", action="store_true", help="also sweep the host speed-up over 1x..4x")
     p.add_argument("--name", default=None, help="scenario name (default 'cli')")
@@ -1303,3 +1333,22 @@ def add_whatif_parser(sub: Any) -> None:
 
     add_path_args(p)
     p.set_defaults(func=cmd_whatif)
+
+
+def host_span(g: Graph, x: Times) -> int | None:
+    """The host timeline's length under times ``x`` (ns): from the first step start to the last step end on the
+    steps' thread, else the busiest thread's first segment start to last segment end. What a CPU-only capture
+    (no kernels, no IL) is compared on."""
+    tkey = {(p, t): i for i, (p, t) in enumerate(zip(g.thread_pid, g.thread_tid, strict=True))}
+    st = [s for s in g.steps if (s["pid"], s["tid"]) in tkey]
+    if st:
+        lo = min(st, key=lambda s: s["step_ts_ns"])
+        hi = max(st, key=lambda s: s["step_end_ns"])
+        return host_time(g, x, tkey[(hi["pid"], hi["tid"])], int(hi["step_end_ns"])) - host_time(
+            g, x, tkey[(lo["pid"], lo["tid"])], int(lo["step_ts_ns"]))
+    if len(g.thread_first) < 2:
+        return None
+    sizes = np.diff(g.thread_first)
+    th = int(np.argmax(sizes))
+    a, e = int(g.thread_first[th]), int(g.thread_first[th + 1])
+    return int(x.h_end[e - 1] - x.h_start[a])

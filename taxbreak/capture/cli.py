@@ -57,6 +57,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         out, model=args.model, batch_size=args.batch_size, prompt_len=args.prompt_len,
         output_tokens=args.tokens, dtype=args.dtype, device=args.device, warmup_runs=args.warmup,
         with_stack=args.with_stack, nvtx=args.nvtx, model_config=_model_config(args),
+        host_delay_ns=round(args.host_delay_us * 1000),
     )
     print(f"wrote {path} (+ {path.name}.meta.json)")
     return 0
@@ -200,6 +201,8 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-len", type=int, default=16, help="prompt tokens per sequence (default 16)")
     p.add_argument("--tokens", type=int, default=4, help="output tokens m, including the prefill's (default 4)")
     p.add_argument("--out", help="trace file (.json or .json.gz; default <model>_capture.json.gz)")
+    p.add_argument("--host-delay-us", type=float, default=0.0,
+                   help="busy-wait this long before every aten op (a slower host; the what-if replay's check)")
     p.set_defaults(func=_run(cmd_generate))
 
     p = csub.add_parser("null-kernel", help="measure the null-kernel launch floor T_sys on this GPU",

@@ -234,8 +234,12 @@ def capture_generation(
     model_config: dict[str, Any] | None = None,
     sweep: dict[str, Any] | None = None,
     seed: int = 0,
+    host_delay_ns: int = 0,
 ) -> Path:
-    """Profile one greedy generation and write ``out`` (.json or .json.gz) plus its sidecar; returns ``out``."""
+    """Profile one greedy generation and write ``out`` (.json or .json.gz) plus its sidecar; returns ``out``.
+
+    ``host_delay_ns``: busy-wait that long before every aten op (``taxbreak.capture.host_delay``; the what-if
+    replay's ground truth); recorded in the sidecar as ``host_delay_ns``."""
     torch = require_torch()
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -257,8 +261,11 @@ def capture_generation(
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(0, runner.vocab, (batch_size, prompt_len), generator=gen).to(device)
 
+    from taxbreak.capture.host_delay import host_delay
+
     def run_once() -> None:
-        generate(runner, input_ids, output_tokens)
+        with host_delay(host_delay_ns):
+            generate(runner, input_ids, output_tokens)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
@@ -302,5 +309,7 @@ def capture_generation(
         measured_runs=1,
         sweep=sweep,
     )
+    if host_delay_ns:
+        meta["host_delay_ns"] = host_delay_ns
     write_meta(out_path, meta)
     return out_path

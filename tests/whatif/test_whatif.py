@@ -266,3 +266,28 @@ def test_report_section(tiny: tuple) -> None:
     # identity path: k2 <- gap 1000 <- k1 <- launch path 6000 <- aten::a 4000: host 10000 of 31000 ns
     assert "<svg" in html and "Critical path split" in html and "host 32%" in html
     assert whatif_report.whatif_data(con, "0" * 64) is None
+
+
+def test_host_delay_per_outermost_op(tiny: tuple) -> None:
+    """+1000 ns at the start of aten::a and aten::b: k1's launch at 5000 -> k1 at 11000; k2's launch at 16000,
+    ready 20510, after k1 + 1000 = 22000."""
+    con, root = tiny
+    g = whatif.build_graph(con, root, TINY)
+    assert int(g.h_leaf_ops.sum()) == 2 and g.h_leaf_ops[0] == 1 and g.h_leaf_ops[4] == 1
+    x = whatif.replay(g, whatif.Scenario(host_delay_ns=1000))
+    assert x.d_start.tolist() == [11000, 22000]
+
+
+def test_host_delay_context_busy_waits() -> None:
+    torch = pytest.importorskip("torch")
+    import time
+
+    from taxbreak.capture.host_delay import host_delay
+
+    a = torch.ones(4)
+    t0 = time.perf_counter_ns()
+    with host_delay(2_000_000):
+        for _ in range(3):
+            a = a + 1  # one aten::add each
+    assert time.perf_counter_ns() - t0 >= 6_000_000
+    assert a.tolist() == [4.0] * 4
