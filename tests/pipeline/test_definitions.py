@@ -29,7 +29,7 @@ def test_definitions_content() -> None:
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     tables = {f.name for f in sql_files() if f.materialize != "temp"}
-    assert keys == {"trace_ingest", "warehouse_exports", "warehouse_report"} | tables
+    assert keys == {"trace_ingest", "warehouse_exports", "warehouse_report", "request_model_fit"} | tables
     ingest = graph.get(dg.AssetKey("trace_ingest"))
     assert isinstance(ingest.partitions_def, dg.DynamicPartitionsDefinition)
     assert ingest.partitions_def.name == "traces"
@@ -37,7 +37,7 @@ def test_definitions_content() -> None:
         node = graph.get(dg.AssetKey(name))
         assert node.code_version and len(node.code_version) == 16
         assert node.pools == {"duckdb_writer"}
-    assert {s.name for s in defs.sensors} == {"bucket_sensor"}
+    assert {s.name for s in defs.sensors} == {"bucket_sensor", "request_refit_sensor"}
     assert {s.name for s in defs.schedules} == {"bucket_sweep_schedule", "refresh_tables_schedule"}
     assert all(s.cron_schedule == "0 * * * *" for s in defs.schedules)
     checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
