@@ -120,9 +120,10 @@ def owner_is_dead(name: str, prefix: str) -> bool:
     return pid != os.getpid() and not pid_alive(pid)
 
 
-def clean_dead(parent: str | os.PathLike[str] | None, prefix: str, min_age_s: float = 5.0) -> int:
-    """Remove the entries of ``parent`` named by ``owned_name(prefix)`` whose process is gone (and that have not
-    changed for ``min_age_s``: a pid reused at once is not mistaken); returns how many were removed."""
+def clean_dead(parent: str | os.PathLike[str] | None, prefix: str, min_age_s: float = 0.0) -> int:
+    """Remove the entries of ``parent`` named by ``owned_name(prefix)`` whose process (on this host) is gone and
+    that have not changed for ``min_age_s``; returns how many were removed.  A pid reused since is alive, so its
+    entries wait for that process to end: never removed while their name points at a live process."""
     base = Path(parent) if parent is not None else Path(tempfile.gettempdir())
     removed = 0
     try:

@@ -13,8 +13,11 @@ a per-trace lock (``_locks/<sha256>.lock``, ``flock``: released by the kernel wh
 counts as stored only when its catalogue row says 'ingested' *and* its events file exists (``Lake.is_stored``).
 A second writer of the same content that finds it stored when it takes the lock has lost a race to identical
 bytes: that is success, and nothing is written.  ``Lake.recover`` removes what dead processes left: staging
-folders and temporary catalogue files named after a pid of this host that is gone, and an events partition
-without a catalogue row (a writer killed between the two renames) whose lock nobody holds.
+folders and temporary catalogue files named after a pid of this host that is gone, and completes the publish
+of an events partition without a catalogue row (a writer killed between the two renames) whose lock nobody
+holds: the events file carries its catalogue row in its footer (key ``taxbreak.catalogue_row``), so the row is
+written from it (a file without one is removed).  The catalogue row is the commit point: readers take traces
+from the catalogue (``is_stored``), never from a listing of ``events/``.
 
 The root may also be ``s3://bucket/prefix`` on any S3-compatible store (endpoint and credentials:
 ``taxbreak.config.S3Settings``).  Object storage has no directory rename, so there each partition is its one
@@ -58,6 +61,7 @@ LOCKS_DIR = "_locks"
 STAGING_PREFIX = "w-"  # _staging/w-<host>-<pid>-<random>: whose staging folder it is (base.owned_name)
 TMP_PREFIX = ".tmp-"  # catalogue/.tmp-<host>-<pid>-<random>-<sha256>.parquet while a row is written
 INT64_MAX = (1 << 63) - 1
+FOOTER_ROW_KEY = "taxbreak.catalogue_row"  # the catalogue row, in the events file's footer (recovery)
 EVENTS_FILE = "part-0.parquet"  # a trace's one events file in its partition
 # How event columns are encoded (measured on bench/bench_nsys_ingest.py's 5 M rows: 1.57 -> 1.18 CPU-s of writing,
 # 18.8 -> 9.0 MB of Parquet):
@@ -200,7 +204,7 @@ class Lake:
 
         Safe alongside live writers: only entries named after a dead pid of this host are removed, and an
         orphan partition only while holding its trace's lock (a live writer holds it between its renames)."""
-        out = {"staging": 0, "catalogue_tmp": 0, "orphan_partitions": 0}
+        out = {"staging": 0, "catalogue_tmp": 0, "orphan_partitions": 0, "completed_publishes": 0}
         if self.is_object_store:
             return out
         out["staging"] = clean_dead(self.root / STAGING_DIR, STAGING_PREFIX)
@@ -216,9 +220,23 @@ class Lake:
                 continue
             with self.trace_lock(trace_id, wait=False) as held:
                 if held and not self.catalogue_path(trace_id).exists():
-                    shutil.rmtree(events / name, ignore_errors=True)
-                    out["orphan_partitions"] += 1
+                    row = self._footer_row(trace_id)
+                    if row is not None:
+                        self.write_catalogue_row(row)
+                        out["completed_publishes"] += 1
+                    else:
+                        shutil.rmtree(events / name, ignore_errors=True)
+                        out["orphan_partitions"] += 1
         return out
+
+    def _footer_row(self, trace_id: str) -> dict | None:
+        """The catalogue row stored in a trace's events file footer, or None (no file, unreadable, no row)."""
+        try:
+            meta = pq.read_schema(self._key(self.events_path(trace_id)), filesystem=self.fs).metadata or {}
+            row = json.loads(meta[FOOTER_ROW_KEY.encode()])
+        except (OSError, KeyError, ValueError, pa.ArrowException):
+            return None
+        return row if isinstance(row, dict) and row.get("trace_id") == trace_id else None
 
     def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
         """Let DuckDB connection ``con`` read this lake's ``s3://`` paths (an fsspec filesystem with this lake's
@@ -335,12 +353,13 @@ class Lake:
                         t_min = lo if t_min is None else min(t_min, lo)
                     if hi is not None:
                         t_max = hi if t_max is None else max(t_max, hi)
-            row = catalogue_row(
-                trace_id, file_name=file_name, source_path=source_path, file_bytes=file_bytes, info=info,
-                status="ingested", error=None, event_count=n_rows, event_counts=dict(sorted(kinds.items())),
-                duration_ns=(t_max - t_min) if t_min is not None and t_max is not None else None,
-                extra_skipped=dict(dropped), kernel_gpu_count=len(kernel_devices),
-            )
+                row = catalogue_row(
+                    trace_id, file_name=file_name, source_path=source_path, file_bytes=file_bytes, info=info,
+                    status="ingested", error=None, event_count=n_rows, event_counts=dict(sorted(kinds.items())),
+                    duration_ns=(t_max - t_min) if t_min is not None and t_max is not None else None,
+                    extra_skipped=dict(dropped), kernel_gpu_count=len(kernel_devices),
+                )
+                writer.add_key_value_metadata({FOOTER_ROW_KEY: json.dumps(row, default=str)})
             with self.trace_lock(trace_id):
                 if not replace:
                     stored = self.is_stored(trace_id)

@@ -1,0 +1,618 @@
+"""The reliability suite (issue 13): hostile inputs, kills at random and at injected points, concurrent writers,
+S3 oddities; each outcome classified, totals printed as one table by ``bench/reliability.py`` and checked (a
+fast subset) by ``tests/reliability/test_reliability.py``.
+
+Outcomes, per input or run:
+
+- ``ok``: stored as expected (hand-computed event and skipped counts; no impossible value, no secret in the lake);
+- ``clear error``: refused or recorded with the expected status and an error naming the file and the problem;
+- ``unclear error``: refused, but the message does not name the file or the problem, or names a temporary file;
+- ``crash``: an exception escaped, or the process died on its own; ``hang``: past its time limit;
+- ``silent wrong``: stored although it should fail, other counts than expected, an impossible value or a secret
+  in the lake, or a state a reader can see that is inconsistent (a trace 'ingested' without readable events);
+- ``data lost``: a good file next to the hostile one not stored, or after a kill and a re-run the lake differs
+  from a clean run's (checksum of every catalogue row and events file);
+- ``leftover``: temporary files or staging folders of a dead process still there after the next run.
+
+Crash targets are pluggable (``CRASH_TARGETS``): each says how to set up inputs, the child command of one run,
+its injection points (Python run in the child before the work: it patches a function to SIGKILL the process),
+a checksum of the stored state and the visible-consistency check.  ``setup(work, fast)``: smaller inputs when
+``fast``.  The ingest target is here; the analysis
+target registers itself with ``register_crash_target`` (its publication is made atomic elsewhere).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reliability.corpus import GOOD_EVENTS, Case, cases, trace_bytes
+
+COLUMNS = ("tried", "ok", "clear error", "unclear error", "crash", "hang", "silent wrong", "data lost", "leftover")
+BAD = ("unclear error", "crash", "hang", "silent wrong", "data lost", "leftover")
+CASE_TIMEOUT_S = 60
+
+
+@dataclass
+class Tally:
+    section: str
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COLUMNS, 0))
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, outcome: str, what: str, note: str = "") -> None:
+        self.counts["tried"] += 1
+        self.counts[outcome] += 1
+        if outcome in BAD:
+            self.notes.append(f"{self.section}: {what}: {outcome}: {note}")
+
+    def extra(self, outcome: str, what: str, note: str) -> None:
+        """One more finding about an input already counted (a leftover after an otherwise fine run)."""
+        self.counts[outcome] += 1
+        self.notes.append(f"{self.section}: {what}: {outcome}: {note}")
+
+    @property
+    def bad(self) -> int:
+        return sum(self.counts[k] for k in BAD)
+
+
+def _child_env(work: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAXBREAK_")}
+    tmp = work / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env.update({"TMPDIR": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"})
+    env.update(extra or {})
+    return env
+
+
+def _leftovers(lake: Path, tmp: Path) -> list[str]:
+    """Temporary things a finished run must not leave behind."""
+    out = []
+    staging = lake / "_staging"
+    if staging.is_dir():
+        out += [f"_staging/{p.name}" for p in staging.iterdir()]
+    cat = lake / "catalogue"
+    if cat.is_dir():
+        out += [f"catalogue/{p.name}" for p in cat.iterdir() if p.name.startswith(".")]
+    if tmp.is_dir():
+        out += [f"tmp/{p.name}" for p in tmp.iterdir() if p.name.startswith("taxbreak-")]
+    return out
+
+
+# -- the corpus ---------------------------------------------------------------------------------------------
+_CORPUS_CHILD = r"""
+import json, os, signal, sys, time
+from pathlib import Path
+from taxbreak.ingest import Lake, ingest_file
+
+class Hang(Exception):
+    pass
+
+def on_alarm(*_):
+    raise Hang()
+
+signal.signal(signal.SIGALRM, on_alarm)
+todo = json.loads(sys.argv[1])
+canary = Path(sys.argv[2])
+for item in todo:
+    print("@@" + json.dumps({"start": item["name"]}), flush=True)
+    saved = {k: os.environ.get(k) for k in item["env"]}
+    os.environ.update(item["env"])
+    out = {"name": item["name"]}
+    t0 = time.monotonic()
+    signal.alarm(int(item["timeout"]))
+    try:
+        lake = Lake(item["lake"])
+        res = ingest_file(item["path"], lake)
+        out.update(status=res.status, error=res.error, trace_id=res.trace_id)
+    except Hang:
+        out["hang"] = True
+    except BaseException as exc:
+        out["exception"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        signal.alarm(0)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if "hang" not in out and "exception" not in out:
+        try:
+            c = ingest_file(canary, lake)
+            out["canary"] = c.status
+        except BaseException as exc:
+            out["canary"] = f"{type(exc).__name__}: {exc}"
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    print("@@" + json.dumps(out), flush=True)
+"""
+
+
+def _lake_problems(lake_dir: Path, case: Case, trace_id: str) -> list[str]:
+    """What is wrong in a lake that stored ``case``: counts, impossible values, secrets."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from taxbreak.ingest import Lake
+
+    lake = Lake(lake_dir)
+    row = lake.catalogue_row(trace_id)
+    problems = []
+    if row is None or row["status"] != "ingested" or not lake.has_events(trace_id):
+        return ["'ingested' without a stored row and events file"]
+    skipped = json.loads(row["skipped_counts_json"] or "{}")
+    if case.events is not None and row["event_count"] != case.events:
+        problems.append(f"{row['event_count']} events stored, expected {case.events}")
+    if skipped != case.skipped:
+        problems.append(f"skipped {skipped}, expected {case.skipped}")
+    if row["source_event_count"] != row["event_count"] + sum(skipped.values()):
+        problems.append("event_count + skipped != source_event_count")
+    table = pq.read_table(lake.events_path(trace_id))
+    ts, dur, kind = table.column("ts_ns"), table.column("dur_ns"), table.column("kind")
+    if (pc.min(dur).as_py() or 0) < 0:
+        problems.append("a negative duration is stored")
+    if pc.sum(pc.and_(pc.is_null(ts), pc.not_equal(kind, "metadata"))).as_py():
+        problems.append("a timed event without ts_ns is stored")
+    try:
+        pc.add_checked(ts, pc.fill_null(dur, 0))
+    except Exception:  # noqa: BLE001 - arrow's overflow error
+        problems.append("ts_ns + dur_ns overflows int64")
+    text = json.dumps(row, default=str) + "\n".join(str(a) for a in table.column("args_json").to_pylist())
+    problems += [f"secret {s[:4]}... stored" for s in case.secrets if s in text]
+    return problems
+
+
+def classify_case(case: Case, res: dict, path: Path, lake_dir: Path) -> tuple[str, str]:
+    if res.get("hang"):
+        return "hang", f"no answer within {CASE_TIMEOUT_S} s"
+    if "exception" in res:
+        return "crash", res["exception"]
+    if res.get("canary") != "ingested":
+        return "data lost", f"a good file ingested after it: {res.get('canary')}"
+    status, error = res.get("status"), res.get("error") or ""
+    if case.expect == "ingested":
+        if status != "ingested":
+            return "unclear error", f"expected it stored, got {status}: {error}"
+        problems = _lake_problems(lake_dir, case, res["trace_id"])
+        return ("silent wrong", "; ".join(problems)) if problems else ("ok", "")
+    if status == "ingested":
+        return "silent wrong", f"stored, expected {case.expect}"
+    if "unexpected " in error or "Traceback" in error:
+        return "crash", error
+    if str(path) not in error or (case.phrase and case.phrase not in error) or "taxbreak-ingest-" in error:
+        return "unclear error", error
+    from taxbreak.ingest import Lake
+
+    row = Lake(lake_dir).catalogue_row(res["trace_id"]) if res.get("trace_id") else None
+    if case.expect == "refused":
+        return ("clear error", "") if row is None else ("unclear error", f"recorded as {row['status']}")
+    if status != case.expect or row is None or row["status"] != case.expect:
+        return "unclear error", f"status {status} / row {row and row['status']}, expected {case.expect}: {error}"
+    return "clear error", ""
+
+
+def run_corpus(work: Path, *, fast: bool = False, log: Callable[[str], None] = lambda s: None) -> Tally:
+    """Every corpus case (``fast``: the subset) ingested by one child process (restarted after a crash)."""
+    tally = Tally("hostile inputs")
+    chosen = [c for c in cases() if c.fast or not fast]
+    canary = work / "canary" / "canary.json"
+    canary.parent.mkdir(parents=True, exist_ok=True)
+    canary.write_bytes(trace_bytes(GOOD_EVENTS, traceName="canary"))
+    items, by_name = [], {}
+    for case in chosen:
+        folder = work / "cases" / case.name
+        folder.mkdir(parents=True, exist_ok=True)
+        path = case.make(folder)
+        lake = work / "lakes" / case.name
+        by_name[case.name] = (case, path, lake)
+        items.append({"name": case.name, "path": str(path), "lake": str(lake), "env": case.env,
+                      "timeout": CASE_TIMEOUT_S})
+    env = _child_env(work)
+    while items:
+        proc = subprocess.run([sys.executable, "-c", _CORPUS_CHILD, json.dumps(items), str(canary)], env=env,
+                              capture_output=True, text=True, timeout=CASE_TIMEOUT_S * (len(items) + 2))
+        done, current = set(), None
+        for line in proc.stdout.splitlines():
+            if not line.startswith("@@"):
+                continue
+            msg = json.loads(line[2:])
+            if "start" in msg:
+                current = msg["start"]
+                continue
+            case, path, lake = by_name[msg["name"]]
+            outcome, note = classify_case(case, msg, path, lake)
+            tally.add(outcome, case.name, note)
+            log(f"  {case.name:24s} {outcome:14s} {note[:150]}")
+            left = _leftovers(lake, work / "tmp")
+            if left:
+                tally.extra("leftover", case.name, ", ".join(left[:3]))
+                for name in left:  # counted once, then cleared so the next case starts clean
+                    target = (work / name) if name.startswith("tmp/") else (lake / name)
+                    shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+            done.add(msg["name"])
+        if current is not None and current not in done:  # the child died in this case
+            tally.add("crash", current, f"the process died (exit {proc.returncode}): {proc.stderr[-300:]}")
+            log(f"  {current:24s} crash")
+            done.add(current)
+        items = [i for i in items if i["name"] not in done]
+        if proc.returncode != 0 and not done:
+            raise RuntimeError(f"the corpus child failed before any case: {proc.stderr[-2000:]}")
+    return tally
+
+
+# -- kills: random and injected ------------------------------------------------------------------------------
+@dataclass
+class CrashTarget:
+    """One kind of writer the crash test kills.  ``setup(work)`` writes the inputs; ``command(work, store)`` is
+    the child's argv (it runs ``store`` to completion); ``injections`` maps a point name to Python code run in the
+    child first (patching a function to SIGKILL the process there); ``checksum(store)`` digests the stored state
+    a reader sees; ``visible_problems(store)`` lists inconsistencies a reader could see right after a kill."""
+
+    name: str
+    setup: Callable[[Path, bool], None]
+    command: Callable[[Path, Path], list[str]]
+    injections: dict[str, str]
+    checksum: Callable[[Path], str]
+    visible_problems: Callable[[Path], list[str]]
+
+
+CRASH_TARGETS: dict[str, CrashTarget] = {}
+
+
+def register_crash_target(target: CrashTarget) -> None:
+    """Add a writer to the crash test (the analysis publication registers itself here)."""
+    CRASH_TARGETS[target.name] = target
+
+
+def _kineto_events(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    events = [{"ph": "M", "name": "process_name", "pid": 11, "tid": 0, "args": {"name": "python"}}]
+    t = 1000
+    for i in range(n):
+        d = rng.randint(5, 50)
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 7}", "pid": 11, "tid": 22, "ts": t, "dur": d + 20,
+             "args": {"External id": i + 1}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 11, "tid": 22, "ts": t + 2,
+             "dur": 5, "args": {"correlation": 10_000 + i, "External id": i + 1}},
+            {"ph": "X", "cat": "kernel", "name": f"kernel_{i % 11}", "pid": 0, "tid": 7, "ts": t + 9, "dur": d,
+             "args": {"device": 0, "stream": 7, "correlation": 10_000 + i, "External id": i + 1}},
+        ]
+        t += d + 30
+    return events
+
+
+def _ingest_setup(work: Path, fast: bool = False) -> None:
+    inputs = work / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    sizes = (2_000, 500, 3_000) if fast else (20_000, 5_000, 30_000)  # 3 traces: 3n + 1 events each
+    for i, n in enumerate(sizes):
+        (inputs / f"t{i}.json").write_bytes(trace_bytes(_kineto_events(n, i)))
+    (inputs / "broken.json").write_bytes(trace_bytes(GOOD_EVENTS)[:-20])
+    (inputs / "notes.json").write_bytes(b'{"not": "a trace"}')
+
+
+_INGEST_CHILD = r"""
+import os, sys
+from pathlib import Path
+from taxbreak.ingest import Lake, ingest_file, iter_trace_files
+lake = Lake(sys.argv[2])
+for f in iter_trace_files([sys.argv[1]]):
+    ingest_file(f, lake)
+"""
+
+# each: patch one step of the publication to kill the process when it is reached
+_KILL = "import os, signal\ndef _die(*a, **k):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+INGEST_INJECTIONS = {
+    "while parsing": _KILL + "import taxbreak.ingest.kineto as m\nm._stage = _die\n",
+    "while writing events": _KILL + "import pyarrow.parquet as pq\npq.ParquetWriter.write_batch = _die\n",
+    "before the events rename": _KILL + (
+        "import taxbreak.ingest.lake as m\n_orig = m.os.replace\n"
+        "def _r(src, dst):\n    if str(dst).endswith('part-0.parquet'):\n        _die()\n    return _orig(src, dst)\n"
+        "m.os.replace = _r\n"),
+    "between events and catalogue": _KILL + (
+        "import taxbreak.ingest.lake as m\n_orig = m.Lake.write_catalogue_row\n"
+        "def _w(self, row):\n    if row['status'] == 'ingested':\n        _die()\n    return _orig(self, row)\n"
+        "m.Lake.write_catalogue_row = _w\n"),
+    "after the catalogue tmp file": _KILL + (
+        "import taxbreak.ingest.lake as m\nimport pyarrow.parquet as pq\n_orig = pq.write_table\n"
+        "def _w(table, where, *a, **k):\n    _orig(table, where, *a, **k)\n    if '.tmp-' in str(where):\n"
+        "        _die()\nm.pq.write_table = _w\n"),
+    "while recording a failure": _KILL + "import taxbreak.ingest.lake as m\nm.Lake.record_failure = _die\n",
+}
+
+
+def _ingest_command(work: Path, store: Path) -> list[str]:
+    return [sys.executable, "-c", _INGEST_CHILD, str(work / "inputs"), str(store)]
+
+
+def lake_checksum(store: Path) -> str:
+    """A digest of what a reader of the lake sees: every catalogue row (less its time of writing) and, for
+    stored traces, the events' content."""
+    import pyarrow.parquet as pq
+
+    from taxbreak.ingest import Lake
+
+    lake = Lake(store)
+    digest = hashlib.sha256()
+    for row in sorted(lake.catalogue().to_pylist(), key=lambda r: r["trace_id"]):
+        row = {k: v for k, v in row.items() if k not in ("ingested_at_ns",)}
+        digest.update(json.dumps(row, sort_keys=True, default=str).encode())
+        if row["status"] == "ingested" and lake.has_events(row["trace_id"]):
+            table = pq.read_table(lake.events_path(row["trace_id"]))
+            for col in table.columns:
+                digest.update(json.dumps(col.to_pylist(), default=str).encode())
+    return digest.hexdigest()
+
+
+def lake_visible_problems(store: Path) -> list[str]:
+    """What a reader could see wrong right after a kill: an 'ingested' row without a readable, complete events
+    file (events without a row are invisible: readers take traces from the catalogue)."""
+    import pyarrow.parquet as pq
+
+    from taxbreak.ingest import Lake
+
+    lake = Lake(store)
+    out = []
+    for row in lake.catalogue().to_pylist():
+        if row["status"] != "ingested":
+            continue
+        if not lake.has_events(row["trace_id"]):
+            out.append(f"{row['file_name']}: 'ingested' without events")
+            continue
+        try:
+            n = pq.read_metadata(lake.events_path(row["trace_id"])).num_rows
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is the finding
+            out.append(f"{row['file_name']}: events unreadable ({exc})")
+            continue
+        if n != row["event_count"]:
+            out.append(f"{row['file_name']}: {n} events in the file, {row['event_count']} in the row")
+    return out
+
+
+register_crash_target(CrashTarget("ingest", _ingest_setup, _ingest_command, INGEST_INJECTIONS, lake_checksum,
+                                  lake_visible_problems))
+
+
+def run_crashes(work: Path, *, random_kills: int = 10, targets: list[str] | None = None, seed: int = 13,
+                fast: bool = False, log: Callable[[str], None] = lambda s: None) -> Tally:
+    """For each target: a clean run (its checksum), then kills at each injection point and ``random_kills``
+    kills at random times; after each kill the visible state is checked, the work re-run to completion, and the
+    checksum compared with the clean run's."""
+    tally = Tally("kills")
+    rng = random.Random(seed)
+    for tname in targets or list(CRASH_TARGETS):
+        t = CRASH_TARGETS[tname]
+        base = work / f"crash-{tname}"
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True)
+        t.setup(base, fast)
+        env = _child_env(base)
+        clean = base / "clean"
+        t0 = time.monotonic()
+        subprocess.run(t.command(base, clean), env=env, check=True, capture_output=True, timeout=600)
+        clean_s = time.monotonic() - t0
+        want = t.checksum(clean)
+        plans = [(f"at {p}", p, None) for p in t.injections]
+        plans += [(f"random kill {i + 1}", None, rng.uniform(0.3, clean_s)) for i in range(random_kills)]
+        for i, (label, point, delay) in enumerate(plans):
+            store = base / f"run{i}"
+            cmd = t.command(base, store)
+            if point is not None:
+                cmd = [cmd[0], "-c", t.injections[point] + cmd[2], *cmd[3:]]
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                if delay is not None:
+                    try:
+                        proc.wait(timeout=delay)
+                    except subprocess.TimeoutExpired:
+                        proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                tally.add("hang", f"{tname} {label}", "the run did not end")
+                continue
+            killed = proc.returncode == -signal.SIGKILL
+            if point is not None and not killed:
+                tally.add("crash", f"{tname} {label}", f"exit {proc.returncode}: {proc.stderr.read()[-300:]!r}")
+                continue
+            visible = t.visible_problems(store) if store.exists() else []
+            rerun = subprocess.run(t.command(base, store), env=env, capture_output=True, text=True, timeout=600)
+            if rerun.returncode != 0:
+                tally.add("crash", f"{tname} {label}", f"the re-run failed: {rerun.stderr[-300:]}")
+                continue
+            got = t.checksum(store)
+            left = _leftovers(store, base / "tmp") if tname == "ingest" else []
+            if visible:
+                tally.add("silent wrong", f"{tname} {label}", "; ".join(visible))
+            elif got != want:
+                tally.add("data lost", f"{tname} {label}", "after the re-run the state differs from a clean run")
+            else:
+                tally.add("ok", f"{tname} {label}")
+            if left:
+                tally.extra("leftover", f"{tname} {label}", ", ".join(left[:3]))
+            log(f"  {tname} {label:34s} {'killed' if killed else 'finished':8s} "
+                f"{'; '.join(visible) or ('checksum ok' if got == want else 'CHECKSUM DIFFERS')}"
+                + (f"; leftovers {left}" if left else ""))
+    return tally
+
+
+# -- concurrent writers ------------------------------------------------------------------------------------
+def run_concurrency(work: Path, *, processes: int = 4, rounds: int = 2, fast: bool = False,
+                    log: Callable[[str], None] = lambda s: None) -> Tally:
+    """``processes`` children ingest the same folder into one lake at once, ``rounds`` times: every good trace
+    stored once, no failure row for content another process stored, the same checksum as a clean run."""
+    tally = Tally("concurrent ingests")
+    base = work / "concurrency"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    _ingest_setup(base, fast)
+    env = _child_env(base)
+    clean = base / "clean"
+    subprocess.run(_ingest_command(base, clean), env=env, check=True, capture_output=True, timeout=600)
+    want = lake_checksum(clean)
+    for r in range(rounds):
+        store = base / f"round{r}"
+        procs = [subprocess.Popen(_ingest_command(base, store), env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(processes)]
+        codes = [p.wait(timeout=600) for p in procs]
+        errors = [p.stderr.read() for p in procs]
+        label = f"{processes} processes, round {r + 1}"
+        if any(codes):
+            tally.add("crash", label, f"exit codes {codes}: {[e[-200:] for e in errors if e]}")
+            continue
+        got = lake_checksum(store)
+        from taxbreak.ingest import Lake
+
+        statuses = {row["file_name"]: row["status"] for row in Lake(store).catalogue().to_pylist()}
+        if any(statuses.get(f"t{i}.json") != "ingested" for i in range(3)):
+            tally.add("data lost", label, f"catalogue {statuses}")
+        elif got != want:
+            tally.add("silent wrong", label, "the lake differs from a clean run's")
+        else:
+            tally.add("ok", label)
+        left = _leftovers(store, base / "tmp")
+        if left:
+            tally.extra("leftover", label, ", ".join(left[:3]))
+        log(f"  {label}: {statuses}")
+    return tally
+
+
+_REPLACE_CHILD = r"""
+import os, sys
+from pathlib import Path
+import taxbreak.ingest.kineto as m
+from taxbreak.ingest import Lake, ingest_file
+path, new, lake = Path(sys.argv[1]), Path(sys.argv[2]), Lake(sys.argv[3])
+orig, calls = m._stage, []
+def _stage(*a, **k):
+    if not calls:  # the first parse: the file is replaced under it
+        calls.append(1)
+        os.replace(new, path)
+    return orig(*a, **k)
+m._stage = _stage
+res = ingest_file(path, lake)
+print("@@", res.status, res.trace_id, (res.row or {}).get("event_count"))
+"""
+
+
+def run_replaced_file(work: Path, log: Callable[[str], None] = lambda s: None) -> Tally:
+    """A file replaced while it is parsed: stored under the hash of the bytes parsed, never the old hash."""
+    tally = Tally("file replaced during ingest")
+    base = work / "replace"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    old, new = trace_bytes(_kineto_events(50, 1)), trace_bytes(_kineto_events(80, 2))
+    (base / "t.json").write_bytes(old)
+    (base / "new.json").write_bytes(new)
+    store = base / "lake"
+    proc = subprocess.run([sys.executable, "-c", _REPLACE_CHILD, str(base / "t.json"), str(base / "new.json"),
+                           str(store)], env=_child_env(base), capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        tally.add("crash", "replaced file", proc.stderr[-300:])
+        return tally
+    status, trace_id, events = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@")][-1].split()[1:]
+    from taxbreak.ingest import Lake
+
+    rows = {r["trace_id"]: r for r in Lake(store).catalogue().to_pylist()}
+    new_id, old_id = hashlib.sha256(new).hexdigest(), hashlib.sha256(old).hexdigest()
+    if old_id in rows:
+        tally.add("silent wrong", "replaced file", "a row under the old content's hash")
+    elif (status, trace_id, events) != ("ingested", new_id, str(1 + 3 * 80)):
+        tally.add("silent wrong", "replaced file", f"{status} {trace_id[:12]} {events}")
+    else:
+        tally.add("ok", "replaced file")
+    log(f"  replaced during ingest: {status} under the new content's hash: {trace_id == new_id}")
+    return tally
+
+
+# -- S3 (moto) ------------------------------------------------------------------------------------------------
+S3_KEYS = ("inbox/" + "n" * 290 + ".json", "inbox//etc/x.json", "inbox/../up.json", "inbox/./dot.json",
+           "inbox/a b/ünï code.json", "inbox/deep/" + "/".join("d" * 20 for _ in range(10)) + "/t.json.gz")
+
+
+def run_s3(work: Path, log: Callable[[str], None] = lambda s: None) -> Tally:
+    """Odd object keys in an S3 bucket (moto's server): each listed, ingested, and catalogued under its URL."""
+    import gzip
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from taxbreak.config import S3Settings
+    from taxbreak.ingest import Lake
+    from taxbreak.pipeline.bucket import S3Bucket, ingest_from
+
+    tally = Tally("S3 keys")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        settings = S3Settings(endpoint_url=endpoint, access_key_id="testing", secret_access_key="testing",
+                              region="us-east-1")
+        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                              aws_secret_access_key="testing", region_name="us-east-1")
+        client.create_bucket(Bucket="reports")
+        bodies = {}
+        for key in S3_KEYS:
+            body = trace_bytes(GOOD_EVENTS, traceName=key)
+            bodies[key] = gzip.compress(body) if key.endswith(".gz") else body
+            client.put_object(Bucket="reports", Key=key, Body=bodies[key])
+        bucket = S3Bucket("s3://reports/inbox", settings)
+        listed = {e.name for e in bucket.list()}
+        lake = Lake(work / "s3-lake")
+        for key in S3_KEYS:
+            name = key[len("inbox/"):]
+            url = f"s3://reports/{key}"
+            if name not in listed:
+                tally.add("silent wrong", url[:60], "not listed: never ingested nor reported")
+                continue
+            try:
+                res = ingest_from(bucket, name, lake, force=False, cache_dir=None)
+            except Exception as exc:  # noqa: BLE001 - the finding
+                tally.add("crash", url[:60], f"{type(exc).__name__}: {exc}")
+                continue
+            row = lake.catalogue_row(res.trace_id) if res.trace_id else None
+            if res.status == "ingested" and row and row["source_path"] == url and row["event_count"] == 4:
+                tally.add("ok", url[:60])
+            elif res.status == "failed" and row is not None and url in (res.error or ""):
+                tally.add("clear error", url[:60])
+            else:
+                tally.add("silent wrong", url[:60], f"{res.status}: {res.error}; row {row and row['source_path']}")
+            log(f"  {url[:70]:72s} {res.status}")
+    finally:
+        server.stop()
+    return tally
+
+
+# -- everything -------------------------------------------------------------------------------------------------
+def run_all(work: Path, *, fast: bool = False, random_kills: int = 10, processes: int = 4, rounds: int = 2,
+            log: Callable[[str], None] = lambda s: None) -> list[Tally]:
+    work.mkdir(parents=True, exist_ok=True)
+    out = [run_corpus(work, fast=fast, log=log)]
+    out.append(run_crashes(work, random_kills=random_kills, fast=fast, log=log))
+    out.append(run_concurrency(work, processes=processes, rounds=rounds, fast=fast, log=log))
+    out.append(run_replaced_file(work, log=log))
+    out.append(run_s3(work, log=log))
+    return out
+
+
+def table(tallies: list[Tally]) -> str:
+    width = max(len(t.section) for t in tallies) + 2
+    head = "".join(f"{c:>14s}" for c in COLUMNS)
+    lines = [f"{'':{width}s}{head}"]
+    total = dict.fromkeys(COLUMNS, 0)
+    for t in tallies:
+        lines.append(f"{t.section:{width}s}" + "".join(f"{t.counts[c]:>14d}" for c in COLUMNS))
+        for c in COLUMNS:
+            total[c] += t.counts[c]
+    lines.append(f"{'total':{width}s}" + "".join(f"{total[c]:>14d}" for c in COLUMNS))
+    return "\n".join(lines)
