@@ -242,7 +242,7 @@ def warehouse_report(warehouse: WarehouseResource) -> dg.MaterializeResult:
     con = duckdb.connect(str(snapshot), read_only=True, config={"autoinstall_known_extensions": "false"})
     try:
         data = report.collect(con)
-        report.write_report(con, out)
+        report.write_report(con, out, data=data)  # index.html + traces/<id>.html, changed pages only
     finally:
         con.close()
     split = plots.stacked_hbar([(report.trace_label(t), report.split_segments(t)) for t in data["traces"]],
