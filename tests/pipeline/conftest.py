@@ -1,4 +1,5 @@
-"""Fixtures for the pipeline tests: a temporary bucket/lake/warehouse and a Dagster instance with telemetry off."""
+"""Fixtures for the pipeline tests: a temporary bucket/lake/warehouse, a Dagster instance with telemetry off, and
+small Kineto and Nsight traces written by code."""
 
 from __future__ import annotations
 
@@ -7,7 +8,25 @@ from pathlib import Path
 
 import pytest
 
-PUBLIC = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "public"
+from taxbreak.capture.synthetic import SyntheticConfig, write_nsys_sqlite
+from taxbreak.meta import sidecar_path
+
+# A SYNTHETIC Nsight Systems SQLite export written by the project's own writer (taxbreak.capture.synthetic, the
+# real export schema): the prefill step of a 1-layer dense decoder with a 4-token prompt, one output token.
+NSIGHT = SyntheticConfig(model_kind="dense", n_layers=1, batch_size=1, prompt_len=4, output_tokens=1, seed=0)
+# By hand, from synthetic.py's docstring: kernels = 26 per layer + 9 per step = 35; each kernel has one launch call
+# (CUPTI_ACTIVITY_KIND_RUNTIME) and one NVTX op range; the argmax token's device-to-host copy adds a cudaMemcpyAsync,
+# a cudaStreamSynchronize and a MEMCPY row; the step adds two NVTX ranges ('ProfilerStep#1', 'prefill').
+NSIGHT_KERNELS = 26 * 1 + 9
+NSIGHT_EVENTS = NSIGHT_KERNELS + (NSIGHT_KERNELS + 2) + 1 + (NSIGHT_KERNELS + 2)  # = 110
+
+
+def write_nsight(path: Path) -> Path:
+    """The NSIGHT export at ``path`` (byte-identical every time: the writer is seeded), without its sidecar: the
+    export's own META_DATA_EXPORT rows say it is synthetic."""
+    write_nsys_sqlite(NSIGHT, path)
+    sidecar_path(path).unlink()
+    return path
 
 
 def kineto_trace(n_kernels: int, *, base_us: float = 1000.0) -> dict:

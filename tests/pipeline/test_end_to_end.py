@@ -13,9 +13,7 @@ import pytest
 from taxbreak.ingest import Lake
 from taxbreak.pipeline.local import load_defs, tick
 
-from .conftest import PUBLIC, write_kineto
-
-MOCK = PUBLIC / "nsys-ai" / "mock.sqlite"
+from .conftest import NSIGHT_EVENTS, NSIGHT_KERNELS, write_kineto, write_nsight
 
 
 def _sha(path: Path) -> str:
@@ -32,16 +30,14 @@ def _materialized(run: dg.ExecuteInProcessResult) -> set[str]:
 
 
 def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> None:
-    if not MOCK.exists():
-        pytest.skip(f"public traces not present at {MOCK}")
     inbox = env["inbox"]
     good = write_kineto(inbox / "run1" / "good.pt.trace.json", 3)
-    shutil.copyfile(MOCK, inbox / "mock.sqlite")
+    nsight = write_nsight(inbox / "nsight.sqlite")
     (inbox / "corrupt.json").write_bytes(b'{"traceEvents": [{"ph": "X", "name": ')
     defs = load_defs()
 
     t1 = tick(defs, instance)
-    keys = {_sha(good), _sha(MOCK), _sha(inbox / "corrupt.json")}
+    keys = {_sha(good), _sha(nsight), _sha(inbox / "corrupt.json")}
     assert set(t1.partition_keys) == keys and len(t1.runs) == 3
     assert all(r.success for r in t1.runs)
     assert set(instance.get_dynamic_partitions("traces")) == keys
@@ -50,13 +46,13 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
         (mat,) = [e for e in run.get_asset_materialization_events() if e.asset_key.to_user_string() == "trace_ingest"]
         meta = mat.materialization.metadata
         statuses[mat.partition] = meta["status"].value
-    assert statuses == {_sha(good): "ingested", _sha(MOCK): "ingested", _sha(inbox / "corrupt.json"): "failed"}
+    assert statuses == {_sha(good): "ingested", _sha(nsight): "ingested", _sha(inbox / "corrupt.json"): "failed"}
     cat = {r["trace_id"]: r for r in Lake(env["lake"]).catalogue().to_pylist()}
     assert cat[_sha(inbox / "corrupt.json")]["status"] == "failed" and cat[_sha(inbox / "corrupt.json")]["error"]
     assert cat[_sha(good)]["event_count"] == 10  # 3 ops + 3 launches + 3 kernels + 1 metadata event
-    assert cat[_sha(MOCK)]["event_count"] == 13  # SOURCES.md: 8 runtime, 1 driver, 2 kernels, 1 memcpy, 1 sync
+    assert cat[_sha(nsight)]["event_count"] == NSIGHT_EVENTS  # 110, counted by hand in conftest.py
     kernels = _kernels_per_trace(env["warehouse"])
-    assert kernels == {_sha(good): 3, _sha(MOCK): 2}
+    assert kernels == {_sha(good): 3, _sha(nsight): NSIGHT_KERNELS}
     every_check = {"ingest_completeness", "hdbi_in_unit_interval", "linked_plus_orphan_is_all_kernels",
                    "orchestrate_is_ft_plus_ct_plus_kt", "scopes_partition_the_trace", "per_kernel_costs_consistent",
                    "kernel_sums_match_trace_rows"}
@@ -69,12 +65,12 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     exports = env["warehouse"].parent / "exports"
     assert (exports / "kernel_taxbreak.parquet").exists() and (exports / "snapshot.duckdb").exists()
     parquet = str(exports / "kernel_taxbreak.parquet")
-    assert duckdb.execute("SELECT count(*) FROM read_parquet($p)", {"p": parquet}).fetchall() == [(5,)]
+    assert duckdb.execute("SELECT count(*) FROM read_parquet($p)", {"p": parquet}).fetchall() == [(3 + NSIGHT_KERNELS,)]
     # the report: an HTML file, and in the Dagster UI its headline table and the split plot as metadata
     last = [e for r in t1.runs for e in r.get_asset_materialization_events()
             if e.asset_key.to_user_string() == "warehouse_report"][-1].materialization.metadata
     assert Path(last["report"].value).exists() and last["traces"].value == 2
-    assert "| good.pt.trace.json |" in last["summary"].value and "| mock.sqlite |" in last["summary"].value
+    assert "| good.pt.trace.json |" in last["summary"].value and "| nsight.sqlite |" in last["summary"].value
     assert last["orchestration_split"].value.startswith("![orchestration split](data:image/svg+xml;base64,")
 
     # nothing new: no run; the same good file again under another name: still no run, no new partition
@@ -99,7 +95,7 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     assert ktx.materialization.metadata["scope"].value == f"trace {_sha(fourth)[:16]}"
     assert ktx.materialization.metadata["rows_computed"].value == 2
     final = _kernels_per_trace(env["warehouse"])
-    assert final[_sha(fourth)] == 2 and final[_sha(MOCK)] == 2
+    assert final[_sha(fourth)] == 2 and final[_sha(nsight)] == NSIGHT_KERNELS
     assert len(instance.get_dynamic_partitions("traces")) == 5
 
     # a sidecar written (or changed) beside a trace: its trace runs again, forced, so new metadata is read

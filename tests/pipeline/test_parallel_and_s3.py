@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -13,9 +12,7 @@ import pytest
 from taxbreak.ingest import Lake
 from taxbreak.pipeline.local import load_defs, tick
 
-from .conftest import PUBLIC, write_kineto
-
-MOCK = PUBLIC / "nsys-ai" / "mock.sqlite"
+from .conftest import NSIGHT_EVENTS, NSIGHT_KERNELS, write_kineto, write_nsight
 
 
 def _sha(data: bytes) -> str:
@@ -23,11 +20,8 @@ def _sha(data: bytes) -> str:
 
 
 def test_batch_job_ingests_partitions_in_parallel(env: dict[str, Path], instance: dg.DagsterInstance) -> None:
-    if not MOCK.exists():
-        pytest.skip(f"public traces not present at {MOCK}")
     inbox = env["inbox"]
-    files = [write_kineto(inbox / "a.json", 2), write_kineto(inbox / "b.json", 3), inbox / "mock.sqlite"]
-    shutil.copyfile(MOCK, files[2])
+    files = [write_kineto(inbox / "a.json", 2), write_kineto(inbox / "b.json", 3), write_nsight(inbox / "n.sqlite")]
     from taxbreak.pipeline import local
 
     with dg.execute_job(
@@ -46,7 +40,8 @@ def test_batch_job_ingests_partitions_in_parallel(env: dict[str, Path], instance
         pids = {e.pid for e in result.all_events if e.is_step_start and e.step_key.startswith("ingest_one")}
         assert len(pids) == 3
         cat = {r["trace_id"]: r["event_count"] for r in Lake(env["lake"]).catalogue().to_pylist()}
-        assert cat == {_sha(files[0].read_bytes()): 7, _sha(files[1].read_bytes()): 10, _sha(MOCK.read_bytes()): 13}
+        assert cat == {_sha(files[0].read_bytes()): 7, _sha(files[1].read_bytes()): 10,
+                       _sha(files[2].read_bytes()): NSIGHT_EVENTS}
         assert result.output_for_node("summarise") == {"ingested": 3}
 
 
@@ -54,8 +49,6 @@ def test_batch_job_ingests_partitions_in_parallel(env: dict[str, Path], instance
 def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance,
                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lake_on: str) -> None:
     """Reports uploaded to S3 -> sensor tick -> runs -> tables; the lake local or on S3 (same endpoint)."""
-    if not MOCK.exists():
-        pytest.skip(f"public traces not present at {MOCK}")
     import boto3  # pinned in requirements.lock: missing is a failure, not a skip
     from moto.server import ThreadedMotoServer
 
@@ -76,24 +69,25 @@ def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance
             lake_root = "s3://pipeline-lake/taxbreak"
             monkeypatch.setenv("TAXBREAK_LAKE", lake_root)
         good = write_kineto(tmp_path / "src" / "k.json", 2).read_bytes()
+        nsight = write_nsight(tmp_path / "src" / "n.sqlite").read_bytes()
         s3.put_object(Bucket="reports", Key="inbox/gpu-01/k.json", Body=good)
-        s3.put_object(Bucket="reports", Key="inbox/gpu-02/mock.sqlite", Body=MOCK.read_bytes())
+        s3.put_object(Bucket="reports", Key="inbox/gpu-02/n.sqlite", Body=nsight)
         s3.put_object(Bucket="reports", Key="inbox/notes.txt", Body=b"not a trace")
 
         defs = load_defs()
         t1 = tick(defs, instance)
-        assert sorted(t1.partition_keys) == sorted([_sha(good), _sha(MOCK.read_bytes())])
+        assert sorted(t1.partition_keys) == sorted([_sha(good), _sha(nsight)])
         assert all(r.success for r in t1.runs)
         cat = {r["trace_id"]: r for r in Lake(lake_root).catalogue().to_pylist()}
         assert cat[_sha(good)]["status"] == "ingested" and cat[_sha(good)]["event_count"] == 7
         assert cat[_sha(good)]["source_path"] == "s3://reports/inbox/gpu-01/k.json"
-        assert cat[_sha(MOCK.read_bytes())]["source_path"] == "s3://reports/inbox/gpu-02/mock.sqlite"
+        assert cat[_sha(nsight)]["source_path"] == "s3://reports/inbox/gpu-02/n.sqlite"
         with duckdb.connect(str(env["warehouse"]), read_only=True) as con:
             kernels = dict(con.execute("SELECT trace_id, count(*) FROM kernel_taxbreak GROUP BY ALL").fetchall())
-        assert kernels == {_sha(good): 2, _sha(MOCK.read_bytes()): 2}
+        assert kernels == {_sha(good): 2, _sha(nsight): NSIGHT_KERNELS}
         if lake_on == "s3":  # the lake is two objects per trace in the store, nothing of it on local disk
             keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="pipeline-lake")["Contents"])
-            assert keys == sorted(f"taxbreak/{d}" for t in (_sha(good), _sha(MOCK.read_bytes()))
+            assert keys == sorted(f"taxbreak/{d}" for t in (_sha(good), _sha(nsight))
                                   for d in (f"catalogue/{t}.parquet", f"events/trace_id={t}/part-0.parquet"))
             assert not env["lake"].exists()
         assert tick(defs, instance, t1.cursor).runs == []

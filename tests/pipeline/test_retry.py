@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 import duckdb
@@ -13,9 +12,7 @@ import taxbreak.ingest as ingest_mod
 from taxbreak.cli import main
 from taxbreak.ingest import Lake, ingest_file
 
-from .conftest import PUBLIC
-
-MOCK = PUBLIC / "nsys-ai" / "mock.sqlite"
+from .conftest import NSIGHT_EVENTS, NSIGHT_KERNELS, write_nsight
 
 
 def _out_of_memory(*args: object, **kwargs: object) -> None:
@@ -24,10 +21,7 @@ def _out_of_memory(*args: object, **kwargs: object) -> None:
 
 def test_retry_failed_trace(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
                             capsys: pytest.CaptureFixture[str]) -> None:
-    if not MOCK.exists():
-        pytest.skip(f"public traces not present at {MOCK}")
-    src = env["inbox"] / "mock.sqlite"
-    shutil.copyfile(MOCK, src)
+    src = write_nsight(env["inbox"] / "n.sqlite")
     trace_id = hashlib.sha256(src.read_bytes()).hexdigest()
     lake = Lake(env["lake"])
 
@@ -42,13 +36,13 @@ def test_retry_failed_trace(env: dict[str, Path], monkeypatch: pytest.MonkeyPatc
     assert main(["retry", "--all-failed", "--lake", "/nonexistent-lake"]) == 2
     assert main(["retry", trace_id[:12]]) == 0
     printed = capsys.readouterr().out
-    assert f"[ingested] {trace_id[:16]}  mock.sqlite  (13 events)" in printed
+    assert f"[ingested] {trace_id[:16]}  n.sqlite  ({NSIGHT_EVENTS} events)" in printed
     assert "1 of 1 failed trace(s) now ingested" in printed
     row = lake.catalogue_row(trace_id)
-    assert row["status"] == "ingested" and row["event_count"] == 13 and row["source_path"] == str(src)
+    assert row["status"] == "ingested" and row["event_count"] == NSIGHT_EVENTS and row["source_path"] == str(src)
     with duckdb.connect(str(env["warehouse"]), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM kernel_taxbreak WHERE trace_id = $t",
-                           {"t": trace_id}).fetchall() == [(2,)]
+                           {"t": trace_id}).fetchall() == [(NSIGHT_KERNELS,)]
     assert main(["retry", "--all-failed"]) == 2  # nothing failed any more
 
 
