@@ -232,7 +232,7 @@ class Lake:
     def _footer_row(self, trace_id: str) -> dict | None:
         """The catalogue row stored in a trace's events file footer, or None (no file, unreadable, no row)."""
         try:
-            meta = pq.read_schema(self._key(self.events_path(trace_id)), filesystem=self.fs).metadata or {}
+            meta = pq.read_metadata(self._key(self.events_path(trace_id)), filesystem=self.fs).metadata or {}
             row = json.loads(meta[FOOTER_ROW_KEY.encode()])
         except (OSError, KeyError, ValueError, pa.ArrowException):
             return None
