@@ -406,8 +406,12 @@ def format_requests(d: dict[str, Any]) -> str:
     if not d["fitted"]:
         lines.append("  no fitted model in the warehouse: run `taxbreak requests --refit`")
         return "\n".join(lines)
-    lines.append("  fitted model T = beta + a1*sum p + a2*sum c + a3*sum p^2 + a4*|B|, two segments per phase "
-                 "(ns per unit); token-count baseline alpha + gamma*sum p beside it:")
+    if not d["fits"]:
+        lines.append("  no fitted model for this trace's (model, GPU, phase) groups: a fit needs at least 2 fit-ready "
+                     "steps of the group (`taxbreak requests --refit` after more traces arrive)")
+    else:
+        lines.append("  fitted model T = beta + a1*sum p + a2*sum c + a3*sum p^2 + a4*|B|, two segments per phase "
+                     "(ns per unit); token-count baseline alpha + gamma*sum p beside it:")
     for f in d["fits"]:
         bp = "one segment" if f["breakpoint_tokens"] is None else f"breakpoint sum p <= {f['breakpoint_tokens']:,.0f}"
         lines.append(f"    {f['model_name']} on {f['gpu_name']}, {f['phase']}: {f['steps_fitted']:,} steps from "

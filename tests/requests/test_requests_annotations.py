@@ -119,3 +119,13 @@ def test_real_annotations_parse(rel: str, real_trace, tmp_path: Path) -> None:
                        "FROM serving_steps").fetchall()
     con.close()
     assert rows == [(*REAL[rel], True, True)]
+
+
+def test_trace_without_fit_says_what_to_do(wh) -> None:
+    from taxbreak.requests import format_requests, trace_requests
+
+    d = trace_requests(wh, "a" * 16)
+    assert d["fitted"] is False
+    assert [(s["composition_source"], s["phase"], s["steps"]) for s in d["steps"]] == [("vllm_execute", "mixed", 1)]
+    text = format_requests(d)
+    assert "per-step sums only (no request ids)" in text and "run `taxbreak requests --refit`" in text
