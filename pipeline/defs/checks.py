@@ -14,6 +14,11 @@ RULES: list[tuple[str, str, str, str]] = [
     ("taxbreak_by_scope", "hdbi_in_unit_interval", "HDBI and HDBI_linked lie in [0, 1] wherever defined.",
      "SELECT trace_id, scope_kind, scope_key, hdbi, hdbi_linked FROM taxbreak_by_scope "
      "WHERE NOT (hdbi BETWEEN 0 AND 1) OR NOT (hdbi_linked BETWEEN 0 AND 1)"),
+    ("taxbreak_by_scope", "times_never_negative", "T_DeviceActive, ΔFT, ΔCT, ΔKT and T_Orchestrate are never "
+     "negative (a kernel ending before it starts would give HDBI 1.0 from a negative device time).",
+     "SELECT trace_id, scope_kind, scope_key, t_device_active_ns, delta_ft_ns, delta_ct_ns, delta_kt_ns, "
+     "t_orchestrate_ns FROM taxbreak_by_scope WHERE t_device_active_ns < 0 OR delta_ft_ns < 0 OR delta_ct_ns < 0 "
+     "OR delta_kt_ns < 0 OR t_orchestrate_ns < 0"),
     ("taxbreak_by_scope", "linked_plus_orphan_is_all_kernels", "linked_kernels + orphan_kernels = kernels in "
      "every scope.",
      "SELECT trace_id, scope_kind, scope_key, kernels, linked_kernels, orphan_kernels FROM taxbreak_by_scope "

@@ -36,6 +36,8 @@ def _run(db: Path) -> dict[str, tuple[int, int]]:
 ONE_TRACE = "trace_id = (SELECT trace_id FROM kernel_taxbreak GROUP BY ALL HAVING count(*) = 3)"
 CORRUPTIONS = [
     ("hdbi_in_unit_interval", f"UPDATE taxbreak_by_scope SET hdbi = 1.5 WHERE scope_kind = 'trace' AND {ONE_TRACE}"),
+    ("times_never_negative",
+     f"UPDATE taxbreak_by_scope SET t_device_active_ns = -1 WHERE scope_kind = 'trace' AND {ONE_TRACE}"),
     ("linked_plus_orphan_is_all_kernels",
      f"UPDATE taxbreak_by_scope SET orphan_kernels = orphan_kernels + 1 WHERE scope_kind = 'trace' AND {ONE_TRACE}"),
     ("orchestrate_is_ft_plus_ct_plus_kt",
@@ -73,6 +75,8 @@ def test_one_bad_value_is_caught(warehouse: Path, tmp_path: Path, rule: str, cor
     got = {name: bad for name, (_checked, bad) in _run(db).items() if bad}
     expected = {
         "hdbi_in_unit_interval": {rule: 1},
+        # the trace row's device time no longer matches its partitions either
+        "times_never_negative": {rule: 1, "scopes_partition_the_trace": kinds},
         "linked_plus_orphan_is_all_kernels": {rule: 1},
         "orchestrate_is_ft_plus_ct_plus_kt": {rule: 1},
         "scopes_partition_the_trace": {rule: kinds},
