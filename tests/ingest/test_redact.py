@@ -47,3 +47,33 @@ def test_public_trace_token_stays_out_of_the_catalogue(tmp_path: Path, public_tr
     stored = res.row["metadata_json"]
     assert all(t not in stored for t in env_tokens)
     assert '"HF_TOKEN": "<redacted>"' in stored and '"TOKENIZERS_PARALLELISM"' in stored
+
+
+@pytest.mark.parametrize(("text", "clean"), [
+    ("aws s3 cp x --aws-secret-access-key wJalrXUtnFEMIK7MDENG --region us-east-1",
+     "aws s3 cp x --aws-secret-access-key <redacted> --region us-east-1"),
+    ("run.py --password=hunter2 --max-tokens 100", "run.py --password=<redacted> --max-tokens 100"),
+    ("run.py --api-key 'a b c' --author me", "run.py --api-key <redacted> --author me"),
+    ("HF_TOKEN=abc123 TOKENIZERS_PARALLELISM=false python x.py",
+     "HF_TOKEN=<redacted> TOKENIZERS_PARALLELISM=false python x.py"),
+    ("postgres://admin:s3cr3t@db:5432/x and https://user@host/p", "postgres://admin:<redacted>@db:5432/x and "
+     "https://user@host/p"),
+    ("curl -H 'Authorization: Bearer abcdefghijklmnopqrstuvwx'", "curl -H 'Authorization: <redacted>'"),
+    ("--bs 4 --steps 10", "--bs 4 --steps 10"),
+])
+def test_redact_text_options_assignments_and_url_passwords(text: str, clean: str) -> None:
+    from taxbreak.ingest.redact import redact_text
+
+    assert redact_text(text) == clean
+
+
+def test_redact_args_touches_only_rows_with_something_secret_looking() -> None:
+    import pyarrow as pa
+
+    from taxbreak.ingest.redact import redact_args
+
+    plain = pa.array(['{"grid":[1,1,1]}', None, '{"name":"x"}'])
+    assert redact_args(plain) is plain  # nothing to do: the same array, no copy
+    mixed = pa.array(['{"grid": [1, 1, 1]}', '{"api_token":"t0k","n":1}', "not json --password pw"])
+    assert redact_args(mixed).to_pylist() == ['{"grid": [1, 1, 1]}', '{"api_token":"<redacted>","n":1}',
+                                              "not json --password <redacted>"]

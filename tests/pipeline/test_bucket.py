@@ -235,3 +235,13 @@ def test_a_sidecar_before_its_trace_is_stored_ingests_the_trace(tmp_path: Path) 
     (inbox / "t.json.meta.json").write_text('{"taxbreak_meta_version": 1}')
     res = apply_sidecar(LocalBucket(inbox), "t.json", Lake(tmp_path / "lake"), cache_dir=None)
     assert res.status == "ingested" and res.row["event_count"] == 1
+
+
+def test_object_key_segments_are_names_not_paths() -> None:
+    from taxbreak.pipeline.bucket import local_copy_name
+
+    for name in ("../up.json", "./dot.json", "/etc/x.json", "a/../b.json"):  # '', '.', '..' are key segments
+        assert is_bucket_trace_name(name), name
+    assert not is_bucket_trace_name("a/.hidden/b.json")
+    assert local_copy_name("d/" + "n" * 300 + ".JSON.GZ") == "object.json.gz"  # short, keeps the suffix
+    assert local_copy_name("d/short.json") == "short.json"
