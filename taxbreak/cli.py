@@ -60,6 +60,17 @@ def _bars_on(args: argparse.Namespace) -> bool:
     return not getattr(args, "quiet", False) and sys.stderr.isatty()
 
 
+def _terminal_size() -> tuple[int, int]:
+    """Columns and rows of the terminal on stderr (100 x 20 when it reports 0 x 0, as a fresh pseudo-terminal does:
+    tqdm would then draw nothing)."""
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+        cols, rows = size.columns, size.lines
+    except (OSError, ValueError):
+        cols = rows = 0
+    return (cols if cols > 0 else 100), (rows if rows > 0 else 20)
+
+
 class PhaseBar:
     """One tqdm bar on stderr whose description names the current phase; a phase with no counter updates still
     shows its elapsed time (a ticker thread refreshes the bar).  Does nothing when ``enabled`` is false."""
@@ -77,11 +88,12 @@ class PhaseBar:
             return
         from tqdm import tqdm
 
+        cols, rows = _terminal_size()
         with self._lock:
             if self.bar is not None:
                 self.bar.close()
             self.bar = tqdm(total=total, desc=f"{self.label} {name}", unit=unit, unit_scale=unit_scale,
-                            file=sys.stderr, leave=False, dynamic_ncols=True, mininterval=0.2)
+                            file=sys.stderr, leave=False, ncols=cols, nrows=rows, mininterval=0.2)
         if self._ticker is None:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()

@@ -316,6 +316,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
             return interactive(opened, fmt=args.format)
         try:
             n = run_query(opened.con, args.query, args.format, args.output)
+        except BrokenPipeError:
+            raise  # the reader left: taxbreak.cli ends quietly
         except (duckdb.Error, ValueError, OSError) as exc:
             hint = ""
             if isinstance(exc, duckdb.PermissionException) and not unrestricted:
