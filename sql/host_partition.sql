@@ -49,7 +49,7 @@ iv AS (
 launching AS (
     SELECT DISTINCT hash(trace_id, pid, launch_tid) AS pk FROM int_kernel_links WHERE has_launch
 ),
-threads AS (
+threads AS MATERIALIZED (
     SELECT t.*, l.pk IS NOT NULL AS launches_kernels
     FROM (SELECT DISTINCT thread_key AS pk, trace_id, pid, tid FROM stg_events WHERE thread_key IN (SELECT pk FROM iv)) t
     LEFT JOIN launching l USING (pk)
@@ -78,7 +78,7 @@ seg AS (
 ),
 -- a segment that begins at a range's start belongs to that range (it is the innermost); one that begins at an end
 -- belongs to the range still open at its depth, found by ASOF
-labelled AS (
+labelled AS MATERIALIZED (
     SELECT pk, t, seg_ns, CASE WHEN depth = 0 THEN 6 WHEN end_ns > t THEN category ELSE 7 END AS category
     FROM seg WHERE ord = 1
     UNION ALL
@@ -159,7 +159,7 @@ straddling AS (
     FROM windows st ASOF JOIN traced l ON st.pk = l.pk AND st.step_ts_ns > l.t
     WHERE l.t + l.seg_ns > st.step_ts_ns
 ),
-clipped AS (
+clipped AS MATERIALIZED (
     SELECT trace_id, step_id, wkind, pk, category, sum(part_ns) AS part_ns
     FROM (SELECT * FROM starting UNION ALL SELECT * FROM straddling) GROUP BY ALL
 ),
