@@ -7,7 +7,10 @@ Prints three things:
    kernel starts against the trace's own (IL error %, largest start error in ns);
 2. ground truth: the synthetic generator writes one workload at host speed 1.0, 1.5 and 3.0, at half the launch
    latency and with CUDA graphs for decode; the replay of the 1.0 trace predicts the others' IL (error %);
-3. speed: a synthetic trace of --kernels kernels is written as Kineto JSON and ingested (timed: the reference),
+3. real captures (torch on this machine, CPU when no GPU): ``taxbreak capture generate`` of a small model without
+   and with --host-delay-us; the replay of the undelayed capture with that delay per outermost framework op
+   predicts the delayed capture's IL (GPU) or host timeline (CPU-only: first step start to last step end);
+4. speed: a synthetic trace of --kernels kernels is written as Kineto JSON and ingested (timed: the reference),
    its analysis tables computed (timed), then the graph built and replayed (timed), printed beside the ingest
    time as a ratio. Target: replay faster than the ingest of the same trace.
 """
@@ -102,6 +105,37 @@ def ground_truth(work: Path) -> None:
                   f"error {100 * (pred - truth) / truth:+6.2f}%{note}")
 
 
+def real_capture(work: Path, delay_us: float) -> None:
+    print(f"== real captures: undelayed vs --host-delay-us {delay_us:g} (replay of the undelayed capture with the "
+          "delay per outermost framework op)")
+    try:
+        import torch  # noqa: F401
+
+        from taxbreak.capture.profile import capture_generation
+    except ImportError:
+        print("   skipped: torch is not installed")
+        return
+    root = work / "real"
+    lake = Lake(root / "lake")
+    delay_ns = round(delay_us * 1000)
+    a = capture_generation(root / "base.json.gz", output_tokens=6, warmup_runs=2)
+    b = capture_generation(root / "delayed.json.gz", output_tokens=6, warmup_runs=2, host_delay_ns=delay_ns)
+    ia, ib = ingest_file(a, lake).trace_id, ingest_file(b, lake).trace_id
+    con = analysis.connect(None)
+    analysis.materialize(None, root / "lake", con=con, tables=TABLES)
+    ga, gb = whatif.build_graph(con, root / "lake", ia), whatif.build_graph(con, root / "lake", ib)
+    sc = whatif.Scenario(host_delay_ns=delay_ns)
+    if (ga.d_kind == 0).any() and (gb.d_kind == 0).any():
+        pred = _trace_scope(whatif.run_scenario(ga, sc))["replay"]["il_ns"]
+        own_a, own_b, what = _il(con, ia), _il(con, ib), "IL"
+    else:
+        pred = whatif.host_span(ga, whatif.replay(ga, sc))
+        own_a, own_b = whatif.host_span(ga, whatif.observed(ga)), whatif.host_span(gb, whatif.observed(gb))
+        what = "host timeline (CPU only: first step start to last step end)"
+    print(f"   {what}: undelayed {own_a / 1e6:.3f} ms ({int(ga.h_leaf_ops.sum())} outermost ops), delayed "
+          f"{own_b / 1e6:.3f} ms, predicted {pred / 1e6:.3f} ms, error {100 * (pred - own_b) / own_b:+.2f}%")
+
+
 def speed(work: Path, n_kernels: int, model: str) -> None:
     print(f"== speed: replay of a {n_kernels:,}-kernel trace vs its ingest (target: replay faster)")
     probe = SyntheticConfig(model_kind=model)
@@ -153,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-public", action="store_true")
     ap.add_argument("--skip-truth", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--skip-capture", action="store_true")
+    ap.add_argument("--host-delay-us", type=float, default=50.0, help="delay per op of the real capture check")
     ap.add_argument("--keep", help="work folder to keep (default: a temporary one, removed)")
     args = ap.parse_args(argv)
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_whatif_"))
@@ -162,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             identity(work)
         if not args.skip_truth:
             ground_truth(work)
+        if not args.skip_capture:
+            real_capture(work, args.host_delay_us)
         if not args.skip_speed:
             speed(work, args.kernels, args.model)
     finally:

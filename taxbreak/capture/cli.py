@@ -97,7 +97,7 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     cfg = SyntheticConfig(
         model_kind=args.model, n_layers=args.layers, batch_size=args.batch_size, prompt_len=args.prompt_len,
         output_tokens=args.tokens, n_experts=args.experts, top_k=args.top_k, active_experts=args.active_experts,
-        gpu_name=args.gpu_name, cuda_graphs=args.cuda_graphs, seed=args.seed, **dists,
+        gpu_name=args.gpu_name, cuda_graphs=args.cuda_graphs, seed=args.seed, host_speed=args.host_speed, **dists,
     )
     if args.null_kernel:
         from taxbreak.capture.synthetic import write_null_kernel
@@ -242,6 +242,8 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--active-experts", type=int, help="experts hit per decode step (default min(experts, top_k*bs))")
     p.add_argument("--gpu-name", default="NVIDIA H100 80GB HBM3", help="GPU name written into the trace")
     p.add_argument("--cuda-graphs", action="store_true", help="replay decode steps with one cudaGraphLaunch each")
+    p.add_argument("--host-speed", type=float, default=1.0,
+                   help="every host duration / S with the same random draws (the what-if replay's ground truth)")
     p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
     p.add_argument("--formats", default="kineto", help="kineto,sqlite (default kineto)")
     p.add_argument("--no-gzip", action="store_true", help="write .json instead of .json.gz")
