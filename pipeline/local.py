@@ -127,8 +127,8 @@ def run_inbox_pipeline(paths: Paths | None = None, settle_s: float = 0.0) -> lis
         row = lake.catalogue_row(trace_id)
         if row is None:
             out.append(IngestResult(str(f), trace_id, "failed", None, f"{f}: not picked up (still being written?)"))
-        elif row["status"] == "failed":
-            out.append(IngestResult(str(f), trace_id, "failed", row, row["error"]))
+        elif row["status"] in ("failed", "not_a_trace"):
+            out.append(IngestResult(str(f), trace_id, row["status"], row, row["error"]))
         else:
             out.append(IngestResult(str(f), trace_id, "ingested" if trace_id in ran else "unchanged", row))
     return out

@@ -109,7 +109,8 @@ CATALOGUE_FIELDS: list[pa.Field] = [
     _f("metadata_json", pa.string(), "json", "Source-level metadata (Kineto top-level keys, Nsight META_DATA_*)."),
     _f("ingested_at_ns", pa.int64(), "ns", "When the ingest finished, ns since the Unix epoch.", False),
     _f("schema_version", pa.string(), "", "Event schema version the trace was written with.", False),
-    _f("status", pa.string(), "", "'ingested' or 'failed'.", False),
+    _f("status", pa.string(), "", "'ingested', 'failed', or 'not_a_trace' (no trace at all: never analysed "
+       "nor retried).", False),
     _f("error", pa.string(), "", "Why the ingest failed (names the file and the problem), else NULL."),
 ]
 

@@ -96,7 +96,7 @@ def print_results(paths: Paths, results: list[Any] | None = None) -> int:
 
         rows = sorted(Lake(paths.lake).catalogue().to_pylist(), key=lambda r: r["ingested_at_ns"])
         results = [
-            IngestResult(r["file_name"], r["trace_id"], "unchanged" if r["status"] == "ingested" else "failed",
+            IngestResult(r["file_name"], r["trace_id"], "unchanged" if r["status"] == "ingested" else r["status"],
                          r, r.get("error"))
             for r in rows
         ]
@@ -106,10 +106,13 @@ def print_results(paths: Paths, results: list[Any] | None = None) -> int:
             failed += 1
             print(f"FAILED {res.error}")
             continue
+        if res.status == "not_a_trace":
+            print(f"IGNORED (not a trace) {res.error}")
+            continue
         synthetic = " [SYNTHETIC]" if Path(res.path).name.startswith("synthetic_") else ""
         print(format_ingest_result(paths, res, synthetic))
     print()
-    _print_analysis(paths, [r.trace_id for r in results if r.status != "failed"])
+    _print_analysis(paths, [r.trace_id for r in results if r.status not in ("failed", "not_a_trace")])
     return failed
 
 
