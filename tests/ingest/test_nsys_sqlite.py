@@ -143,7 +143,7 @@ def test_not_sqlite_named_sqlite(tmp_path: Path) -> None:
     p.write_text("hello, not a database\n")
     _expect_error(p, "not a SQLite database")
     res = ingest_file(p, Lake(tmp_path / "lake"))
-    assert res.status == "failed" and "not a SQLite database" in res.error
+    assert res.status == "not_a_trace" and "not a SQLite database" in res.error  # its own status since c5c43a3
 
 
 def test_sqlite_but_not_nsys(tmp_path: Path) -> None:
