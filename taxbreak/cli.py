@@ -416,8 +416,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
     try:
         s = summary(paths.warehouse, args.trace, top_k=args.top, con=opened.con)
     except LookupError as exc:
-        msg = str(exc) if "matches" in str(exc) and "traces" in str(exc) else _explain_unmatched(args, paths,
-                                                                                                  opened.path)
+        ambiguous = "give more of the trace id" in str(exc)
+        msg = str(exc) if ambiguous else _explain_unmatched(args, paths, opened.path)
         emit(f"summary: {msg}", err=True)
         return 2
     except duckdb.Error as exc:

@@ -30,7 +30,7 @@ from pathlib import Path
 import duckdb
 
 from taxbreak.config import Paths, add_path_args, is_s3_url, setting
-from taxbreak.warehouse import SNAPSHOT_NAME, exports_dir, snapshot_is_current
+from taxbreak.warehouse import SNAPSHOT_NAME, _is_lock_error, exports_dir, snapshot_is_current
 
 __all__ = ["SNAPSHOT_NAME", "Opened", "WarehouseUnavailable", "exports_dir", "open_readonly", "printable"]
 
@@ -81,10 +81,6 @@ def _ro(path: Path, sandbox: bool = False) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(str(path), read_only=True)  # default config: shares an instance this process has open
     con.execute("SET autoinstall_known_extensions = false")
     return con
-
-
-def _is_lock_error(exc: Exception) -> bool:
-    return "lock" in str(exc).lower()
 
 
 def _attach_lake(con: duckdb.DuckDBPyConnection, lake: Path | str | None) -> None:

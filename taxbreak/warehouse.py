@@ -100,7 +100,7 @@ def warehouse_lock(
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _is_lock_error(exc: Exception) -> bool:
+def _is_lock_error(exc: Exception) -> bool:  # also taxbreak.query's test for a held file
     return "lock" in str(exc).lower()
 
 

@@ -38,7 +38,7 @@ def test_analyze_then_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert data["headline"]["t_sys_is_default"] is True
     assert main(["summary", "nope", *common]) == 2
     assert "no trace matches 'nope': it is in neither the warehouse" in capsys.readouterr().err
-    missing = tmp_path / "absent.duckdb"
+    missing = tmp_path / "elsewhere" / "absent.duckdb"  # (a folder without exports/: no snapshot to read)
     assert main(["summary", "nope", "--lake", str(tmp_path / "lake"), "--warehouse", str(missing)]) == 2
     err = capsys.readouterr().err
     assert f"{missing} does not exist" in err and "taxbreak analyze" in err
