@@ -80,6 +80,11 @@ STEP_PATTERNS: list[tuple[int, str, str | None, str]] = [
     (21, r"^decode(_step)?([#_ ]?\d+)?$", "decode", "decode_annotation"),
     (22, r"^step\[extend", "prefill", "sglang_extend"),
     (23, r"^step\[decode", "decode", "sglang_decode"),
+    # vLLM's execute_<tokens>_context_<C>(...)_generation_<G>(...): C prefill and G decode requests (ours)
+    (24, r"^execute_\d+_context_0\(", "decode", "vllm_execute_decode"),
+    (25, r"^execute_\d+_context_\d+\(.*\)_generation_0\(", "prefill", "vllm_execute_prefill"),
+    (26, r"^execute_\d+_context_\d+\(", "mixed", "vllm_execute_mixed"),
+    (27, r"^serve_step#\d+$", None, "taxbreak_serve_step"),  # taxbreak capture serve
     # PARAM / HTA benchmark iterations, e.g. '[param|pytorch.model.alex_net|0|0|0|warmup|forward]' (ours)
     (30, r"^\[param\|.*\|(warmup|measure)\|[a-z_]+\]$", None, "param_bench_iteration"),
 ]

@@ -208,3 +208,21 @@ def test_no_kernel_trace_keeps_trace_rows(tmp_path: Path) -> None:
             (0, None, "no GPU kernels in the trace (host-only capture)")]
     finally:
         con.close()
+
+
+def test_serving_engine_step_annotations(tmp_path: Path) -> None:
+    """vLLM's execute_<n>_context_<C>(...)_generation_<G>(...) ranges are steps, their phase from C and G (ours);
+    taxbreak capture serve's serve_step#N too."""
+    t = "4" * 64
+    names = ["execute_8_context_0()_generation_8(sq8sk90)", "execute_90_context_1(sq90sk90)_generation_0()",
+             "execute_98_context_1(sq90sk90)_generation_8(sq8sk90)", "serve_step#3"]
+    rows = [ev(t, "user_annotation", n, i * 1000, 500, "1", "1") for i, n in enumerate(names)]
+    write_trace(Lake(tmp_path / "lake"), t, rows, gpu="", file_name="vllm.json")
+    analysis.materialize(tmp_path / "wh.duckdb", tmp_path / "lake", tables=["int_steps"])
+    con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
+    try:
+        assert q(con, "SELECT step_rule, phase FROM int_steps ORDER BY step_id") == [
+            ("vllm_execute_decode", "decode"), ("vllm_execute_prefill", "prefill"), ("vllm_execute_mixed", "mixed"),
+            ("taxbreak_serve_step", None)]
+    finally:
+        con.close()
