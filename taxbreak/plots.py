@@ -184,7 +184,7 @@ def stacked_hbar(
     label_w = label_w or int(min(max([text_w(x) for x in shown] + [40]) + 14, label_chars * CHAR_W + 14))
     value_w = int(max([text_w(fmt_value(sum(max(v, 0) for _, v in segs), unit) + (" = " if normalize else "")
                             + (" " + notes[label] if label in notes else "")) for label, segs in rows] + [40]) + 12)
-    width = max(width, label_w + value_w + 260, title_w(title))
+    width = max(width, label_w + value_w + 420, title_w(title))
     plot_w = width - label_w - value_w - 10
     bar_h, gap = 22, 10
     body: list[str] = []
@@ -233,13 +233,17 @@ def stacked_hbar(
         body.append(_text(end_x + 4, yy + bar_h * 0.7, txt, extra="fill='#555'"))
     ay = top + len(rows) * (bar_h + gap)
     body.append(f"<line x1='{label_w}' y1='{ay}' x2='{label_w + plot_w}' y2='{ay}' stroke='#999'/>")
+    last_end = -1e9
     for t in ticks:
         tx = label_w + (xw(t) if not log else (math.log10(t) - lo) / (hi - lo) * plot_w)
         if tx <= label_w + plot_w + 0.5:
             body.append(f"<line x1='{tx:.1f}' y1='{ay}' x2='{tx:.1f}' y2='{ay + 4}' stroke='#999'/>")
             lab = f"{t:.0%}" if normalize else fmt_value(t, unit)
             anchor = "start" if tx <= label_w + 1 else "middle"
-            body.append(_text(tx, ay + 16, lab, anchor=anchor, extra="fill='#555'"))
+            left = tx if anchor == "start" else tx - text_w(lab) / 2
+            if left > last_end + 6:  # a tick label that would touch the previous one is left out
+                body.append(_text(tx, ay + 16, lab, anchor=anchor, extra="fill='#555'"))
+                last_end = left + text_w(lab)
     scale = " (log scale)" if log else " (share of each row's total)" if normalize else ""
     if scale:
         body.append(_text(label_w + plot_w, ay + 32, scale.strip(" ()"), anchor="end", extra="fill='#777'"))
@@ -270,7 +274,7 @@ def hdbi_bars(
     shown = [fit_label(label, label_chars) for label, _, _ in rows]
     label_w = int(min(max([text_w(x) for x in shown] + [40]) + 14, label_chars * CHAR_W + 14))
     value_w = int(max([text_w("0.000 " + (m or "")) for _, _, m in rows] + [60]) + 12)
-    width = max(width, label_w + value_w + 300, title_w(title))
+    width = max(width, label_w + value_w + 420, title_w(title))
     plot_w = width - label_w - value_w - 10
     bar_h, gap = 9, 10
     body = ["<defs><pattern id='hatch' width='6' height='6' patternUnits='userSpaceOnUse' "
@@ -358,7 +362,7 @@ def range_hbar(rows: list[tuple[str, float, float, float, float]], unit: str = "
         return _svg(width, 60, [_text(8, 30, f"{title}: no data")], title or "ranges")
     shown = [fit_label(r[0], label_chars) for r in rows]
     label_w = int(min(max([text_w(x) for x in shown] + [40]) + 14, label_chars * CHAR_W + 14))
-    width = max(width, label_w + 360, title_w(title))
+    width = max(width, label_w + 520, title_w(title))
     plot_w = width - label_w - 90
     ticks = _log_ticks(min(vals), max(vals))
     lo, hi = math.log10(ticks[0]), math.log10(ticks[-1])
@@ -385,8 +389,12 @@ def range_hbar(rows: list[tuple[str, float, float, float, float]], unit: str = "
         body.append(_text(label_w + plot_w + 8, yy + 13, fmt_value(p50, unit), extra="fill='#555'"))
     ay = top + len(rows) * 24 + 4
     body.append(f"<line x1='{label_w}' y1='{ay}' x2='{label_w + plot_w}' y2='{ay}' stroke='#999'/>")
+    last_end = -1e9
     for t in ticks:
-        body.append(_text(px(t), ay + 14, fmt_value(t, unit), anchor="middle", extra="fill='#555'"))
+        lab = fmt_value(t, unit)
+        if px(t) - text_w(lab) / 2 > last_end + 6:
+            body.append(_text(px(t), ay + 14, lab, anchor="middle", extra="fill='#555'"))
+            last_end = px(t) + text_w(lab) / 2
     body.append(_text(label_w + plot_w, ay + 30, "bar p10–p90, line p50 (printed), dot max; log scale",
                       anchor="end", extra="fill='#777'"))
     return _svg(width, ay + 40, body, title or "ranges")

@@ -103,7 +103,8 @@
     for (var j = 0; j <= 5; j++) {
       var t = v0 + (v1 - v0) * j / 5;
       ctx.textAlign = j === 0 ? "left" : j === 5 ? "right" : "center";
-      ctx.fillText("+" + fmt(t - D.steps[+sel.value].start), j === 0 ? LABEL_W : x(t), nLanes * LANE_H + 16);
+      var rel = t - D.steps[+sel.value].start;
+      ctx.fillText((rel < 0 ? "−" : "+") + fmt(Math.abs(rel)), j === 0 ? LABEL_W : x(t), nLanes * LANE_H + 16);
     }
     info.textContent = "  " + shown + " of " + D.k.length + " kernels in view, " + fmt(v1 - v0) +
       " shown; flows " + (visible.length <= FLOW_MAX ? "drawn" : "on hover (zoom in for all)");
