@@ -117,6 +117,7 @@ class Graph:
     h_await: np.ndarray  # device op index a waiting sync waited for (on the segment ending the call), else -1
     h_wake: np.ndarray  # that sync's end - the op's end (ns)
     h_leaf_ops: np.ndarray  # outermost framework ops starting at the segment's start (ops)
+    h_blocked: np.ndarray  # a launch segment that waited (not host work in HDBI_wall)
     thread_pid: list[str]
     thread_tid: list[str]
     thread_first: np.ndarray  # first segment index per thread
@@ -432,6 +433,16 @@ def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.T
         h_await[last_seg[ok]] = cand[ok]
         h_wake[last_seg[ok]] = s_end[ok] - d_end[cand[ok]]
 
+    # launch calls that waited (longer than max(50 us, 10 x the thread's median launch segment), §3's rule) are
+    # not host work for HDBI_wall
+    h_blocked = np.zeros(len(h_ts), dtype=bool)
+    is_launch = h_cat == CAT_LAUNCH
+    for th in range(n_threads):
+        a_, e_ = int(thread_first[th]), int(thread_first[th + 1])
+        m = is_launch[a_:e_]
+        if m.any():
+            limit = max(50_000, 10 * float(np.median(h_dur[a_:e_][m])))
+            h_blocked[a_:e_] = m & (h_dur[a_:e_] > limit)
     # outermost framework ops (inside no other framework op on their thread: the ops Python called), counted at
     # their start segment
     h_leaf = np.zeros(len(h_ts), dtype=np.int64)
@@ -459,7 +470,8 @@ def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.T
     order_ts = np.where(has_l, l_ts, d_ts)
     return Graph(
         trace_id=trace_id, t_sys_ns=t_sys, h_thread=h_thread, h_ts=h_ts, h_dur=h_dur, h_cat=h_cat, h_await=h_await,
-        h_wake=h_wake, h_leaf_ops=h_leaf, thread_pid=thread_pid, thread_tid=thread_tid, thread_first=thread_first,
+        h_wake=h_wake, h_leaf_ops=h_leaf, h_blocked=h_blocked, thread_pid=thread_pid, thread_tid=thread_tid,
+        thread_first=thread_first,
         d_chain=d_chain,
         d_kind=kinds, d_ts=d_ts, d_dur=d_dur, d_launch_seg=d_launch_seg, d_launch_id=d_launch_id,
         d_charged=d_charged, d_kernel_seq=d_kernel_seq, d_lat_w=d_lat_w, d_gap_w=d_gap_w, d_lat_bound=lat_bound,
@@ -493,19 +505,13 @@ def _attach_scopes(con: duckdb.DuckDBPyConnection, g: Graph) -> None:
     if g.il_start is None and own.get("il_start_ns") is not None:
         g.il_start = (-1, int(own["il_start_ns"]))
     if _table_exists(con, "taxbreak_by_scope"):
-        cur = con.execute("SELECT scope_kind, scope_key, hdbi, t_orchestrate_ns, t_device_active_ns FROM "
-                          "taxbreak_by_scope WHERE trace_id = $t AND scope_kind IN ('trace', 'step', 'phase')", t)
-        for kind, key, hdbi, orch, dev in cur.fetchall():
-            g.scope_own[(kind, "trace" if kind == "trace" else key)] = {"hdbi": hdbi, "t_orchestrate_ns": orch,
-                                                                        "t_device_active_ns": dev}
-    if _table_exists(con, "host_partition"):
         cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = "
-                                          "'host_partition'").fetchall()}
-        if "hdbi_wall" in cols:
-            row = con.execute("SELECT hdbi_wall FROM host_partition WHERE trace_id = $t AND scope_kind = 'trace'",
-                              t).fetchone()
-            if row is not None:
-                g.trace_own["hdbi_wall_table"] = row[0]
+                                          "'taxbreak_by_scope'").fetchall()}
+        wall = "hdbi_wall" if "hdbi_wall" in cols else "NULL"
+        cur = con.execute(f"SELECT scope_kind, scope_key, hdbi, {wall} FROM taxbreak_by_scope "
+                          "WHERE trace_id = $t AND scope_kind IN ('trace', 'step', 'phase')", t)
+        for kind, key, hdbi, hdbi_wall in cur.fetchall():
+            g.scope_own[(kind, "trace" if kind == "trace" else key)] = {"hdbi": hdbi, "hdbi_wall": hdbi_wall}
 
 
 # --- replay ----------------------------------------------------------------------------------------------------------
@@ -870,7 +876,8 @@ def figures(g: Graph, x: Times, sd: ScopeDef) -> dict[str, Any]:
     # HDBI_wall: host launch + library + framework time of the threads that launch the scope's kernels
     threads = sd.threads
     if x.wall_cs is None:
-        x.wall_cs = np.r_[0, np.cumsum(np.where(np.isin(g.h_cat, (CAT_LAUNCH, CAT_LIBRARY, CAT_FRAMEWORK)), x.h_w, 0))]
+        wall = np.isin(g.h_cat, (CAT_LAUNCH, CAT_LIBRARY, CAT_FRAMEWORK)) & ~g.h_blocked
+        x.wall_cs = np.r_[0, np.cumsum(np.where(wall, x.h_w, 0))]
     host_parts = 0
     for th in threads:  # segments of the launching threads (inside the scope's windows): prefix-sum differences
         a, e = int(g.thread_first[th]), int(g.thread_first[th + 1])
@@ -1011,7 +1018,7 @@ def run_scenario(g: Graph, sc: Scenario, own: list[dict[str, Any]] | None = None
             continue
         cp = critical_path(g, x, sd, f, w)
         rows.append({"scope_kind": sd.kind, "scope_key": sd.key, "kernels": len(sd.kernels), "own": o, "replay": f,
-                     "critical_path": cp})
+                     "critical_path": cp, "table": g.scope_own.get((sd.kind, sd.key), {})})
     return {"trace_id": g.trace_id, "scenario": sc, "replay_s": replay_s, "t_sys_ns": g.t_sys_ns, "scopes": rows}
 
 
@@ -1042,8 +1049,9 @@ TABLE_DOCS = {
 -- column: il_ratio: il_replay_ns / il_own_ns
 -- column: hdbi_own: HDBI of the scope's kernels in the trace
 -- column: hdbi_replay: HDBI in the scenario: T_DeviceActive / (T_DeviceActive + T_Orchestrate), dFT + dCT / s, N' launches x T_sys'
--- column: hdbi_wall_own: T_DeviceActive / (T_DeviceActive + launch + library + framework host time of the launching threads in the scope), blocked launches not separated
+-- column: hdbi_wall_own: T_DeviceActive / (T_DeviceActive + launch + library + framework host time of the launching threads in the scope, blocked launches excluded), computed by the replay's code on the trace's own times
 -- column: hdbi_wall_replay: the same in the replay
+-- column: hdbi_wall_table: taxbreak_by_scope.hdbi_wall of the scope (the project's figure, section 3; the replay's own computation above agrees with it to 1e-4 on the public Kineto traces' trace scopes but clips steps by segment start and can differ on Nsight exports)
 -- column: gpu_idle_own_ns: IL - merged kernel busy time inside the IL window, in the trace (ns)
 -- column: gpu_idle_replay_ns: the same in the replay (ns)
 -- column: tklqt_own_ns: sum of non-negative launch-to-start samples, one per launch call, in the trace (ns)
@@ -1127,7 +1135,8 @@ def result_rows(results: list[dict[str, Any]]) -> tuple[pa.Table, pa.Table]:
                 "kernels": s["kernels"], "il_own_ns": o.get("il_ns"), "il_replay_ns": r["il_ns"],
                 "il_ratio": r["il_ns"] / o["il_ns"] if o.get("il_ns") else None,
                 "hdbi_own": o.get("hdbi"), "hdbi_replay": r["hdbi"], "hdbi_wall_own": o.get("hdbi_wall"),
-                "hdbi_wall_replay": r["hdbi_wall"], "gpu_idle_own_ns": o.get("gpu_idle_ns"),
+                "hdbi_wall_replay": r["hdbi_wall"], "hdbi_wall_table": s.get("table", {}).get("hdbi_wall"),
+                "gpu_idle_own_ns": o.get("gpu_idle_ns"),
                 "gpu_idle_replay_ns": r["gpu_idle_ns"], "tklqt_own_ns": o.get("tklqt_ns"),
                 "tklqt_replay_ns": r["tklqt_ns"], "t_orchestrate_replay_ns": r["t_orchestrate_ns"],
                 "t_device_active_replay_ns": r["t_device_active_ns"], "replay_s": res["replay_s"],
@@ -1141,6 +1150,7 @@ def result_rows(results: list[dict[str, Any]]) -> tuple[pa.Table, pa.Table]:
         ("scope_kind", pa.string()), ("scope_key", pa.string()), ("kernels", pa.int64()), ("il_own_ns", pa.int64()),
         ("il_replay_ns", pa.int64()), ("il_ratio", pa.float64()), ("hdbi_own", pa.float64()),
         ("hdbi_replay", pa.float64()), ("hdbi_wall_own", pa.float64()), ("hdbi_wall_replay", pa.float64()),
+        ("hdbi_wall_table", pa.float64()),
         ("gpu_idle_own_ns", pa.int64()), ("gpu_idle_replay_ns", pa.int64()), ("tklqt_own_ns", pa.int64()),
         ("tklqt_replay_ns", pa.int64()), ("t_orchestrate_replay_ns", pa.int64()),
         ("t_device_active_replay_ns", pa.int64()), ("replay_s", pa.float64()),
