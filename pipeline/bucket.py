@@ -295,16 +295,26 @@ class Cursor:
         return cls(int(data["changed_ns"]), str(data["name"]))
 
 
+TICK_MAX_BYTES = 4 << 30  # a sensor tick hashes at most this many bytes (always at least one file)
+
+
 def select_new(
     entries: list[Entry] | Iterator[Entry], cursor: Cursor, *, now_ns: int, settle_s: float, max_files: int,
+    max_bytes: int | None = None,
 ) -> tuple[list[Entry], Cursor, int]:
-    """Files after ``cursor`` that have settled, oldest first, at most ``max_files``.
+    """Files after ``cursor`` that have settled, oldest first, at most ``max_files`` and, past the first, at most
+    ``max_bytes`` in all (the sensor hashes each: its work per tick is bounded; the rest waits for the next).
 
     Returns (batch, new cursor, number of newer files left for a later tick because they are still settling).
     """
     limit_ns = now_ns - int(settle_s * 1e9)
     fresh = sorted(e for e in entries if (e.changed_ns, e.name) > (cursor.changed_ns, cursor.name))
     settled = [e for e in fresh if e.changed_ns <= limit_ns]
-    batch = settled[:max_files]
+    batch, total = [], 0
+    for e in settled[:max_files]:
+        if batch and max_bytes is not None and total + e.size_bytes > max_bytes:
+            break
+        batch.append(e)
+        total += e.size_bytes
     new_cursor = Cursor(batch[-1].changed_ns, batch[-1].name) if batch else cursor
     return batch, new_cursor, len(fresh) - len(settled)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from taxbreak.pipeline.bucket import Bucket, Cursor, Entry, select_new, sha256_of
+from taxbreak.pipeline.bucket import TICK_MAX_BYTES, Bucket, Cursor, Entry, select_new, sha256_of
 from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
@@ -90,7 +90,7 @@ def bucket_sensor(context: dg.SensorEvaluationContext, bucket: BucketResource, l
     cursor = Cursor.loads(context.cursor)
     batch, new_cursor, waiting = select_new(
         b.list(), cursor, now_ns=time.time_ns(), settle_s=bucket.resolved_settle_s(),
-        max_files=bucket.max_files_per_tick,
+        max_files=bucket.max_files_per_tick, max_bytes=TICK_MAX_BYTES,  # bounded hashing per tick
     )
     known = set(context.instance.get_dynamic_partitions(TRACES.name)) if batch else set()  # one query per tick
     planned = plan_requests(b, lake.get(), batch, log=context.log, has_partition=known.__contains__)

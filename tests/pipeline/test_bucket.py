@@ -245,3 +245,14 @@ def test_object_key_segments_are_names_not_paths() -> None:
     assert not is_bucket_trace_name("a/.hidden/b.json")
     assert local_copy_name("d/" + "n" * 300 + ".JSON.GZ") == "object.json.gz"  # short, keeps the suffix
     assert local_copy_name("d/short.json") == "short.json"
+
+
+def test_a_tick_hashes_a_bounded_number_of_bytes() -> None:
+    entries = [Entry(1 * S, "a.json", 3 << 30), Entry(2 * S, "b.json", 2 << 30), Entry(3 * S, "c.json", 1 << 30),
+               Entry(4 * S, "huge.json", 9 << 30)]
+    batch, cur, _ = select_new(entries, Cursor(), now_ns=10 * S, settle_s=0, max_files=10, max_bytes=4 << 30)
+    assert [e.name for e in batch] == ["a.json"] and cur == Cursor(1 * S, "a.json")  # 3 + 2 GiB > 4 GiB
+    batch, cur, _ = select_new(entries, cur, now_ns=10 * S, settle_s=0, max_files=10, max_bytes=4 << 30)
+    assert [e.name for e in batch] == ["b.json", "c.json"]
+    batch, cur, _ = select_new(entries, cur, now_ns=10 * S, settle_s=0, max_files=10, max_bytes=4 << 30)
+    assert [e.name for e in batch] == ["huge.json"]  # one file always goes, however large
