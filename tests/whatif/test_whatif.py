@@ -3,6 +3,7 @@ synthetic generator's ground truth (the same workload generated at another host 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -184,6 +185,11 @@ def test_cli_whatif(tiny: tuple, tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert con.execute("SELECT il_replay_ns FROM whatif_results WHERE scenario = 'cli'").fetchone()[0] == 29000
     con.close()
     assert main(["whatif", "zzz", "--lake", str(root), "--warehouse", str(wh)]) == 2
+    rc = main(["whatif", TINY[:12], "--sweep", "--json", "--lake", str(root), "--warehouse", str(wh)])
+    runs = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [r["scenario"]["host_speedup"] for r in runs] == [1.0, *whatif.SWEEP_SPEEDUPS]
+    assert runs[0]["scopes"][0]["replay"]["il_ns"] == 31000
+    assert main(["whatif", TINY[:12], "--fuse", "best", "--lake", str(root), "--warehouse", str(wh)]) == 2
 
 
 # --- identity on real traces -----------------------------------------------------------------------------------------
