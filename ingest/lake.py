@@ -59,6 +59,7 @@ CATALOGUE_DIR = "catalogue"
 STAGING_DIR = "_staging"
 LOCKS_DIR = "_locks"
 STAGING_PREFIX = "w-"  # _staging/w-<host>-<pid>-<random>: whose staging folder it is (base.owned_name)
+OBJECT_STAGING_PREFIX = "taxbreak-lake-"  # <temp>/taxbreak-lake-<host>-<pid>-<random>: staged for an S3 upload
 TMP_PREFIX = ".tmp-"  # catalogue/.tmp-<host>-<pid>-<random>-<sha256>.parquet while a row is written
 INT64_MAX = (1 << 63) - 1
 FOOTER_ROW_KEY = "taxbreak.catalogue_row"  # the catalogue row, in the events file's footer (recovery)
@@ -169,7 +170,7 @@ class Lake:
 
     def _staging(self) -> Path:
         if self.is_object_store:  # staged on local disk, uploaded whole when complete
-            return make_owned_dir("taxbreak-lake-")
+            return make_owned_dir(OBJECT_STAGING_PREFIX)
         return make_owned_dir(STAGING_PREFIX, self.root / STAGING_DIR)
 
     @contextlib.contextmanager
@@ -205,7 +206,8 @@ class Lake:
         Safe alongside live writers: only entries named after a dead pid of this host are removed, and an
         orphan partition only while holding its trace's lock (a live writer holds it between its renames)."""
         out = {"staging": 0, "catalogue_tmp": 0, "orphan_partitions": 0, "completed_publishes": 0}
-        if self.is_object_store:
+        if self.is_object_store:  # staged on local disk; nothing half-written is ever visible in the store
+            out["staging"] = clean_dead(None, OBJECT_STAGING_PREFIX)
             return out
         out["staging"] = clean_dead(self.root / STAGING_DIR, STAGING_PREFIX)
         out["catalogue_tmp"] = clean_dead(self.root / CATALOGUE_DIR, TMP_PREFIX)

@@ -402,7 +402,7 @@ def run_crashes(work: Path, *, random_kills: int = 10, targets: list[str] | None
         clean_s = time.monotonic() - t0
         want = t.checksum(clean)
         plans = [(f"at {p}", p, None) for p in t.injections]
-        plans += [(f"random kill {i + 1}", None, rng.uniform(0.3, clean_s)) for i in range(random_kills)]
+        plans += [(f"random kill {i + 1}", None, rng.uniform(0.2, 0.9 * clean_s)) for i in range(random_kills)]
         for i, (label, point, delay) in enumerate(plans):
             store = base / f"run{i}"
             cmd = t.command(base, store)
