@@ -8,7 +8,8 @@ adapter reads it back: framework ops (``cpu_op``), launch calls (``cuda_runtime`
 
 - every kernel's TaxBreak decomposition in ``args.taxbreak`` (ΔFT, ΔCT, ΔKT, t_py, t_dispatch, t_launch_obs
   = queueing from launch call to kernel start, I_lib, step and phase);
-- each GPU's idle gaps as slices named by their cause on a track "GPU idle gaps" of the GPU's process
+- each GPU's idle gaps as slices named by their cause on a track "GPU idle gaps" of the GPU's process (tid
+  IDLE_TRACK_TID)
   (category ``taxbreak_idle_gap``, read back as kind 'other', never as device work).
 """
 
@@ -26,7 +27,8 @@ import duckdb
 from taxbreak.config import add_path_args
 
 FORMATS = ("chrome",)
-IDLE_TRACK_TID = "GPU idle gaps"
+IDLE_TRACK = "GPU idle gaps"
+IDLE_TRACK_TID = 2_000_000_000  # the idle-gap track of each GPU's process (an int: Perfetto names int tids)
 _KERNEL_SQL = """
 SELECT l.kernel_seq, l.pid, l.device_id, l.stream_id, l.kernel_name, l.kernel_ts_ns, l.kernel_dur_ns,
        l.correlation_id, l.external_id, l.launch_name, l.launch_kind, l.launch_tid, l.launch_ts_ns, l.launch_dur_ns,
@@ -36,6 +38,14 @@ SELECT l.kernel_seq, l.pid, l.device_id, l.stream_id, l.kernel_name, l.kernel_ts
 FROM int_kernel_links l LEFT JOIN kernel_taxbreak k USING (trace_id, kernel_seq)
 WHERE l.trace_id = $t ORDER BY l.kernel_seq
 """
+
+
+def _id(v: Any) -> Any:
+    """A pid / tid as the int Perfetto and chrome://tracing expect when it is one, else its text."""
+    if v is None:
+        return 0
+    t = str(v)
+    return int(t) if t.lstrip("-").isdigit() and abs(int(t)) < 2**31 else t
 
 
 def _us(ns: int | float) -> float:
@@ -63,21 +73,22 @@ def chrome_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any
     ev: list[dict[str, Any]] = []
     devices = sorted({k["device_id"] for k in kernels if k["device_id"] is not None}
                      | {g["device_id"] for g in gaps if g["device_id"] is not None})
-    host_pids = sorted({str(k["pid"]) for k in kernels if k["pid"] is not None} | {str(s["pid"]) for s in steps})
+    host_pids = sorted({_id(k["pid"]) for k in kernels if k["pid"] is not None} | {_id(s["pid"]) for s in steps},
+                       key=str)
     for pid in host_pids:
         ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"host process {pid}"}})
     for d in devices:
         ev.append({"ph": "M", "name": "process_name", "pid": d, "tid": 0, "args": {"name": f"GPU {d}"}})
         ev.append({"ph": "M", "name": "process_sort_index", "pid": d, "tid": 0, "args": {"sort_index": 1000 + d}})
     for s in steps:
-        ev.append({"ph": "X", "cat": "user_annotation", "name": s["step_name"], "pid": str(s["pid"]),
-                   "tid": str(s["tid"]), "ts": _us(s["step_ts_ns"]), "dur": _us(s["step_dur_ns"]),
+        ev.append({"ph": "X", "cat": "user_annotation", "name": s["step_name"], "pid": _id(s["pid"]),
+                   "tid": _id(s["tid"]), "ts": _us(s["step_ts_ns"]), "dur": _us(s["step_dur_ns"]),
                    "args": {"taxbreak": {"step_id": s["step_id"], "phase": s["phase"]}}})
     ops_seen: set[tuple] = set()
     launches_seen: set[tuple] = set()
     for k in kernels:
-        pid = str(k["pid"]) if k["pid"] is not None else "unknown"
-        ltid = str(k["launch_tid"]) if k["launch_tid"] is not None else "0"
+        pid = _id(k["pid"])
+        ltid = _id(k["launch_tid"])
         if k["op_ts_ns"] is not None and (pid, ltid, k["op_ts_ns"], k["op_name"]) not in ops_seen:
             ops_seen.add((pid, ltid, k["op_ts_ns"], k["op_name"]))
             op = {"ph": "X", "cat": "cpu_op", "name": k["op_name"], "pid": pid, "tid": ltid, "ts": _us(k["op_ts_ns"]),
@@ -106,14 +117,14 @@ def chrome_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any
             args["correlation"] = corr
         if k["external_id"] is not None:
             args["External id"] = k["external_id"]
-        dev = k["device_id"] if k["device_id"] is not None else "unknown"
+        dev = _id(k["device_id"])
         ev.append({"ph": "X", "cat": "kernel", "name": k["kernel_name"], "pid": dev, "tid": k["stream_id"],
                    "ts": _us(k["kernel_ts_ns"]), "dur": _us(k["kernel_dur_ns"]), "args": args})
         if has_launch:
             ev.append({"ph": "f", "bp": "e", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": dev,
                        "tid": k["stream_id"], "ts": _us(k["kernel_ts_ns"])})
     for d in devices:
-        ev.append({"ph": "M", "name": "thread_name", "pid": d, "tid": IDLE_TRACK_TID, "args": {"name": IDLE_TRACK_TID}})
+        ev.append({"ph": "M", "name": "thread_name", "pid": d, "tid": IDLE_TRACK_TID, "args": {"name": IDLE_TRACK}})
     for g in gaps:
         ev.append({"ph": "X", "cat": "taxbreak_idle_gap", "name": f"GPU idle: {g['cause']}", "pid": g["device_id"],
                    "tid": IDLE_TRACK_TID, "ts": _us(g["gap_start_ns"]), "dur": _us(g["gap_ns"]),

@@ -55,6 +55,8 @@ def test_schema_flows_and_annotations(wh: dict, tmp_path: Path) -> None:
     _, doc = _export(wh, "dense_bs1", tmp_path)
     jsonschema.validate(doc, CHROME_SCHEMA)
     evs = doc["traceEvents"]
+    # numeric process and thread ids stay numbers (Perfetto names int tids; 64-bit or text ids lose their names)
+    assert all(isinstance(e["pid"], int) and isinstance(e["tid"], int) and abs(e["tid"]) < 2**31 for e in evs)
     kernels = [e for e in evs if e.get("cat") == "kernel"]
     assert len(kernels) == wh["kernels"]["dense_bs1"]
     starts = {e["id"] for e in evs if e["ph"] == "s"}
