@@ -536,6 +536,7 @@ class Times:
     n_launch_removed: dict[int, int] = field(default_factory=dict)  # per step id (-1: no step): launches removed
     d_ft_ct: np.ndarray | None = None
     d_tb_charged: np.ndarray | None = None
+    d_charged: np.ndarray | None = None  # the op carries its launch's TKLQT sample in this scenario
     wall_cs: np.ndarray | None = None  # prefix sums of launch + library + framework weights (figures' cache)
 
 
@@ -607,6 +608,7 @@ def prepare_inputs(g: Graph, sc: Scenario) -> Times:
     d_launch_seg = g.d_launch_seg.copy()
     d_ft_ct = np.rint(g.d_ft_ct / s).astype(np.int64)
     d_tb_charged = g.d_tb_charged.copy()
+    d_charged = g.d_charged.copy()
     removed: dict[int, int] = {}
     t_sys_eff = g.t_sys_ns * t_sys_factor
     # CUDA graphs: per step, the first launch becomes the graph launch; the other launch calls cost nothing
@@ -627,9 +629,12 @@ def prepare_inputs(g: Graph, sc: Scenario) -> Times:
         d_lat_w[idx] = round(t_sys_eff)
         gap = sc.graph_gap_ns if sc.graph_gap_ns is not None else None
         d_gap_w[idx] = gap if gap is not None else g.chain_gap_floor[g.d_chain[idx]]
-        # one graph launch per group: the group's first charged kernel carries it (N of T_Orchestrate)
+        # one graph launch per group: the group's first charged kernel carries it (N of T_Orchestrate), and its
+        # first kernel is the group's one TKLQT sample
         for gg in np.unique(gid).tolist():
             in_g = idx[gid == gg]
+            d_charged[in_g] = False
+            d_charged[in_g[np.argmin(g.d_ts[in_g])]] = True
             ch = in_g[d_tb_charged[in_g]]
             if len(ch) > 1:
                 keep = ch[np.argmin(g.d_ts[ch])]
@@ -666,11 +671,13 @@ def prepare_inputs(g: Graph, sc: Scenario) -> Times:
                 if ch:
                     removed[st] = removed.get(st, 0) + 1
             d_tb_charged[fused] = False
+            d_charged[fused] = False
     return Times(
         h_start=np.empty(0, np.int64), h_end=np.empty(0, np.int64), d_start=np.empty(0, np.int64),
         d_end=np.empty(0, np.int64), d_mprev=np.empty(0, np.int64), d_ready=np.empty(0, np.int64), h_w=h_w,
         h_wake_w=h_wake_w, d_dur=d_dur, d_lat_w=d_lat_w, d_gap_w=d_gap_w, d_launch_seg=d_launch_seg, d_is_kernel=is_k,
         t_sys_eff_ns=t_sys_eff, n_launch_removed=removed, d_ft_ct=d_ft_ct, d_tb_charged=d_tb_charged,
+        d_charged=d_charged,
     )
 
 
@@ -864,14 +871,16 @@ def figures(g: Graph, x: Times, sd: ScopeDef) -> dict[str, Any]:
     end = int(x.d_end[kk].max())
     il = end - start
     busy = _merged_busy(x.d_start[kk], x.d_end[kk], start, end)
-    ch = kk[g.d_charged[kk] & (x.d_launch_seg[kk] >= 0)]
+    ch = kk[x.d_charged[kk] & (x.d_launch_seg[kk] >= 0)]
     ls = x.d_launch_seg[ch]
     lstart = x.h_start[ls]
     samples = x.d_start[ch] - lstart
     tklqt = int(samples[samples >= 0].sum())
     t_da = int(x.d_dur[kk].sum())
-    tb = kk[x.d_tb_charged[kk]]  # linked launches left in this scenario (graphs and fusion remove some)
-    t_orch = int(x.d_ft_ct[tb].sum()) + round(len(tb) * x.t_sys_eff_ns)
+    # dFT + dCT of the linked launches (graphs without framework zero theirs; fusion keeps them: the ops still run),
+    # N' = the linked launches left in this scenario (graphs and fusion remove some)
+    n_launch = int(x.d_tb_charged[kk].sum())
+    t_orch = int(x.d_ft_ct[kk[g.d_tb_charged[kk]]].sum()) + round(n_launch * x.t_sys_eff_ns)
     hdbi = t_da / (t_da + t_orch) if t_da + t_orch > 0 else None
     # HDBI_wall: host launch + library + framework time of the threads that launch the scope's kernels
     threads = sd.threads
@@ -1244,7 +1253,7 @@ def format_result(res: dict[str, Any], steps: str | None = None) -> str:
                  f"{'GPU idle ms':>17} {'TKLQT ms':>17}  CP host share")
     want = None if steps is None else set(steps.split(","))
     for s in res["scopes"]:
-        if s["scope_kind"] == "step" and (want is None or s["scope_key"] not in want):
+        if s["scope_kind"] == "step" and (want is None or s["scope_key"] not in want):  # steps only when asked
             continue
         o, r, cp = s["own"], s["replay"], s["critical_path"]
         lines.append(
@@ -1334,7 +1343,8 @@ def add_whatif_parser(sub: Any) -> None:
     p.add_argument("--fuse", default=None, metavar="top:N", help="fuse the top N fusion candidates")
     p.add_argument("--host-delay-ns", type=int, default=0,
                    help="add this host delay to every outermost framework op (after the speed-up)")
-    p.add_argument("--step", default=None, help="print only these step ids (comma-separated)")
+    p.add_argument("--step", default=None, help="also print these step ids (comma-separated; default: trace and "
+                   "phases only)")
     p.add_argument("--sweep", action="store_true", help="also sweep the host speed-up over 1x..4x")
     p.add_argument("--name", default=None, help="scenario name (default 'cli')")
     p.add_argument("--save", action="store_true", help="write the results into whatif_results / critical_path")

@@ -143,10 +143,17 @@ def test_fusion_and_graph_rewrites(tiny: tuple) -> None:
     assert x.d_start[0] == 10000 and x.d_end.tolist() == [30000, 30000]
     assert x.h_w[5] == 0
     assert int(x.d_tb_charged.sum()) == 1
+    rep = _trace(whatif.run_scenario(g, whatif.Scenario(fuse_top=1)))["replay"]
+    assert rep["t_orchestrate_ns"] == 6000 + 4510 and rep["t_device_active_ns"] == 20000
     # graphs for the whole trace: one launch (the first), k2 ready at the graph launch + T_sys, then stream order
     x = whatif.replay(g, whatif.Scenario(cuda_graph="all"))
     assert x.h_w[5] == 0 and int(x.d_tb_charged.sum()) == 1
     assert x.d_start.tolist() == [4000 + 4510, 4000 + 4510 + 10000 + 1000]
+    assert x.d_charged.tolist() == [True, False]  # one TKLQT sample: the graph launch's first kernel
+    rep = _trace(whatif.run_scenario(g, whatif.Scenario(cuda_graph="all")))["replay"]
+    assert rep["tklqt_ns"] == 4510 and rep["il_ns"] == 4000 + 4510 + 10000 + 1000 + 10000
+    # T_Orchestrate: dFT 4000 + 2000 kept (framework kept), one launch x T_sys
+    assert rep["t_orchestrate_ns"] == 6000 + 4510
 
 
 def test_scenario_validation() -> None:
