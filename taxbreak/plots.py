@@ -448,9 +448,10 @@ def step_chart(series: dict[str, list[tuple[int, float]]], t0_ns: int, t1_ns: in
 def line_chart(
     series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str, title: str = "", log_x: bool = True,
     hlines: list[tuple[float, str]] | None = None, vlines: list[tuple[float, str]] | None = None,
-    y_unit: str = "", width: int = 640, height: int = 320,
+    y_unit: str = "", width: int = 640, height: int = 320, y_max: float | None = None,
 ) -> str:
-    """Lines with point markers; optional horizontal reference lines and vertical markers (x in data units)."""
+    """Lines with point markers; optional horizontal reference lines and vertical markers (x in data units).
+    ``y_max``: a fixed top of the y axis (HDBI: 1), else 1.1 x the largest value."""
     pts = [p for s in series.values() for p in s]
     left, right, top, bottom = 70, 20, 40 if title else 20, 46
     pw, ph = width - left - right, height - top - bottom
@@ -461,7 +462,7 @@ def line_chart(
     fx = (lambda v: math.log2(v)) if log_x and min(xs) > 0 else (lambda v: v)
     x0, x1 = fx(min(xs)), fx(max(xs))
     x1 = x1 if x1 > x0 else x0 + 1
-    y0, y1 = 0.0, max(ys) * 1.1 if max(ys) > 0 else 1.0
+    y0, y1 = 0.0, y_max if y_max is not None else (max(ys) * 1.1 if max(ys) > 0 else 1.0)
 
     def px(v: float) -> float:
         return left + (fx(v) - x0) / (x1 - x0) * pw
@@ -501,58 +502,6 @@ def line_chart(
         if len(series) > 1:
             body.append(_text(left + 8, top + 16 + 14 * i, name, extra=f"fill='{c}'"))
     return _svg(width, height, body, title or y_label)
-
-
-def timeline(
-    lanes: list[tuple[str, list[tuple[int, int, str, str]]]], gaps_ns: list[tuple[int, int]] | None = None,
-    title: str = "", width: int = 1100, lane_colors: dict[str, str] | None = None,
-) -> str:
-    """A launch timeline: lanes of (start_ns, end_ns, name, category) boxes on one time axis; idle gaps of the
-    device are shaded red across the plot.  Times are ns on one trace clock."""
-    spans = [(s, e) for _, boxes in lanes for s, e, _, _ in boxes] + list(gaps_ns or [])
-    if not spans:
-        return _svg(width, 60, [_text(8, 30, f"{title}: no events")], title)
-    t0, t1 = min(s for s, _ in spans), max(e for _, e in spans)
-    t1 = t1 if t1 > t0 else t0 + 1
-    label_w, lane_h, top = 150, 26, 44 if title else 24
-    pw = width - label_w - 16
-    height = top + len(lanes) * (lane_h + 8) + 40
-    cats: dict[str, str] = dict(lane_colors or {})
-
-    def px(t: float) -> float:
-        return label_w + (t - t0) / (t1 - t0) * pw
-
-    body: list[str] = []
-    if title:
-        body.append(_text(8, 18, title, extra="font-weight='600' font-size='14'"))
-    plot_h = len(lanes) * (lane_h + 8)
-    for s, e in gaps_ns or []:
-        body.append(f"<rect x='{px(s):.2f}' y='{top - 4}' width='{max(px(e) - px(s), 0.5):.2f}' height='{plot_h}' "
-                    f"fill='#e15759' opacity='0.13'><title>{escape('GPU idle ' + _fmt_ns(e - s))}</title></rect>")
-    for i, (lane, boxes) in enumerate(lanes):
-        y = top + i * (lane_h + 8)
-        body.append(_text(label_w - 6, y + lane_h * 0.65, lane, anchor="end"))
-        body.append(f"<line x1='{label_w}' y1='{y + lane_h}' x2='{label_w + pw}' y2='{y + lane_h}' stroke='#eee'/>")
-        for s, e, name, cat in boxes:
-            if cat not in cats:
-                cats[cat] = PALETTE[len(cats) % len(PALETTE)]
-            body.append(
-                f"<rect x='{px(s):.2f}' y='{y}' width='{max(px(e) - px(s), 0.6):.2f}' height='{lane_h}' "
-                f"fill='{cats[cat]}' stroke='#fff' stroke-width='0.3'>"
-                f"<title>{escape(f'{name} ({cat}): {_fmt_ns(e - s)} at +{_fmt_ns(s - t0)}')}</title></rect>"
-            )
-    ay = top + plot_h
-    for k in range(6):
-        t = t0 + (t1 - t0) * k / 5
-        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
-        body.append(_text(px(t), ay + 14, "+" + _fmt_ns(t - t0), anchor=anchor, extra="fill='#555'"))
-    lx = label_w
-    for cat, c in list(cats.items()) + [("GPU idle", "#e15759")]:
-        op = " opacity='0.35'" if cat == "GPU idle" else ""
-        body.append(f"<rect x='{lx}' y='{ay + 22}' width='12' height='12' fill='{c}'{op}/>")
-        body.append(_text(lx + 16, ay + 32, cat))
-        lx += 30 + 7 * len(cat)
-    return _svg(width, height, body, title or "timeline")
 
 
 def scatter(

@@ -598,7 +598,7 @@ def _sweep_section(sweeps: dict[str, Any]) -> str:
         v = [(tb, f"HDBI 0.5 at bs ≈ {tb:.3g}")] if tb else []
         out.append(plots.line_chart({model: [(p["batch_size"], p["hdbi"]) for p in pts]}, "batch size", "HDBI",
                                     title=f"{model}: HDBI vs batch size", hlines=HDBI_LABELS,
-                                    vlines=v, y_unit="fraction"))
+                                    vlines=v, y_unit="fraction", y_max=1.0))
         out.append(plots.line_chart({model: [(p["batch_size"], p["tklqt_ns"] or 0) for p in pts]}, "batch size",
                                     "TKLQT", title=f"{model}: TKLQT vs batch size", vlines=v, y_unit="ns"))
         out.append(f"<p class='note'>{escape(model)}: " + (

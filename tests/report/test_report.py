@@ -191,6 +191,9 @@ def test_report_text_fixes(wh: dict, data: dict) -> None:
     assert [f["rank"] for f in t["fusion"]] == list(range(1, len(t["fusion"]) + 1))
     assert "HDBI_linked" in index and "HDBI_wall" in index
     assert "dashed lines at 0.2 and 0.5: reference (ours, not the paper&#x27;s)" in index
+    sweep_svg = next(x for x in re.findall(r"<svg .*?</svg>", index, flags=re.S) if "HDBI vs batch size" in x)
+    ticks = re.findall(r"text-anchor='end' fill='#555'>([0-9.]+)</text>", sweep_svg)
+    assert ticks == ["0.000", "0.250", "0.500", "0.750", "1.000"]  # HDBI's axis ends at 1
 
 
 def test_labels_and_null_kernel_traces(wh: dict, data: dict) -> None:
