@@ -420,19 +420,19 @@ color:#222}h1{font-size:24px}h2{font-size:19px;border-bottom:1px solid #ddd;padd
 h3{font-size:15px;margin-top:22px}table{border-collapse:collapse;font-size:12.5px;margin:8px 0}
 td,th{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th{background:#f4f4f4}
-.tw{overflow-x:auto;max-width:100%}td.link{min-width:240px;word-break:break-all}
+.tw{overflow-x:auto;max-width:100%}td.link{min-width:240px;overflow-wrap:anywhere}
 .cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #ddd;border-radius:6px;padding:8px 12px;
 min-width:130px}.card b{display:block;font-size:18px;white-space:nowrap}.card span{color:#666;font-size:12px}
 .card small{display:block;color:#666;font-size:11.5px}.note{color:#555;font-size:12.5px}
-td.mono{word-break:break-all;min-width:220px}td.nowrap{white-space:nowrap}
+td.mono{overflow-wrap:anywhere;min-width:220px}td.nowrap{white-space:nowrap}
 .warn{background:#fff6e5;border-left:4px solid #f28e2b;padding:6px 10px}
 code{background:#f4f4f4;padding:1px 4px}.mono{font-family:ui-monospace,monospace;font-size:11.5px}
 svg{max-width:100%;height:auto;display:block;margin:6px 0}
 #timeline{position:relative;border:1px solid #ddd;padding:4px;user-select:none}
 #timeline canvas{display:block;cursor:grab}.tl-bar{font-size:12.5px;margin:2px 0 6px}
 .tl-tip{position:absolute;background:#fff;border:1px solid #999;padding:6px 8px;font-size:12px;max-width:370px;
-box-shadow:0 2px 6px rgba(0,0,0,.2);pointer-events:none;z-index:2;word-break:break-all}
-.chain{margin:0;padding-left:18px}.chain li{word-break:break-all}
+box-shadow:0 2px 6px rgba(0,0,0,.2);pointer-events:none;z-index:2;overflow-wrap:anywhere}
+.chain{margin:0;padding-left:18px}.chain li{overflow-wrap:anywhere}
 """
 
 
