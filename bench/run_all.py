@@ -98,18 +98,49 @@ def _task_kineto_plain(trace: str, work: str) -> dict:
         "SELECT current_setting('threads')").fetchone()[0]}
 
 
+def _vm_hwm_mb() -> float | None:
+    """This process's peak RSS so far (Linux /proc/self/status VmHWM) in MB; None elsewhere."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> None:
+    """Reset VmHWM to the current RSS (Linux clear_refs 5), so that the next peak is the next table's own."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
 def _task_analysis(lake: str, warehouse: str) -> dict:
     from taxbreak import analysis
+
+    peaks: dict[str, float] = {"(start)": _vm_hwm_mb() or 0.0}  # resetting VmHWM resets ru_maxrss too
+
+    def progress(name: str, index: int, total: int, rows: int | None) -> None:
+        if rows is None:
+            _reset_peak()
+            return
+        peak = _vm_hwm_mb()
+        if peak is not None:
+            peaks[name] = peak
 
     con = analysis.connect(warehouse)
     try:
         settings = con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
-        rows = analysis.materialize(None, lake, con=con)
+        rows = analysis.materialize(None, lake, con=con, progress=progress)
         kernels = con.execute("SELECT count(*) FROM events WHERE kind = 'kernel'").fetchone()[0]
     finally:
         con.close()
     return {"status": "ok", "tables": len(rows), "kernels": kernels,
-            "memory_limit": settings[0], "threads": settings[1]}
+            "memory_limit": settings[0], "threads": settings[1],
+            "peak_rss_mb": max(peaks.values()),
+            "peak_rss_mb_by_table": dict(sorted(peaks.items(), key=lambda kv: -kv[1])[:5])}
 
 
 def _task_nsys_ingest(export: str, work: str) -> dict:
@@ -177,7 +208,7 @@ def measure(name: str, cmd: list[str], env: dict[str, str] | None = None, timeou
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
-    run.rss_mb = usage.ru_maxrss / 1024  # Linux: KiB; the child's own peak (and its waited-for children's)
+    run.rss_mb = usage.ru_maxrss * 1024 / 1e6  # Linux: KiB; the child's own peak (and its waited-for children's)
     if run.error is not None:
         return run
     if proc.returncode != 0:
@@ -185,6 +216,7 @@ def measure(name: str, cmd: list[str], env: dict[str, str] | None = None, timeou
         return run
     lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
     run.info = json.loads(lines[-1]) if lines else {}
+    run.rss_mb = max(run.rss_mb, run.info.get("peak_rss_mb") or 0.0)  # a child that reset its own peak says it
     if run.info.get("status") not in (None, "ingested", "ok"):
         run.error = f"{run.info.get('status')}: {run.info.get('error')}"
         return run

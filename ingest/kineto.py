@@ -3,15 +3,17 @@
 Route (see ``../shared/STACK.md``): the ``traceEvents`` array's bytes are streamed (gzip-decompressed when
 needed) into a temporary file in ``workdir``; the bytes around it (head + ``[]`` + tail) are parsed as JSON,
 which both validates the cut and yields the top-level metadata.  DuckDB then reads the array once, streaming,
-with ``threads=1`` and a fixed column list (``ts``/``dur`` as ``DECIMAL(21,3)``: exact integer ns -- the
-decimal's unscaled value -- never through a binary float; sub-ns digits are rounded half away from zero), and
-the per-event SQL turns it into staged rows in absolute ns, written as Arrow record batches to an uncompressed
-IPC stream in ``workdir``; the trace origin, the row count and the processes of the launch calls are gathered
-from the batches on the way.  The stage is then read back batch by batch (ns made relative to the origin,
-device rows given their launching process) into the common schema.  Memory stays flat with the trace size;
-the workdir holds the array's bytes and then the stage (about the size of the JSON).  When the byte-range
-check or DuckDB's read fails (an unexpected layout, an element that is not an object), the file is
-re-read with ``ijson``, streaming, into newline-delimited JSON and the same SQL runs on that.
+on the machine's cores (at most ``DUCKDB_MAX_THREADS``) within ``DUCKDB_MEMORY_LIMIT``, with a fixed column list
+(``ts``/``dur`` as ``DECIMAL(21,3)``: exact integer ns -- the decimal's unscaled value -- never through a binary
+float; sub-ns digits are rounded half away from zero), and the per-event SQL turns it into staged rows in
+absolute ns, written as Arrow record batches to an uncompressed IPC stream in ``workdir``; the trace origin, the
+row count and the processes of the launch calls are gathered from the batches on the way.  The stage is then
+read back batch by batch (ns made relative to the origin, device rows given their launching process) into the
+common schema.  Both passes run a producer thread one batch ahead of their consumer (``_prefetched``: DuckDB
+parses, or the next batch is finished, while this one is checked or written), so two cores work.  Memory stays
+flat with the trace size; the workdir holds the array's bytes and then the stage (about the size of the JSON).
+When the byte-range check or DuckDB's read fails (an unexpected layout, an element that is not an object), the
+file is re-read with ``ijson``, streaming, into newline-delimited JSON and the same SQL runs on that.
 
 Conventions (``docs/architecture.md``): ``ts_ns`` counts from the earliest timestamp of the trace's timed
 (non-metadata) events; device-side events (kernel, memcpy, memset, gpu_annotation, and sync/profiler ranges
@@ -35,13 +37,15 @@ import gc
 import gzip
 import json
 import os
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -58,7 +62,9 @@ COPY_RANGE_BYTES = 64 << 20
 HEAD_SEARCH_LIMIT_BYTES = 64 << 20  # the traceEvents key must start within this many bytes for the fast path
 TAIL_WINDOWS_BYTES = (64 << 10, 1 << 20, 8 << 20, 64 << 20)
 ROWS_PER_BATCH = 65_536
+PREFETCH_BATCHES = 1  # batches a producer thread may have ready ahead of their consumer (memory stays flat)
 DUCKDB_MEMORY_LIMIT = "256MB"
+DUCKDB_MAX_THREADS = 4  # the JSON pass uses the cores the machine has, up to this many (memory_limit bounds them)
 TOOL_VERSION_PREFIXES = ("schemaversion", "cupti", "cuda", "hip", "roctracer", "rocm", "torch", "pytorch", "kineto")
 METADATA_VALUE_MAX_BYTES = 64 << 10  # top-level metadata values larger than this are summarised, not kept
 # A stored event's ts, dur and ts + dur fit int64 ns (exact µs with 3 decimals); ts is not below -2^62 ns, so
@@ -556,7 +562,7 @@ def _start_epoch_ns(meta: dict[str, Any], origin_abs_ns: int) -> int | None:
 def _connect(workdir: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET threads = 1")
+    con.execute("SET threads = $n", {"n": max(1, min(os.cpu_count() or 1, DUCKDB_MAX_THREADS))})
     con.execute("SET memory_limit = $m", {"m": DUCKDB_MEMORY_LIMIT})
     con.execute("SET temp_directory = $t", {"t": str(workdir / "duckdb_tmp")})
     return con
@@ -623,7 +629,7 @@ def _stage(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str, stage_pa
     lo_any: int | None = None
     host_pids: set[str] = set()
     with pa.OSFile(str(stage_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        for batch in reader:
+        for batch in _prefetched(reader):  # DuckDB parses the next batches while this one is checked and written
             columns = batch.columns
             _check_depth(columns[i_args], max_depth)
             ts = columns[i_ts] = _decimal_ns(columns[i_ts])
@@ -696,6 +702,56 @@ def _with_source_pid(args: pa.Array, pid: pa.Array) -> pa.Array:
     return pc.replace_with_mask(pc.if_else(plain, out, args), slow, pa.array(fixed, pa.string()))
 
 
+_T = TypeVar("_T")
+_END = object()
+
+
+def _prefetched(items: Iterator[_T], depth: int = PREFETCH_BATCHES) -> Iterator[_T]:
+    """``items``, produced in a worker thread at most ``depth`` ahead of the consumer.
+
+    DuckDB's read, Arrow's kernels and IPC/Parquet I/O release the GIL, so producer and consumer use two cores.
+    An exception of the producer is raised here, in the consumer, as it was; when the consumer stops early the
+    producer stops after the item it is making."""
+    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((True, _END))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            put((False, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=work, name="taxbreak-kineto-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                raise item
+            if item is _END:
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
 def _open_stage(path: Path) -> pa.RecordBatchStreamReader:
     # read, not memory-mapped: one batch at a time stays resident
     return pa.ipc.open_stream(pa.OSFile(str(path), "rb"))
@@ -764,8 +820,8 @@ def _read_stage(
     host_map = _host_map(con, staged.path) if len(staged.host_pids) > 1 else None
     host_pid = staged.host_pids[0] if len(staged.host_pids) == 1 else None
     with _open_stage(staged.path) as reader:
-        for batch in reader:
-            yield _finish_batch(batch, trace_id, staged.origin_ns, host_pid, host_map)
+        # the next batches are read and finished in a thread while the caller writes this one (Parquet)
+        yield from _prefetched(_finish_batch(batch, trace_id, staged.origin_ns, host_pid, host_map) for batch in reader)
 
 
 def read_kineto(
