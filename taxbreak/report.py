@@ -957,7 +957,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     finally:
         opened.con.close()
-    print(f"wrote {out} (from the {opened.source} {opened.path})")
+    try:
+        man = json.loads((out.parent / MANIFEST).read_text(encoding="utf-8"))
+        pages = f"; {man['pages_written_last_run']} of {len(man['pages'])} trace page(s) rewritten"
+    except (OSError, ValueError, KeyError):
+        pages = ""
+    print(f"wrote {out}{pages} (from the {opened.source} {opened.path})")
     return 0
 
 

@@ -232,6 +232,31 @@ def test_gpu_sections(wh: dict, data: dict) -> None:
     assert "Prefill vs decode" in index and "Kernel durations per trace" in index
 
 
+def test_timeline_stops_at_its_kernel_limit(wh: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from taxbreak import report
+
+    monkeypatch.setattr(report, "TIMELINE_MAX_KERNELS", 10)
+    con = duckdb.connect(str(wh["warehouse"]), read_only=True)
+    try:
+        tl = report.timeline_data(con, wh["ids"]["dense_bs1"], None)
+    finally:
+        con.close()
+    assert tl["kernels"] == len(tl["k"]) == 10 and tl["truncated"]
+    assert tl["total_kernels"] == wh["kernels"]["dense_bs1"]
+    t1 = max(k[1] + k[2] for k in tl["k"])
+    assert all(g[1] < t1 for g in tl["gaps"])  # only the gaps of the shown kernels' window
+    t = {**next(x for x in collect_one(wh) if x["trace_id"] == wh["ids"]["dense_bs1"]), "timeline": tl}
+    assert f"(the first 10 of {wh['kernels']['dense_bs1']:,})" in render_trace_page(t)
+
+
+def collect_one(wh: dict) -> list[dict]:
+    con = duckdb.connect(str(wh["warehouse"]), read_only=True)
+    try:
+        return collect(con, [wh["ids"]["dense_bs1"]])["traces"]
+    finally:
+        con.close()
+
+
 def test_report_folder_is_incremental(wh: dict, data: dict, tmp_path: Path) -> None:
     con = duckdb.connect(str(wh["warehouse"]), read_only=True)
     try:
