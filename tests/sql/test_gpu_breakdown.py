@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis
+from taxbreak import analysis, report
 from taxbreak.ingest import Lake, ingest_file
 
 from .scenarios import ev, kernel, write_trace
@@ -110,8 +110,7 @@ def test_public_nccl_trace(tmp_path: Path, public_trace) -> None:
     lake = Lake(tmp_path / "lake")
     res = ingest_file(path, lake)
     assert res.status == "ingested", res.error
-    analysis.materialize(tmp_path / "wh.duckdb", tmp_path / "lake",
-                         tables=["gpu_time_breakdown", "stream_queue_summary", "device_busy"])
+    analysis.materialize(tmp_path / "wh.duckdb", tmp_path / "lake")
     con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
     try:
         rows = con.execute("SELECT device_id, rank, span_ns, t_compute_ns + t_comm_exposed_ns + t_memory_exposed_ns "
@@ -123,8 +122,15 @@ def test_public_nccl_trace(tmp_path: Path, public_trace) -> None:
                              {"f": [str(p) for p in (tmp_path / "lake").rglob("*.parquet") if "events" in str(p)]}
                              ).fetchone()[0]
         queues = con.execute("SELECT count(*), min(max_queue_length) FROM stream_queue_summary").fetchone()
+        trace = report.collect(con)["traces"][0]
     finally:
         con.close()
+    # the report groups the GPU by rank and device and says how much of the communication overlapped compute
+    g = trace["gpu_breakdown"][0]
+    label = f"{report.trace_label(trace)} · rank 0 GPU 0"
+    index = report.render_index({"traces": [trace], "sweeps": {}})
+    assert label in index and f"comm overlapped {g['comm_overlap_fraction']:.0%}" in index
+    assert "rank 0 GPU 0" in report.render_trace_page(trace)
     assert rows and all(r[1] == 0 for r in rows)  # distributedInfo.rank 0 (SOURCES.md)
     for dev, _rank, span, parts, _n, comm, overlap, t_idle in rows:
         assert parts == span and t_idle == idle[dev] and 0 <= overlap <= comm
