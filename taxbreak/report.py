@@ -882,7 +882,8 @@ MANIFEST = "manifest.json"
 def _render_version() -> str:
     """Changes when the code that draws a page changes, so every page is redrawn then."""
     h = hashlib.sha256()
-    for f in (Path(__file__), Path(plots.__file__), ASSETS / "timeline.js"):
+    for f in (Path(__file__), Path(plots.__file__), Path(readmodel.__file__), Path(whatif_report.__file__),
+              ASSETS / "timeline.js"):
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
