@@ -359,7 +359,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        with writer(paths.warehouse, on_wait=lambda m: note(args, m)) as con:
+        with writer(paths.warehouse, traces=trace_ids, on_wait=lambda m: note(args, m)) as con:
             counts = materialize(paths.warehouse, paths.lake, trace_ids=trace_ids, tables=args.table or None,
                                  config=config, con=con, progress=progress)
     except WarehouseBusy as exc:
@@ -725,6 +725,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         emit(f"taxbreak: {exc}", err=True)
         return 2
+    except Exception as exc:
+        from taxbreak.warehouse import WarehouseBusy
+
+        if not isinstance(exc, WarehouseBusy):  # any writer (retry, whatif --save, ...) that found it busy
+            raise
+        emit(f"taxbreak {args.command}: {exc}", err=True)
+        return 3
     except KeyboardInterrupt:
         emit("taxbreak: interrupted", err=True)
         return 130
