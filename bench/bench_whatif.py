@@ -106,7 +106,7 @@ def ground_truth(work: Path) -> None:
 
 
 def real_capture(work: Path, delay_us: float) -> None:
-    print(f"== real captures: undelayed vs --host-delay-us {delay_us:g} (replay of the undelayed capture with the "
+    print(f"== real captures: --host-delay-us 0.001 vs {delay_us:g} (replay of the first capture with the "
           "delay per outermost framework op)")
     try:
         import torch  # noqa: F401
@@ -118,7 +118,8 @@ def real_capture(work: Path, delay_us: float) -> None:
     root = work / "real"
     lake = Lake(root / "lake")
     delay_ns = round(delay_us * 1000)
-    a = capture_generation(root / "base.json.gz", output_tokens=6, warmup_runs=2)
+    # the baseline runs the same dispatch mode with a 1 ns delay: both captures carry the mode's own per-op cost
+    a = capture_generation(root / "base.json.gz", output_tokens=6, warmup_runs=2, host_delay_ns=1)
     b = capture_generation(root / "delayed.json.gz", output_tokens=6, warmup_runs=2, host_delay_ns=delay_ns)
     ia, ib = ingest_file(a, lake).trace_id, ingest_file(b, lake).trace_id
     con = analysis.connect(None)
