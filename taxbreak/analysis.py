@@ -207,7 +207,7 @@ MEMORY_ENV = "TAXBREAK_DUCKDB_MEMORY"  # the environment variable of the analysi
 
 def memory_limit() -> str:
     """DuckDB's memory_limit for the analyses: the ``analysis.duckdb_memory`` setting ($TAXBREAK_DUCKDB_MEMORY or
-    taxbreak.toml, a DuckDB size such as '4GB'; default 2GB).
+    taxbreak.toml, a DuckDB size such as '4GB'; default 512MB, which keeps the analysis's peak RSS under 1 GB).
 
     Operators that can spill (sorts, windows, hash joins and aggregates, the run's temporary tables) spill to the
     connection's temp_directory beyond it."""

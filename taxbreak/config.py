@@ -53,7 +53,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("paths.cache", "TAXBREAK_CACHE", str, None, "exports of .nsys-rep reports"),
     Setting("analysis.t_sys_ns", "TAXBREAK_T_SYS_NS", int, None,
             "launch floor T_sys (ns) for every trace, instead of the measured or default one"),
-    Setting("analysis.duckdb_memory", "TAXBREAK_DUCKDB_MEMORY", str, "2GB", "DuckDB memory_limit of the analyses"),
+    # 512MB keeps the analysis's peak RSS under 1 GB (DuckDB's own allocations, Python and Arrow come on top; the
+    # rest spills): measured by bench/run_all.py
+    Setting("analysis.duckdb_memory", "TAXBREAK_DUCKDB_MEMORY", str, "512MB", "DuckDB memory_limit of the analyses"),
     Setting("analysis.writer_wait_s", "TAXBREAK_WRITER_WAIT_S", float, 600.0,
             "how long a writer waits for the warehouse (another writer, or a reader holding the file)"),
     Setting("sql.unrestricted", "TAXBREAK_SQL_UNRESTRICTED", bool, False,
