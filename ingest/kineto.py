@@ -592,14 +592,29 @@ _JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
 def _check_depth(args: pa.Array, max_depth: int) -> None:
-    """Raise _TooDeep when an args value nests deeper than ``max_depth``.  The count of '[' and '{' bounds the
-    depth, so only values with more openers than that are scanned (none, in a real trace)."""
-    if args.null_count == len(args):
+    """Raise _TooDeep when an args value nests deeper than ``max_depth``.  A value's count of '[' and '{' bounds
+    its depth and needs at least twice that many bytes, so only values longer than ``2 * max_depth`` are counted
+    (one numpy pass over the batch's bytes) and only those with more openers are scanned (none in a real trace)."""
+    if args.null_count == len(args) or len(args) == 0:
         return
-    openers = pc.add(pc.count_substring(args, "["), pc.count_substring(args, "{"))
-    if (pc.max(openers).as_py() or 0) <= max_depth:
+    lengths = pc.binary_length(args)
+    if (pc.max(lengths).as_py() or 0) <= 2 * max_depth:
         return
-    for text in pc.filter(args, pc.greater(openers, max_depth)).to_pylist():
+    import numpy as np
+
+    width = np.int64 if pa.types.is_large_string(args.type) else np.int32
+    offsets = np.frombuffer(args.buffers()[1], dtype=width)[args.offset: args.offset + len(args) + 1]
+    data = np.frombuffer(args.buffers()[2], dtype=np.uint8)[offsets[0]: offsets[-1]]
+    is_opener = data == 0x5B  # '['
+    is_opener |= data == 0x7B  # '{'
+    nonempty = offsets[1:] > offsets[:-1]
+    per_row = np.zeros(len(args), dtype=np.int32)
+    # per nonempty row, the openers from its start to the next nonempty row's start (empty rows hold no bytes)
+    per_row[nonempty] = np.add.reduceat(is_opener.view(np.uint8), offsets[:-1][nonempty] - offsets[0],
+                                        dtype=np.int32)
+    if int(per_row.max()) <= max_depth:
+        return
+    for text in pc.filter(args, pa.array(per_row > max_depth)).to_pylist():
         depth = deepest = 0
         for ch in _JSON_STRING_RE.sub("", text):
             if ch in "[{":

@@ -132,3 +132,14 @@ def test_gzip_expansion_below_the_free_size_is_never_refused(write_kineto, lake,
     assert len(gzip.decompress(path.read_bytes())) > 5 * path.stat().st_size
     res = ingest_file(path, lake)
     assert res.status == "ingested" and res.row["event_count"] == 2000
+
+
+def test_depth_check_counts_structure_not_brackets_in_strings():
+    import pyarrow as pa
+
+    values = pa.array(['{"a": 1}', None, "", '{"s": "' + "[" * 300 + '"}', '{"x": ' + "[" * 130 + "]" * 130 + "}"])
+    kineto_mod._check_depth(values.slice(0, 4), 125)  # 300 '[' inside a string: depth 1
+    with pytest.raises(kineto_mod._TooDeep):
+        kineto_mod._check_depth(values, 125)  # 131 levels
+    with pytest.raises(kineto_mod._TooDeep):
+        kineto_mod._check_depth(values.slice(4), 125)  # a slice: offsets from the slice, not the buffer start
