@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -36,18 +35,6 @@ def report_dir(wh: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("report") / "rep"
     assert main(["report", "--warehouse", str(wh["warehouse"]), "-o", str(out)]) == 0
     return out
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    exe = shutil.which("chromium")
-    if exe is None and shutil.which("apt-get"):
-        subprocess.run("apt-get update && apt-get install -y --no-install-recommends chromium", shell=True,
-                       capture_output=True, timeout=600, check=False)
-        exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("chromium is not installed and `apt-get install chromium` failed (no root or no network)")
-    return exe
 
 
 def _by_file(data: dict) -> dict:

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from taxbreak.report import ASSETS, IDLE_CAUSE_COLORS, _page
 
@@ -49,10 +46,8 @@ DRIVER = """
 """
 
 
-def test_timeline_script_hover_zoom_and_step_menu(tmp_path: Path) -> None:
-    exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("chromium is not installed (make test installs it with apt-get)")
+def test_timeline_script_hover_zoom_and_step_menu(chromium: str, tmp_path: Path) -> None:
+    exe = chromium
     script = (ASSETS / "timeline.js").read_text(encoding="utf-8")
     page = tmp_path / "tl.html"
     page.write_text(_page("timeline test", ["<div id='timeline'></div>"],
