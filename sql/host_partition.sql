@@ -1,6 +1,6 @@
 -- table: host_partition
 -- grain: one row per host thread (scope_kind 'thread'); per trace one row for the threads that launch its kernels (scope_kind 'trace'), one for every other thread ('other_threads') and, for traces with outlier steps (int_steps.is_outlier_step), the 'trace' row without the outermost outlier steps' windows ('trace_excl_outliers'); per step one row for the step's launching threads ('step')
--- reads: stg_events, int_steps, int_kernel_links, kernel_taxbreak, run_config
+-- reads: int_host_segments, int_steps, int_kernel_links, kernel_taxbreak
 -- description: The exact host-time partition (METHOD.md section 3, ours): a thread's wall time, from its first traced host event's start to its last one's end, split by nesting into disjoint self times of the innermost open event; the parts add up to wall_ns exactly. User annotations (ProfilerStep#N, record_function wrappers) are not parts: time under them and under no other event is host_untraced_ns. Launch calls that waited (longer than max(run_config.launch_blocked_min_ns, run_config.launch_blocked_median_factor x the thread's median launch-call duration)) are launch_blocked_ns, not launch_host_ns. The 'trace' and 'step' rows sum only the threads that launch the scope's kernels (a trace without kernels: every thread), the threads HDBI_wall is computed over; a thread that launches nothing (a Python threading.wait thread, a data loader) is reported in 'other_threads' and never enters them. Per step, each launching thread's parts are clipped to the step window [step_ts_ns, step_end_ns) (steps without kernels: the annotation's thread): wall_ns is the step's duration times the threads, and window time outside a thread's traced span is host_untraced_ns too.
 -- column: trace_id: trace key
 -- column: scope_kind: 'thread', 'trace', 'other_threads', 'trace_excl_outliers' or 'step'
@@ -19,78 +19,14 @@
 -- column: host_untraced_ns: time inside the scope covered by no traced event (ns)
 -- column: unresolved_ns: time where the events are not properly nested and the innermost event is ambiguous (ns)
 WITH
-host AS (
-    SELECT event_id, thread_key, ts_ns, end_ns, dur_ns, host_call_class
-    FROM stg_events
-    WHERE dur_ns > 0 AND (
-        host_call_class IS NOT NULL OR kind IN ('framework_op', 'python_function')
-        OR (kind = 'nvtx_range' AND is_dispatcher_op)
-    )
-),
--- a launch call waited when it is longer than max(launch_blocked_min_ns, factor x its thread's median launch call)
-launch_limit AS (
-    SELECT h.thread_key,
-           greatest(any_value(c.launch_blocked_min_ns), any_value(c.launch_blocked_median_factor) * median(h.dur_ns))
-               AS limit_ns
-    FROM host h CROSS JOIN run_config c WHERE h.host_call_class = 'launch' GROUP BY h.thread_key
-),
-iv AS (
-    SELECT
-        h.event_id, h.thread_key AS pk, h.ts_ns, h.end_ns,
-        CASE h.host_call_class
-            WHEN 'launch' THEN CASE WHEN h.dur_ns > ll.limit_ns THEN 8 ELSE 1 END
-            WHEN 'library' THEN 2
-            WHEN 'sync' THEN 4
-            WHEN 'other_runtime' THEN 5
-            ELSE 3
-        END AS category
-    FROM host h LEFT JOIN launch_limit ll USING (thread_key)
-),
+labelled AS (SELECT pk, t, seg_ns, category FROM int_host_segments),
 launching AS (
     SELECT DISTINCT hash(trace_id, pid, launch_tid) AS pk FROM int_kernel_links WHERE has_launch
 ),
 threads AS MATERIALIZED (
     SELECT t.*, l.pk IS NOT NULL AS launches_kernels
-    FROM (SELECT DISTINCT thread_key AS pk, trace_id, pid, tid FROM stg_events WHERE thread_key IN (SELECT pk FROM iv)) t
+    FROM (SELECT DISTINCT pk, trace_id, pid, tid FROM int_host_segments) t
     LEFT JOIN launching l USING (pk)
-),
--- starts (+1, carrying -end in ord2 and the category) and ends (-1) of every range, one running sum ordered by
--- (thread, time): each range nets 0, so the sum is the thread's nesting depth (see int_kernel_links).
-b AS (
-    SELECT pk, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id, category FROM iv
-    UNION ALL
-    SELECT pk, end_ns, 0, -ts_ns, -1, event_id, 0 FROM iv
-),
-d AS (
-    SELECT
-        pk, t, ord, ord2, category,
-        sum(delta) OVER w AS depth,
-        lead(t) OVER w AS next_t,
-        lead(pk) OVER w AS next_pk
-    FROM b
-    WINDOW w AS (ORDER BY pk, t, ord, ord2, event_id ROWS UNBOUNDED PRECEDING)
-),
-starts AS (
-    SELECT pk, depth, t AS ts_ns, -ord2 AS end_ns, category FROM d WHERE ord = 1
-),
-seg AS (
-    SELECT pk, t, next_t - t AS seg_ns, depth, ord, category, -ord2 AS end_ns FROM d WHERE next_pk = pk AND next_t > t
-),
--- a segment that begins at a range's start belongs to that range (it is the innermost); one that begins at an end
--- belongs to the range still open at its depth, found by ASOF
-labelled AS MATERIALIZED (
-    SELECT pk, t, seg_ns, CASE WHEN depth = 0 THEN 6 WHEN end_ns > t THEN category ELSE 7 END AS category
-    FROM seg WHERE ord = 1
-    UNION ALL
-    SELECT
-        s.pk, s.t, s.seg_ns,
-        CASE
-            WHEN s.depth = 0 THEN 6
-            WHEN st.end_ns IS NOT NULL AND st.end_ns > s.t THEN st.category
-            ELSE 7
-        END AS category
-    FROM (SELECT * FROM seg WHERE ord = 0) s
-    ASOF LEFT JOIN starts st ON s.pk = st.pk AND s.depth = st.depth AND s.t >= st.ts_ns
 ),
 per_thread AS (
     SELECT
@@ -184,7 +120,7 @@ per_step AS (
 ),
 -- what the outlier windows hold of each thread's span: the window clipped to the span, its traced parts, and the
 -- rest of it as untraced time
-spans AS (SELECT pk, min(ts_ns) AS span_start_ns, max(end_ns) AS span_end_ns FROM iv GROUP BY pk),
+spans AS (SELECT pk, min(t) AS span_start_ns, max(t + seg_ns) AS span_end_ns FROM labelled GROUP BY pk),
 excl_parts AS (
     SELECT trace_id, step_id, pk,
            coalesce(sum(part_ns) FILTER (WHERE category = 1), 0) AS launch_host_ns,

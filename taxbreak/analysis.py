@@ -235,7 +235,7 @@ def connect(warehouse_path: str | os.PathLike[str] | None) -> duckdb.DuckDBPyCon
 
 
 def _catalog(con: duckdb.DuckDBPyConnection) -> str:
-    return con.execute("SELECT current_database()").fetchone()[0]
+    return con.execute("SELECT current_database()").fetchall()[0][0]
 
 
 def _q(ident: str) -> str:
@@ -342,16 +342,16 @@ def _exists(con: duckdb.DuckDBPyConnection, database: str, name: str) -> bool:
     return bool(con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'main' AND table_name = $t",
         {"db": database, "t": name},
-    ).fetchone()[0]) or bool(con.execute(
+    ).fetchall()[0][0]) or bool(con.execute(
         "SELECT count(*) FROM duckdb_views() WHERE database_name = $db AND schema_name = 'main' AND view_name = $t",
         {"db": database, "t": name},
-    ).fetchone()[0])
+    ).fetchall()[0][0])
 
 
 def _run_state(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     if not _exists(con, "temp", "_run_state"):
         return None
-    row = con.execute("SELECT trace_ids, event_files, lake_root, all_traces FROM _run_state").fetchone()
+    row = con.execute("SELECT trace_ids, event_files, lake_root, all_traces FROM _run_state").fetchall()[0]
     return {"trace_ids": list(row[0]), "event_files": list(row[1]), "lake_root": row[2], "all_traces": row[3]}
 
 
@@ -404,13 +404,13 @@ def _build_cross_trace(
     for dep in sf.reads:
         for kind, listing, col in (("TABLE", "duckdb_tables()", "table_name"), ("VIEW", "duckdb_views()", "view_name")):
             if con.execute(f"SELECT count(*) FROM {listing} WHERE database_name = 'temp' AND {col} = $t",
-                           {"t": dep}).fetchone()[0]:
+                           {"t": dep}).fetchall()[0][0]:
                 con.execute(f"ALTER {kind} temp.main.{_q(dep)} RENAME TO {_q('_xt_' + dep)}")
                 shadows.append((kind, dep))
     try:
         con.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", {p: state[p] for p in sf.params})
         _comment(con, target, sf, [c for c, _t in _columns(con, catalog, sf.name)])
-        return con.execute(f"SELECT count(*) FROM {target}").fetchone()[0]
+        return con.execute(f"SELECT count(*) FROM {target}").fetchall()[0][0]
     finally:
         for kind, dep in shadows:
             con.execute(f"ALTER {kind} temp.main.{_q('_xt_' + dep)} RENAME TO {_q(dep)}")
@@ -447,10 +447,10 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
         con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(name)}")
         con.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", bound)
         _comment(con, target, sf, [c for c, _t in _columns(con, catalog, name)])
-        return con.execute(f"SELECT count(*) FROM {target}").fetchone()[0]
+        return con.execute(f"SELECT count(*) FROM {target}").fetchall()[0][0]
     con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(name)}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} AS {sf.text}", bound)
-    n = con.execute(f"SELECT count(*) FROM temp.main.{_q(name)}").fetchone()[0]
+    n = con.execute(f"SELECT count(*) FROM temp.main.{_q(name)}").fetchall()[0][0]
     if sf.materialize == "temp":
         return n
     temp_cols = _columns(con, "temp", name)

@@ -167,55 +167,14 @@ def _arr(tbl: pa.Table, col: str, dtype: Any = np.int64, fill: int = -1) -> np.n
     return c.to_numpy().astype(dtype, copy=False)
 
 
+# The host segments come from sql/int_host_segments.sql (the one place the host categories and the blocked-launch
+# rule live, shared with host_partition); category 8 (a launch call that waited) is a launch segment flagged blocked.
+CAT_LAUNCH_BLOCKED = 8
 _SEGMENTS_SQL = """
-WITH
-iv AS (
-    SELECT
-        row_number() OVER () AS event_id, pid, tid, ts_ns, ts_ns + dur_ns AS end_ns,
-        CASE
-            WHEN kind = 'graph_launch' THEN 1
-            WHEN kind = 'library_api' OR name ILIKE 'cublas%' OR name ILIKE 'cudnn%' THEN 2
-            WHEN kind IN ('runtime_api', 'driver_api')
-                 AND regexp_matches(name,
-                     '(?i)(launchkernel|launchcooperativekernel|^culaunch|^hiplaunch|modulelaunch|graphlaunch)')
-                THEN 1
-            WHEN kind IN ('runtime_api', 'driver_api') AND name ILIKE '%synchronize%' THEN 4
-            WHEN kind IN ('runtime_api', 'driver_api') THEN 5
-            ELSE 3
-        END AS category
-    FROM _wi_ev
-    WHERE dur_ns > 0 AND (
-        kind IN ('runtime_api', 'driver_api', 'graph_launch', 'library_api', 'framework_op', 'python_function')
-        OR (kind = 'nvtx_range' AND regexp_matches(name, '^[A-Za-z_][A-Za-z0-9_.]*::[A-Za-z_]'))
-    )
-),
-th AS (SELECT pid, tid, dense_rank() OVER (ORDER BY pid, tid) - 1 AS thread FROM (SELECT DISTINCT pid, tid FROM iv)),
-b AS (
-    SELECT th.thread AS pk, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id, category
-    FROM iv JOIN th USING (pid, tid)
-    UNION ALL
-    SELECT th.thread, end_ns, 0, -ts_ns, -1, event_id, 0 FROM iv JOIN th USING (pid, tid)
-),
-d AS (
-    SELECT pk, t, ord, ord2, category, sum(delta) OVER w AS depth, lead(t) OVER w AS next_t, lead(pk) OVER w AS next_pk
-    FROM b WINDOW w AS (ORDER BY pk, t, ord, ord2, event_id ROWS UNBOUNDED PRECEDING)
-),
-starts AS (SELECT pk, depth, t AS ts_ns, -ord2 AS end_ns, category FROM d WHERE ord = 1),
-seg AS (
-    SELECT pk, t, next_t - t AS seg_ns, depth, ord, category, -ord2 AS end_ns FROM d WHERE next_pk = pk AND next_t > t
-),
-labelled AS (
-    SELECT pk, t, seg_ns, CASE WHEN depth = 0 THEN 6 WHEN end_ns > t THEN category ELSE 7 END AS category
-    FROM seg WHERE ord = 1
-    UNION ALL
-    SELECT s.pk, s.t, s.seg_ns,
-           CASE WHEN s.depth = 0 THEN 6 WHEN st.end_ns IS NOT NULL AND st.end_ns > s.t THEN st.category ELSE 7 END
-    FROM (SELECT * FROM seg WHERE ord = 0) s
-    ASOF LEFT JOIN starts st ON s.pk = st.pk AND s.depth = st.depth AND s.t >= st.ts_ns
-)
-SELECT l.pk AS thread, th.pid, th.tid, l.t, l.seg_ns, l.category
-FROM labelled l JOIN th ON th.thread = l.pk
-ORDER BY l.pk, l.t
+SELECT dense_rank() OVER (ORDER BY pid, tid) - 1 AS thread, pid, tid, t, seg_ns,
+       CASE WHEN category = 8 THEN 1 ELSE category END AS category, category = 8 AS blocked
+FROM int_host_segments WHERE trace_id = $t
+ORDER BY pid, tid, t
 """
 
 _DEVICE_SQL = """
@@ -295,22 +254,39 @@ def build_graph(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str
         "WHERE kind NOT IN ('metadata', 'flow', 'instant', 'nvtx_mark', 'other')", {"f": src})
     con.execute("CREATE OR REPLACE TEMP VIEW _wi_ev AS SELECT * FROM _wi_ev_all")
     try:
-        seg = con.sql(_SEGMENTS_SQL).to_arrow_table()
+        seg, first_op = _host_segments(lake_root, trace_id)
         dev = con.sql(_DEVICE_SQL + " ORDER BY device_id, stream_id, ts_ns, kernel_seq NULLS LAST",
                       params={"t": trace_id}).to_arrow_table()
         syn = con.sql(_SYNC_SQL, params={"re": BLOCKING_CALL_RE}).to_arrow_table()
         ops = con.sql("SELECT pid, tid, ts_ns, ts_ns + dur_ns AS end_ns FROM _wi_ev WHERE kind = 'framework_op' "
                       "AND dur_ns > 0 ORDER BY pid, tid, ts_ns, end_ns DESC").to_arrow_table()
         g = _assemble(trace_id, int(floor["t_sys_ns"]), seg, dev, syn, ops)
-        _attach_scopes(con, g)
+        _attach_scopes(con, g, first_op)
         if _table_exists(con, "fusion_candidates"):
-            rows = con.execute("SELECT chain FROM fusion_candidates WHERE trace_id = $t ORDER BY rank",
+            rows = con.execute("SELECT chain FROM fusion_candidates WHERE trace_id = $t AND is_listed ORDER BY rank",
                                {"t": trace_id}).fetchall()
             g.fusion_chains = [list(r[0]) for r in rows]
     finally:
         con.execute("DROP VIEW IF EXISTS _wi_ev")
         con.execute("DROP TABLE IF EXISTS _wi_ev_all")
     return g
+
+
+def _host_segments(lake_root: str | os.PathLike[str], trace_id: str) -> tuple[pa.Table, tuple | None]:
+    """The trace's host segments (sql/int_host_segments.sql) and its first dispatcher op (pid, tid, ts_ns), computed
+    by the analysis itself on a private in-memory connection, so the replay applies the analysis' rules."""
+    from taxbreak import analysis
+
+    mcon = analysis.connect(None)
+    try:
+        analysis.prepare(mcon, lake_root, [trace_id])
+        analysis.materialize_table(mcon, "int_host_segments", [trace_id], lake_root)
+        seg = mcon.sql(_SEGMENTS_SQL, params={"t": trace_id}).to_arrow_table()
+        rows = mcon.execute("SELECT pid, tid, ts_ns FROM stg_events WHERE is_dispatcher_op ORDER BY ts_ns LIMIT 1"
+                            ).fetchall()
+    finally:
+        mcon.close()
+    return seg, (rows[0] if rows else None)
 
 
 def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.Table, ops: pa.Table) -> Graph:
@@ -433,16 +409,8 @@ def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.T
         h_await[last_seg[ok]] = cand[ok]
         h_wake[last_seg[ok]] = s_end[ok] - d_end[cand[ok]]
 
-    # launch calls that waited (longer than max(50 us, 10 x the thread's median launch segment), §3's rule) are
-    # not host work for HDBI_wall
-    h_blocked = np.zeros(len(h_ts), dtype=bool)
-    is_launch = h_cat == CAT_LAUNCH
-    for th in range(n_threads):
-        a_, e_ = int(thread_first[th]), int(thread_first[th + 1])
-        m = is_launch[a_:e_]
-        if m.any():
-            limit = max(50_000, 10 * float(np.median(h_dur[a_:e_][m])))
-            h_blocked[a_:e_] = m & (h_dur[a_:e_] > limit)
+    # launch calls that waited (§3's rule, applied in sql/int_host_segments.sql) are not host work for HDBI_wall
+    h_blocked = seg.column("blocked").to_numpy(zero_copy_only=False).astype(bool)
     # outermost framework ops (inside no other framework op on their thread: the ops Python called), counted at
     # their start segment
     h_leaf = np.zeros(len(h_ts), dtype=np.int64)
@@ -483,7 +451,7 @@ def _assemble(trace_id: str, t_sys: int, seg: pa.Table, dev: pa.Table, syn: pa.T
     )
 
 
-def _attach_scopes(con: duckdb.DuckDBPyConnection, g: Graph) -> None:
+def _attach_scopes(con: duckdb.DuckDBPyConnection, g: Graph, first_op: tuple | None = None) -> None:
     t = {"t": g.trace_id}
     cur = con.execute("SELECT step_id, step_name, phase, pid, tid, step_ts_ns, step_end_ns FROM int_steps "
                       "WHERE trace_id = $t ORDER BY step_id", t)
@@ -493,8 +461,7 @@ def _attach_scopes(con: duckdb.DuckDBPyConnection, g: Graph) -> None:
     g.trace_own = own
     tkey = {(p, tid): i for i, (p, tid) in enumerate(zip(g.thread_pid, g.thread_tid, strict=True))}
     if own.get("il_start_basis") == "framework_op":
-        row = con.execute("SELECT pid, tid, ts_ns FROM _wi_ev WHERE kind = 'framework_op' ORDER BY ts_ns LIMIT 1"
-                          ).fetchone()
+        row = first_op  # the first dispatcher op (stg_events.is_dispatcher_op), where skip_by_trace starts IL
         if row is not None:
             g.il_start = (tkey.get((row[0], row[1]), -1), int(row[2]))
     elif own.get("il_start_basis") == "launch_call":  # the first kernel launch (skip_by_trace's rule)
