@@ -33,7 +33,7 @@ import re
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,35 @@ class RunConfig:
         from taxbreak.config import setting
 
         return cls(t_sys_override_ns=setting("analysis.t_sys_ns", t_sys_ns).value)
+
+
+# The run settings reach SQL as run-local tables: each rule list of RunConfig is a table of its own (columns below),
+# every scalar field is a column of the one-row table run_config.  Derived here only: the Dagster code versions
+# (settings_tables) and prepare() both read it.
+RULE_TABLES: dict[str, tuple[str, ...]] = {
+    "lib_kernel_rules": ("priority", "pattern", "i_lib", "rule"),
+    "step_patterns": ("priority", "pattern", "phase", "rule"),
+    "t_sys_defaults": ("priority", "gpu_pattern", "t_sys_ns", "rule"),
+}
+_SCALAR_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "int | None": pa.int64(),
+                 "float | None": pa.float64()}
+
+
+def settings_tables() -> dict[str, tuple[str, ...]]:
+    """Run-settings table -> the RunConfig fields it holds."""
+    scalars = tuple(f.name for f in fields(RunConfig) if f.name not in RULE_TABLES)
+    return {**{t: (t,) for t in RULE_TABLES}, "run_config": scalars}
+
+
+def settings_arrow(cfg: RunConfig) -> dict[str, pa.Table]:
+    """The run-settings tables of ``cfg`` as Arrow tables (see RULE_TABLES)."""
+    out = {t: pa.Table.from_pylist([dict(zip(cols, row, strict=True)) for row in getattr(cfg, t)])
+           for t, cols in RULE_TABLES.items()}
+    scalars = [f for f in fields(RunConfig) if f.name not in RULE_TABLES]
+    out["run_config"] = pa.Table.from_pylist(
+        [{f.name: getattr(cfg, f.name) for f in scalars}],
+        schema=pa.schema([(f.name, _SCALAR_TYPES[str(f.type)]) for f in scalars]))
+    return out
 
 
 @dataclass
@@ -297,26 +326,7 @@ def prepare(
     ])))
     con.execute("CREATE OR REPLACE TEMP TABLE stg_meta_raw AS SELECT * FROM _meta_arrow")
     con.unregister("_meta_arrow")
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE run_config AS SELECT $ps::DOUBLE AS fusion_ps_threshold, "
-        "$minc::BIGINT AS fusion_min_count, $cov::DOUBLE AS coverage_threshold, $warm::BIGINT AS null_kernel_warmup, "
-        "$lbmin::BIGINT AS launch_blocked_min_ns, $lbf::DOUBLE AS launch_blocked_median_factor, "
-        "$dbs::DOUBLE AS dispatch_blocked_share, $osf::DOUBLE AS outlier_step_factor, "
-        "$flp::BIGINT AS fusion_list_pool",
-        {"ps": cfg.fusion_ps_threshold, "minc": cfg.fusion_min_count, "cov": cfg.coverage_threshold,
-         "warm": cfg.null_kernel_warmup, "lbmin": cfg.launch_blocked_min_ns, "lbf": cfg.launch_blocked_median_factor,
-         "dbs": cfg.dispatch_blocked_share, "osf": cfg.outlier_step_factor,
-         "flp": cfg.fusion_list_pool},
-    )
-    # the user's launch floor, NULL when unset (taxbreak.config analysis.t_sys_ns; sql/trace_launch_floor.sql)
-    con.execute("CREATE OR REPLACE TEMP TABLE run_config AS SELECT *, $tsys::BIGINT AS t_sys_override_ns "
-                "FROM run_config", {"tsys": cfg.t_sys_override_ns})
-    for table, cols, data in (
-        ("lib_kernel_rules", ("priority", "pattern", "i_lib", "rule"), cfg.lib_kernel_rules),
-        ("step_patterns", ("priority", "pattern", "phase", "rule"), cfg.step_patterns),
-        ("t_sys_defaults", ("priority", "gpu_pattern", "t_sys_ns", "rule"), cfg.t_sys_defaults),
-    ):
-        arrow = pa.Table.from_pylist([dict(zip(cols, row, strict=True)) for row in data])
+    for table, arrow in settings_arrow(cfg).items():
         con.register("_cfg_arrow", arrow)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {_q(table)} AS SELECT * FROM _cfg_arrow")
         con.unregister("_cfg_arrow")

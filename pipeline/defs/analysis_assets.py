@@ -19,6 +19,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from taxbreak.analysis import settings_tables
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
@@ -89,12 +90,7 @@ def markdown_preview(con, table: str, limit: int = PREVIEW_ROWS) -> str:  # noqa
 
 
 # the run-settings tables taxbreak.analysis prepares per run, and the RunConfig fields each holds
-SETTINGS_TABLES = {
-    "lib_kernel_rules": ("lib_kernel_rules",), "step_patterns": ("step_patterns",),
-    "t_sys_defaults": ("t_sys_defaults",),
-    "run_config": ("fusion_ps_threshold", "fusion_min_count", "coverage_threshold", "null_kernel_warmup",
-                   "t_sys_override_ns"),
-}
+SETTINGS_TABLES = settings_tables()  # run-settings table -> the RunConfig fields it holds (taxbreak.analysis)
 
 
 def code_version(name: str, files: dict) -> str:

@@ -29,7 +29,8 @@ def test_definitions_content() -> None:
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     tables = {f.name for f in sql_files() if f.materialize != "temp"}
-    assert keys == {"trace_ingest", "warehouse_exports", "warehouse_report", "request_model_fit"} | tables
+    assert keys == {"trace_ingest", "warehouse_exports", "warehouse_report", "request_model_fit", "whatif_results",
+                    "critical_path"} | tables
     ingest = graph.get(dg.AssetKey("trace_ingest"))
     assert isinstance(ingest.partitions_def, dg.DynamicPartitionsDefinition)
     assert ingest.partitions_def.name == "traces"
@@ -46,6 +47,7 @@ def test_definitions_content() -> None:
         ("taxbreak_by_scope", "linked_plus_orphan_is_all_kernels"),
         ("taxbreak_by_scope", "orchestrate_is_ft_plus_ct_plus_kt"), ("taxbreak_by_scope", "scopes_partition_the_trace"),
         ("kernel_taxbreak", "per_kernel_costs_consistent"), ("kernel_taxbreak", "kernel_sums_match_trace_rows"),
+        ("taxbreak_by_scope", "times_never_negative"),
     }
 
 
@@ -73,7 +75,6 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
     """Editing a run-local file (int_busy_intervals) or a kernel-name rule changes the versions of the tables
     computed from it, and only theirs."""
     import dataclasses
-    import functools
     from unittest import mock
 
     from taxbreak import analysis
@@ -95,9 +96,13 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
     ):
         with mock.patch.object(analysis, attr, [*getattr(analysis, attr), value]):
             assert {n for n in before if code_version(n, files) != before[n]} == readers, attr
-    with mock.patch.object(analysis, "RunConfig", functools.partial(analysis.RunConfig, fusion_min_count=3)):
-        assert {n for n in before if code_version(n, files) != before[n]} == {
-            "launch_floor_measurements", "fusion_candidates", "taxbreak_by_scope"}
+    # a scalar setting (a run_config column): the tables whose SQL, or run-local inputs, read run_config
+    readers = {n for n in before if "run_config" in files[n].reads or any(
+        r in files and files[r].materialize == "temp" and "run_config" in files[r].reads for r in files[n].reads)}
+    assert {"fusion_candidates", "taxbreak_by_scope", "int_steps", "host_partition"} <= readers
+    with mock.patch.object(analysis.RunConfig, "from_settings",
+                           classmethod(lambda cls, t_sys_ns=None: cls(fusion_min_count=3))):
+        assert {n for n in before if code_version(n, files) != before[n]} == readers
 
 
 def test_settings_tables_are_declared_where_read() -> None:
