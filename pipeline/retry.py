@@ -53,7 +53,7 @@ def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str]) -> di
     (``taxbreak.warehouse.writer``: lock, one transaction, readers' snapshot); rows per table."""
     from taxbreak.analysis import materialize
 
-    with writer(warehouse) as con:
+    with writer(warehouse, traces=trace_ids) as con:
         return materialize(warehouse, lake_root, trace_ids, con=con)
 
 

@@ -7,7 +7,8 @@ Opening order (``open_readonly``; the writer side is ``taxbreak.warehouse``):
 2. else the DuckDB warehouse file, read-only;
 3. when a writer holds it (DuckDB lets no other process open a file one process holds read-write), the older
    snapshot, read-only;
-4. else views over the Parquet exports (``exports/<table>.parquet``).
+4. else views over the Parquet marts (``marts/<table>/trace_id=*/``, ``taxbreak.marts``) and exports
+   (``exports/<table>.parquet``).
 In every case the lake is attached as views ``events`` and ``catalogue`` when it exists.
 
 ``taxbreak sql`` runs the user's SQL in a sandbox unless ``--unrestricted`` (or the ``sql.unrestricted`` setting)
@@ -30,6 +31,7 @@ from pathlib import Path
 import duckdb
 
 from taxbreak.config import Paths, add_path_args, is_s3_url, setting
+from taxbreak.marts import marts_dir
 from taxbreak.warehouse import SNAPSHOT_NAME, _is_lock_error, exports_dir, snapshot_is_current
 
 __all__ = ["SNAPSHOT_NAME", "Opened", "WarehouseUnavailable", "exports_dir", "open_readonly", "printable"]
@@ -109,7 +111,7 @@ def _attach_lake(con: duckdb.DuckDBPyConnection, lake: Path | str | None) -> Non
 def restrict(con: duckdb.DuckDBPyConnection, opened_path: Path, warehouse: Path, lake: Path | str | None) -> None:
     """The sandbox of ``taxbreak sql`` (module doc): only the warehouse, its snapshot, the lake and the exports."""
     paths = [str(Path(p).resolve()) for p in (opened_path, warehouse, exports_dir(warehouse) / SNAPSHOT_NAME)]
-    dirs = [str(exports_dir(warehouse).resolve()) + "/"]
+    dirs = [str(exports_dir(warehouse).resolve()) + "/", str(marts_dir(warehouse).resolve()) + "/"]
     if lake is not None:
         text = str(lake)
         if is_s3_url(text):
@@ -137,14 +139,29 @@ def open_readonly(
     return opened
 
 
+def _ro_snapshot(snap: Path, warehouse: Path, sandbox: bool) -> duckdb.DuckDBPyConnection | None:
+    """The snapshot, read-only; None when its views read the marts of another folder (a copied or moved
+    warehouse folder whose snapshot was not rebuilt since: taxbreak.marts names the marts by absolute path)."""
+    con = _ro(snap, sandbox)
+    prefix = "'" + (str(marts_dir(warehouse).resolve()) + "/").replace("'", "''")
+    views = con.execute("SELECT sql FROM duckdb_views() WHERE NOT internal AND NOT temporary "
+                        "AND sql LIKE '%read_parquet(%'").fetchall()
+    if all(prefix in v for (v,) in views):
+        return con
+    con.close()
+    return None
+
+
 def _open_readonly(warehouse: Path, lake: Path | None, prefer: str, sandbox: bool) -> Opened:
     exp = exports_dir(warehouse)
     errors: list[str] = []
     snap = exp / SNAPSHOT_NAME
     if prefer == "auto" and snapshot_is_current(warehouse):
-        opened = Opened(_ro(snap, sandbox), "snapshot", snap)
-        _attach_lake(opened.con, lake)
-        return opened
+        con = _ro_snapshot(snap, warehouse, sandbox)
+        if con is not None:
+            opened = Opened(con, "snapshot", snap)
+            _attach_lake(opened.con, lake)
+            return opened
     if prefer in ("auto", "warehouse"):
         if warehouse.exists():
             try:
@@ -158,17 +175,29 @@ def _open_readonly(warehouse: Path, lake: Path | None, prefer: str, sandbox: boo
         else:
             errors.append(f"{warehouse} does not exist")
     if prefer in ("auto", "snapshot"):
-        if snap.exists():
-            opened = Opened(_ro(snap, sandbox), "snapshot", snap, "; ".join(errors) or None)
+        con = _ro_snapshot(snap, warehouse, sandbox) if snap.exists() else None
+        if con is not None:
+            opened = Opened(con, "snapshot", snap, "; ".join(errors) or None)
             _attach_lake(opened.con, lake)
             return opened
-        errors.append(f"{snap} does not exist")
-    parquet = sorted(p for p in exp.glob("*.parquet") if not p.name.startswith("."))
+        errors.append(f"{snap} does not exist" if not snap.exists() else f"{snap} was built for another folder")
+    parquet = {p.stem: str(p) for p in sorted(exp.glob("*.parquet")) if not p.name.startswith(".")}
+    marts = marts_dir(warehouse)  # the per-trace marts (taxbreak.marts), read directly
+    if marts.is_dir():
+        for d in sorted(marts.iterdir()):
+            if d.name.startswith(".") or d.name.startswith("_"):
+                continue
+            if d.is_file() and d.suffix == ".parquet":  # a cross-trace table
+                parquet[d.stem] = str(d)
+            elif any(d.glob("trace_id=*/*.parquet")):
+                parquet[d.name] = str(d / "trace_id=*" / "*.parquet")
+            elif (d / "_empty.parquet").is_file():  # no trace has rows in it: its columns
+                parquet[d.name] = str(d / "_empty.parquet")
     if prefer in ("auto", "exports"):
         if parquet:
             con = duckdb.connect(":memory:")
-            for p in parquet:
-                con.execute(f'CREATE VIEW "{p.stem}" AS SELECT * FROM read_parquet({_sq(str(p))})')
+            for name, p in parquet.items():
+                con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet({_sq(p)})')
             _attach_lake(con, lake)
             return Opened(con, "exports", exp, "; ".join(errors) or None)
         errors.append(f"no Parquet exports in {exp}")

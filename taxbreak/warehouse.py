@@ -8,9 +8,15 @@ through ``writer(db)``:
    another process has open);
 3. the work runs; each publication inside it is one transaction (``taxbreak.analysis.publication``), so a killed
    writer leaves the tables as they were before it or as they are after it, never a mix;
-4. on success it checkpoints, closes the file and publishes ``exports/snapshot.duckdb``: a copy written beside it
-   and renamed into place, so a reader sees the old snapshot or the new one;
+4. on success it writes the Parquet marts of the traces the write touched (``taxbreak.marts``:
+   ``marts/<table>/trace_id=<id>/``; the caller says which traces, ``traces=None`` meaning all) and publishes
+   ``exports/snapshot.duckdb``, a small file of views over the marts plus copies of the cross-trace tables,
+   written beside its place and renamed into it, so a reader sees the old snapshot or the new one; neither grows
+   with the traces already analysed;
 5. it releases the lock.
+
+A writer that dies after its commit leaves a pending marker (``marts/.pending-*.json``, written when it took the
+lock): the next writer exports its traces too.
 
 Both waits are bounded by the ``analysis.writer_wait_s`` setting (``taxbreak.config``); past it the writer fails
 with a message naming the file, instead of a DuckDB lock traceback.
@@ -25,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import signal
 import time
 import uuid
@@ -129,32 +134,41 @@ def connect_writer(
             delay = min(delay * 2, 1.0)
 
 
-def publish_snapshot(db: Path) -> Path:
-    """Copy the (closed, checkpointed) warehouse file to ``exports/snapshot.duckdb`` by write-then-rename; call it
-    holding the writer lock."""
+def publish_snapshot(db: Path, con: duckdb.DuckDBPyConnection) -> Path:
+    """Build the readers' snapshot (``taxbreak.marts.build_snapshot``) beside ``exports/snapshot.duckdb`` from the
+    writer's connection and rename it into place after ``con`` is closed; call it holding the writer lock."""
+    from taxbreak.marts import build_snapshot
+
     dest = snapshot_path(db)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f".{dest.name}.*.tmp"):  # left by a killed writer (this one holds the lock)
+    for stale in dest.parent.glob(f".{dest.name}.*.tmp*"):  # left by a killed writer (this one holds the lock)
         stale.unlink(missing_ok=True)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
     try:
-        shutil.copyfile(db, tmp)
+        try:
+            build_snapshot(con, db, tmp)
+        finally:
+            con.close()
+        os.utime(tmp)  # at least as new as the warehouse file the close may have touched (snapshot_is_current)
         fault_point("snapshot_copied")
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            Path(str(tmp) + ".wal").unlink()
     return dest
 
 
 @contextlib.contextmanager
 def writer(
     db: str | os.PathLike[str], *, snapshot: bool = True, read_only: bool = False,
-    on_wait: Callable[[str], None] | None = None,
+    on_wait: Callable[[str], None] | None = None, traces: list[str] | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """The warehouse opened for writing under the one writer rule (see the module doc).
 
     ``read_only``: the same lock, a read-only connection and no snapshot (checks that must see the file as the
-    writers leave it).  The snapshot is published only when the block ends without an exception."""
+    writers leave it).  ``traces``: the traces whose rows the block may change (None: any), whose marts are
+    rewritten.  The marts and the snapshot are published only when the block ends without an exception."""
     db = Path(db)
     wait = _wait_s()
     deadline = time.monotonic() + wait
@@ -163,7 +177,12 @@ def writer(
             con = duckdb.connect(str(db), read_only=True, config={"autoinstall_known_extensions": "false"})
         else:
             con = connect_writer(db, deadline, on_wait)
+        marker = None
         try:
+            if not read_only and snapshot:
+                from taxbreak import marts
+
+                marker = marts.mark_pending(db, traces)  # stays if this writer dies: the next one catches up
             yield con
         except BaseException:
             con.close()
@@ -171,9 +190,12 @@ def writer(
         if read_only or not snapshot:
             con.close()
             return
+        markers, todo = marts.pending(db)  # this writer's traces and those of writers that died
+        marts.export(con, db, todo)
         con.execute("CHECKPOINT")
-        con.close()
-        publish_snapshot(db)
+        publish_snapshot(db, con)  # closes con
+        for m in [*markers, marker]:
+            m.unlink(missing_ok=True)
 
 
 def snapshot_is_current(warehouse: str | os.PathLike[str]) -> bool:
