@@ -12,14 +12,11 @@ rebuilds them for every trace. Every step that touches the DuckDB file is in the
 
 import base64
 import hashlib
-import os
-import shutil
-import uuid
-from pathlib import Path
 
 import dagster as dg
 
 from taxbreak.analysis import settings_tables
+from taxbreak.pipeline.defs.checks import check_specs, evaluate, markdown_preview
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
@@ -28,6 +25,9 @@ EXPORTS = dg.AssetKey("warehouse_exports")
 REPORT = dg.AssetKey("warehouse_report")
 SNAPSHOT_NAME = "snapshot.duckdb"
 PREVIEW_ROWS = 5
+
+
+TRACES_TAG = "taxbreak/trace_ids"  # a run tag: comma-separated trace ids the run analyses (a batch)
 
 
 class AnalysisConfig(dg.Config):
@@ -79,18 +79,26 @@ def needed_files(selected: set[str]) -> list[str]:
 
 def trace_ids_for_run(context: dg.AssetExecutionContext, full_rebuild: bool) -> list[str] | None:
     key = context.run.tags.get("dagster/partition")
-    return None if full_rebuild or not key else [key]
+    batch = context.run.tags.get(TRACES_TAG)  # several traces dropped together: one run analyses them at once
+    if full_rebuild:
+        return None
+    if batch:
+        return sorted({t for t in batch.split(",") if t})
+    return [key] if key else None
 
 
-def markdown_preview(con, table: str, limit: int = PREVIEW_ROWS) -> str:  # noqa: ANN001 - DuckDB connection
-    rel = con.table(table).limit(limit)
-    lines = ["| " + " | ".join(rel.columns) + " |", "|" + "---|" * len(rel.columns)]
-    lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rel.fetchall()]
-    return "\n".join(lines)
 
 
 # the run-settings tables taxbreak.analysis prepares per run, and the RunConfig fields each holds
 SETTINGS_TABLES = settings_tables()  # run-settings table -> the RunConfig fields it holds (taxbreak.analysis)
+
+
+def column_schema(con, sf) -> dg.TableSchema:  # noqa: ANN001 - DuckDB connection, taxbreak.analysis.SqlFile
+    """The table's columns as Dagster's ``dagster/column_schema``: DuckDB types from the table, descriptions (with
+    their units) from the SQL file's ``-- column:`` header lines."""
+    rel = con.table(sf.name)
+    return dg.TableSchema(columns=[dg.TableColumn(name=c, type=str(t), description=sf.columns.get(c) or None)
+                                   for c, t in zip(rel.columns, rel.types, strict=True)])
 
 
 def code_version(name: str, files: dict) -> str:
@@ -139,14 +147,15 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     if not TABLE_SPECS:
         return []
 
-    @dg.multi_asset(specs=TABLE_SPECS, can_subset=True, pool=POOL, name="analysis_tables")
+    @dg.multi_asset(specs=TABLE_SPECS, check_specs=check_specs(TABLE_NAMES), can_subset=True, pool=POOL,
+                    name="analysis_tables")
     def analysis_tables(
         context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource
     ):  # noqa: ANN202 - yields MaterializeResult
         from taxbreak.analysis import materialize_table, publication
 
         trace_ids = trace_ids_for_run(context, config.full_rebuild)
-        if trace_ids is not None:
+        if trace_ids is not None and len(trace_ids) == 1:
             store = lake.get()
             row = store.catalogue_row(trace_ids[0])
             if row is None or row["status"] != "ingested" or not store.has_events(trace_ids[0]):
@@ -155,9 +164,12 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                                  "tables unchanged")
                 return
         selected = {k.path[-1] for k in context.selected_asset_keys}
-        scope = "all traces" if trace_ids is None else f"trace {trace_ids[0][:16]}"
+        checks = {k.name for k in context.selected_asset_check_keys}
+        scope = ("all traces" if trace_ids is None else f"trace {trace_ids[0][:16]}" if len(trace_ids) == 1
+                 else f"{len(trace_ids)} traces")
         results = []
-        with warehouse.writer() as con:
+        # the marts of the run's traces only (taxbreak.marts): a run's cost does not grow with the traces analysed
+        with warehouse.writer(traces=trace_ids) as con:
             # Every file the selection needs, in dependency order, each with the run's traces: a table's
             # inputs then already exist in the connection when it is computed.  One publication (one transaction):
             # a step that dies leaves every table as it was; the results are reported once it is committed.
@@ -169,52 +181,40 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                     (row_count,) = con.table(name).count("*").fetchall()[0]
                     results.append(dg.MaterializeResult(asset_key=name, metadata={
                         "dagster/row_count": int(row_count), "rows_computed": int(computed), "scope": scope,
+                        "dagster/column_schema": column_schema(con, FILES[name]),
                         "preview": dg.MetadataValue.md(markdown_preview(con, name)),
                     }))
+                # the blocking invariants on the run's rows, before the commit: a broken one publishes nothing
+                evaluations = evaluate(con, checks)
+                broken = [e.check_name for e in evaluations if not e.passed]
+                if broken:
+                    yield from evaluations
+                    raise dg.Failure(f"{scope}: invariant(s) {', '.join(broken)} broken; nothing published "
+                                     "(the tables, marts and snapshot stay as they were)")
         yield from results
+        yield from evaluations
 
     return [analysis_tables]
-
-
-def _atomic_copy(src: Path, dest: Path) -> None:
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dest)
-
-
-def export_warehouse(warehouse: WarehouseResource, tables: list[str]) -> dict[str, int]:
-    """``exports/<table>.parquet`` per table and ``exports/snapshot.duckdb``, each published by atomic rename.
-
-    A reader that already opened the previous file keeps reading it (the rename does not touch its inode)."""
-    out_dir = warehouse.exports_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    counts: dict[str, int] = {}
-    with warehouse.writer() as con:
-        present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
-        for table in tables:
-            if table not in present:
-                continue
-            tmp = out_dir / f".{table}.{uuid.uuid4().hex}.tmp.parquet"
-            rel = con.table(table)
-            rel.write_parquet(str(tmp), compression="zstd")
-            os.replace(tmp, out_dir / f"{table}.parquet")
-            (counts[table],) = rel.count("*").fetchall()[0]
-        con.execute("CHECKPOINT")
-        _atomic_copy(warehouse.file(), out_dir / SNAPSHOT_NAME)
-    return counts
 
 
 @dg.asset(
     key=EXPORTS, deps=[dg.AssetKey(n) for n in TABLE_NAMES] or [TRACE_INGEST], group_name="analysis",
     kinds={"parquet", "duckdb"}, pool=POOL,
-    description="Parquet copies of every table (`exports/<table>.parquet` beside the DuckDB file) and a snapshot "
-    "of the DuckDB file (`exports/snapshot.duckdb`), replaced atomically: query these while runs write.",
+    description="The readers' copy: per-trace Parquet marts (`marts/<table>/trace_id=<id>/` beside the DuckDB "
+    "file), written by each table run for its traces, and `exports/snapshot.duckdb`, views over them plus the "
+    "cross-trace tables, replaced atomically (taxbreak.marts): query these while runs write. This step catches up "
+    "what a writer that died left pending and reports the marts.",
 )
 def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
-    counts = export_warehouse(warehouse, TABLE_NAMES)
+    from taxbreak.marts import marts_dir, partitions
+
+    with warehouse.writer(traces=[]):  # only what earlier writers left pending, then the snapshot (small)
+        pass
+    root = marts_dir(warehouse.file())
+    counts = {d.name: len(partitions(d)) for d in sorted(root.iterdir()) if d.is_dir() and d.name[0] not in "._"}
     return dg.MaterializeResult(metadata={
-        "exports_dir": str(warehouse.exports_dir()), "tables_exported": len(counts),
-        **{f"rows_{t}": n for t, n in counts.items()},
+        "marts_dir": str(root), "snapshot": str(warehouse.exports_dir() / SNAPSHOT_NAME),
+        **{f"traces_{t}": n for t, n in counts.items()},
     })
 
 

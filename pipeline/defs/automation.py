@@ -9,6 +9,8 @@ catalogue row takes the sidecar (``bucket.apply_sidecar``), then the tables are 
 """
 
 
+import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from taxbreak.pipeline.bucket import TICK_MAX_BYTES, Bucket, Cursor, Entry, select_new, sha256_of
-from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS
+from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS, TABLE_SPECS
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
 from taxbreak.pipeline.defs.whatif_assets import WHATIF_KEYS
@@ -141,11 +143,29 @@ def bucket_sweep_schedule(context: dg.ScheduleEvaluationContext, bucket: BucketR
     return [_run_request(p) for p in planned]
 
 
-refresh_schedule = dg.ScheduleDefinition(
-    name="refresh_tables_schedule", job=refresh_job, cron_schedule=SCHEDULE_CRON,
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Rebuild every analysis table for all traces and re-export (same cron as the sweep).",
-)
+def code_versions() -> dict[str, str]:
+    """Every analysis table's code version (its SQL, the run-local SQL it reads, the settings it reads)."""
+    return {s.key.to_user_string(): s.code_version or "" for s in TABLE_SPECS}
+
+
+def code_versions_key(current: dict[str, str]) -> str:
+    """One hash of every table's code version: the refresh for it is requested once (it is the run key)."""
+    return hashlib.sha256(json.dumps(current, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dg.schedule(job=refresh_job, cron_schedule=SCHEDULE_CRON, name="refresh_tables_schedule",
+             default_status=dg.DefaultScheduleStatus.RUNNING,
+             description="Rebuild every analysis table for all traces, only when a table's code version (its SQL, "
+             "what it reads, the settings) changed since the last refresh: new traces are the sensor's runs, so an "
+             "unchanged code location recomputes nothing (same cron as the sweep).")
+def refresh_schedule(context: dg.ScheduleEvaluationContext):  # noqa: ANN201
+    key = code_versions_key(code_versions())
+    done = context.instance.get_run_records(
+        dg.RunsFilter(job_name=refresh_job.name, tags={"taxbreak/code_versions": key}), limit=1)
+    if done:
+        return dg.SkipReason(f"code versions {key} already refreshed: nothing to recompute")
+    # run key = the code versions: the daemon never launches a second run for the same code
+    return dg.RunRequest(run_key=f"code:{key}", tags={"taxbreak/code_versions": key})
 
 
 @dg.definitions

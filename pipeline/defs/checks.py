@@ -1,13 +1,13 @@
-"""Asset checks: the analysis invariants (METHOD.md), as SQL over the warehouse tables.
+"""The analysis invariants (METHOD.md), as SQL over the warehouse tables: blocking asset checks.
 
 Each check counts the rows that break one rule; it passes when there are none and shows up to five of them.
-A table not built yet (no trace analysed) passes with ``rows_checked = 0``.
+A table not built yet (no trace analysed) passes with ``rows_checked = 0``.  The checks are evaluated by the
+``analysis_tables`` step itself (``taxbreak.pipeline.defs.analysis_assets``), on the run's rows, inside the
+run's publication and before its commit: a broken invariant fails the step and rolls the run back, so nothing of
+that trace is published (tables, marts, snapshot) and the assets downstream (exports, report, what-if) do not run.
 """
 
 import dagster as dg
-
-from taxbreak.pipeline.defs.analysis_assets import TABLE_NAMES, markdown_preview
-from taxbreak.pipeline.defs.resources import WarehouseResource
 
 # (table, check name, description, query selecting the violating rows). Fixed text: no values in it.
 RULES: list[tuple[str, str, str, str]] = [
@@ -61,38 +61,36 @@ def _violations(con, table: str, query: str, present: set[str]) -> tuple[int, in
     (checked,) = con.table(table).count("*").fetchall()[0]
     con.execute(f"CREATE OR REPLACE TEMP VIEW _violations AS {query}")  # fixed rule text, no values
     (bad,) = con.execute("SELECT count(*) FROM _violations").fetchall()[0]
-    return int(checked), int(bad), markdown_preview(con, "_violations") if bad else "none"
+    sample = markdown_preview(con, "_violations") if bad else "none"
+    con.execute("DROP VIEW _violations")
+    return int(checked), int(bad), sample
 
 
-SPECS = [
-    dg.AssetCheckSpec(name=name, asset=dg.AssetKey(table), description=description, blocking=False)
-    for table, name, description, _ in RULES if table in TABLE_NAMES
-]
+def markdown_preview(con, table: str, limit: int = 5) -> str:  # noqa: ANN001 - DuckDB connection
+    """The first rows of a table or view as a Markdown table (asset metadata)."""
+    rel = con.table(table).limit(limit)
+    lines = ["| " + " | ".join(rel.columns) + " |", "|" + "---|" * len(rel.columns)]
+    lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rel.fetchall()]
+    return "\n".join(lines)
 
 
-@dg.multi_asset_check(specs=SPECS, can_subset=True, name="analysis_invariants",
-                      description="The analysis invariants, one read-only connection for all of them.")
-def analysis_invariants(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):  # noqa: ANN201
-    selected = {k.name for k in context.selected_asset_check_keys}
-    rules = [r for r in RULES if r[1] in selected]
-    if not warehouse.file().exists():
-        for table, name, _, _ in rules:
-            yield dg.AssetCheckResult(asset_key=table, check_name=name, passed=True,
-                                      metadata={"rows_checked": 0, "violations": 0})
-        return
-    with warehouse.writer(read_only=True) as con:
-        present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        for table, name, _, query in rules:
-            checked, bad, sample = _violations(con, table, query, present)
-            yield dg.AssetCheckResult(
-                asset_key=table, check_name=name, passed=bad == 0, severity=dg.AssetCheckSeverity.ERROR,
-                metadata={"rows_checked": checked, "violations": bad, "examples": dg.MetadataValue.md(sample)},
-            )
+def check_specs(tables: list[str]) -> list[dg.AssetCheckSpec]:
+    """The rules as blocking checks of the tables present in ``tables``."""
+    return [dg.AssetCheckSpec(name=name, asset=dg.AssetKey(table), description=description, blocking=True)
+            for table, name, description, _ in RULES if table in tables]
 
 
-CHECKS = [analysis_invariants] if SPECS and "taxbreak_by_scope" in TABLE_NAMES else []
-
-
-@dg.definitions
-def check_defs() -> dg.Definitions:
-    return dg.Definitions(asset_checks=CHECKS)
+def evaluate(con, selected: set[str]) -> list[dg.AssetCheckResult]:  # noqa: ANN001 - DuckDB connection
+    """The selected rules on the connection's tables (in a per-trace run: the run's temporary tables, which hold
+    that trace's rows only and shadow the warehouse's)."""
+    present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    out = []
+    for table, name, _, query in RULES:
+        if name not in selected:
+            continue
+        checked, bad, sample = _violations(con, table, query, present)
+        out.append(dg.AssetCheckResult(
+            asset_key=table, check_name=name, passed=bad == 0, severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"rows_checked": checked, "violations": bad, "examples": dg.MetadataValue.md(sample)},
+        ))
+    return out

@@ -104,7 +104,9 @@ class WarehouseResource(dg.ConfigurableResource):
         return self.file().parent / "exports"
 
     @contextlib.contextmanager
-    def writer(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def writer(
+        self, read_only: bool = False, traces: list[str] | None = None,
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         """The one connection to the file, under the one writer rule of ``taxbreak.warehouse.writer``.
 
         DuckDB lets no other process open a file that one process holds read-write, so every step (writers,
@@ -114,7 +116,7 @@ class WarehouseResource(dg.ConfigurableResource):
         """
         from taxbreak.warehouse import writer
 
-        with writer(self.file(), read_only=read_only) as con:
+        with writer(self.file(), read_only=read_only, traces=traces) as con:
             yield con
 
 

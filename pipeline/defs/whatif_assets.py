@@ -34,7 +34,7 @@ def whatif_tables(
     from taxbreak import whatif
 
     trace_ids = trace_ids_for_run(context, config.full_rebuild)
-    with warehouse.writer() as con:
+    with warehouse.writer(traces=trace_ids) as con:  # marts of the run's trace only (None: every trace)
         analysed = {r[0] for r in con.execute(
             "SELECT trace_id FROM skip_by_trace WHERE kernels > 0").fetchall()} if _has(con, "skip_by_trace") else set()
         if trace_ids is None:

@@ -62,10 +62,14 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
         failed_run = run.dagster_run.tags["dagster/partition"] == _sha(inbox / "corrupt.json")
         assert {e.check_name for e in evals} == ({"ingest_completeness"} if failed_run else every_check)
         assert "kernel_taxbreak" not in _materialized(run) if failed_run else "kernel_taxbreak" in _materialized(run)
-    exports = env["warehouse"].parent / "exports"
-    assert (exports / "kernel_taxbreak.parquet").exists() and (exports / "snapshot.duckdb").exists()
-    parquet = str(exports / "kernel_taxbreak.parquet")
+    # the readers' copy: one Parquet partition per trace and table (taxbreak.marts), and the snapshot's views
+    marts = env["warehouse"].parent / "marts" / "kernel_taxbreak"
+    assert sorted(p.name for p in marts.glob("trace_id=*")) == sorted(f"trace_id={_sha(f)}" for f in (good, nsight))
+    parquet = str(marts / "trace_id=*" / "part-0.parquet")
     assert duckdb.execute("SELECT count(*) FROM read_parquet($p)", {"p": parquet}).fetchall() == [(3 + NSIGHT_KERNELS,)]
+    snap = duckdb.connect(str(env["warehouse"].parent / "exports" / "snapshot.duckdb"), read_only=True)
+    assert snap.execute("SELECT count(*) FROM kernel_taxbreak").fetchall() == [(3 + NSIGHT_KERNELS,)]
+    snap.close()
     # the report: an HTML file, and in the Dagster UI its headline table and the split plot as metadata
     last = [e for r in t1.runs for e in r.get_asset_materialization_events()
             if e.asset_key.to_user_string() == "warehouse_report"][-1].materialization.metadata
@@ -87,6 +91,7 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
 
     # a fourth file: only its partition runs, and the tables are rebuilt for it alone
     fourth = write_kineto(inbox / "fourth.json", 2, base_us=50.0)
+    before = {p: p.stat().st_mtime_ns for p in marts.parent.glob("*/trace_id=*/part-0.parquet")}
     t4 = tick(defs, instance, t3.cursor)
     assert t4.partition_keys == [_sha(fourth)]
     run = t4.runs[0]
@@ -96,6 +101,10 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     assert ktx.materialization.metadata["rows_computed"].value == 2
     final = _kernels_per_trace(env["warehouse"])
     assert final[_sha(fourth)] == 2 and final[_sha(nsight)] == NSIGHT_KERNELS
+    # its run wrote its own partitions and left every other trace's untouched
+    after = {p: p.stat().st_mtime_ns for p in marts.parent.glob("*/trace_id=*/part-0.parquet")}
+    assert {p for p in after if p not in before} == {p for p in after if p.parent.name == f"trace_id={_sha(fourth)}"}
+    assert all(after[p] == t for p, t in before.items() if p in after)
     assert len(instance.get_dynamic_partitions("traces")) == 5
 
     # a sidecar written (or changed) beside a trace: its trace runs again, forced, so new metadata is read
