@@ -19,9 +19,9 @@ $(STAMP): requirements.lock requirements-dev.lock constraints.lock pyproject.tom
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# `make demo` adds one real GPU trace when the public traces sit beside the checkout (they are not in the repository):
-# the H100 Qwen1.5-0.5B inference trace listed in ../shared/traces/public/SOURCES.md. `make demo DEMO_TRACE=` omits it.
-DEMO_TRACE ?= ../shared/traces/public/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz
+# `make demo` adds one real GPU trace from the vendored public traces (tests/data/SOURCES.md): the H100 Qwen1.5-0.5B
+# inference trace. `make demo DEMO_TRACE=` omits it.
+DEMO_TRACE ?= tests/data/public/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz
 
 demo: $(STAMP)
 	$(BIN)/python -m taxbreak.demo $(if $(wildcard $(DEMO_TRACE)),--trace $(DEMO_TRACE)) $(ARGS)

@@ -1,48 +1,58 @@
 """Where the tests find real third-party traces, for every test folder.
 
-The suite runs from the repository alone: each rule and figure is checked on small traces built by code (the
-scenario builders beside the tests, ``taxbreak.capture.synthetic``'s Kineto and Nsight writers). The real
-public traces in ``../shared/traces/public`` add breadth. They stay out of the repository, as their
-``SOURCES.md`` asks, so a test that needs one skips, naming the file; CI's clone has them beside it.
+Every rule and figure is checked on small traces built by code (the scenario builders beside the tests,
+``taxbreak.capture.synthetic``'s Kineto and Nsight writers) and on real public traces. A curated subset of those
+(<= 6 MB, each with its source and licence: ``tests/data/SOURCES.md``) is vendored in ``tests/data/public`` so
+the real-trace tests run from a fresh clone; the full collection in ``../shared/traces/public`` (same layout) adds
+breadth where it is beside the checkout, and is then read first.  A test that needs a file of the full collection
+that is not vendored skips, naming the file.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 PUBLIC_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"  # ../shared beside the checkout
+if os.environ.get("TAXBREAK_TESTS_VENDORED_ONLY"):  # run as a fresh clone would, with no ../shared beside it
+    PUBLIC_TRACES = Path("/nonexistent/shared/traces/public")
+VENDORED_TRACES = Path(__file__).resolve().parent / "data" / "public"  # the curated subset (tests/data/SOURCES.md)
 
 
-def _absent(what: Path) -> str:
-    return (f"breadth test: {what} is absent (the third-party public traces are not kept in the repository; "
-            "they are read from ../shared/traces/public beside the checkout)")
+def _absent(what: str) -> str:
+    return (f"breadth test: {what} is not vendored in tests/data/public (the full public trace collection is read "
+            "from ../shared/traces/public beside the checkout, absent here)")
+
+
+def public_folder() -> Path:
+    """The full collection when it is beside the checkout, else the vendored subset."""
+    return PUBLIC_TRACES if PUBLIC_TRACES.is_dir() else VENDORED_TRACES
 
 
 @pytest.fixture(scope="session")
-def public_traces_dir() -> Path | None:
-    """The public traces folder, or None when it is absent (for fixtures that only add those traces)."""
-    return PUBLIC_TRACES if PUBLIC_TRACES.is_dir() else None
+def public_traces_dir() -> Path:
+    """The folder of public traces the tests read (the full collection, else the vendored subset)."""
+    return public_folder()
 
 
 @pytest.fixture(scope="session")
-def public_traces(public_traces_dir: Path | None) -> Path:
-    """The public traces folder; the test skips, saying why, when it is absent."""
-    if public_traces_dir is None:
-        pytest.skip(_absent(PUBLIC_TRACES))
+def public_traces(public_traces_dir: Path) -> Path:
+    """Same as public_traces_dir (kept for the tests that read every file of it)."""
     return public_traces_dir
 
 
 @pytest.fixture(scope="session")
 def public_trace() -> Callable[[str], Path]:
-    """public_trace('nsys-ai/mock.sqlite') -> that file's path; the test skips, naming the file, when it is absent."""
+    """public_trace('nsys-ai/mock.sqlite') -> that file's path (full collection first, then the vendored copy);
+    the test skips, naming the file, when neither has it."""
 
     def resolve(rel: str) -> Path:
-        path = PUBLIC_TRACES / rel
-        if not path.is_file():
-            pytest.skip(_absent(path))
-        return path
+        for folder in (PUBLIC_TRACES, VENDORED_TRACES):
+            if (folder / rel).is_file():
+                return folder / rel
+        pytest.skip(_absent(rel))
 
     return resolve

@@ -46,6 +46,8 @@ def real(tmp_path_factory: pytest.TempPathFactory,
     ids: dict[str, str] = {}
     failed = []
     for rel in KERNELS:
+        if not (public_traces / rel).is_file():
+            continue  # the full collection is not beside the checkout: the vendored subset (tests/data/SOURCES.md)
         res = ingest_file(public_traces / rel, lake)
         if res.status == "failed":
             failed.append(f"{rel}: {res.error}")
