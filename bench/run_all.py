@@ -25,7 +25,8 @@ same invocation is the figure.  The references:
 
 Ratios are "how many times the reference's time ours takes" turned so that higher is better for throughput
 (reference wall / our wall); CPU ratios (reference CPU-s / our CPU-s, all threads) are printed beside them
-because CPU time moves less than wall time on a shared machine.  Results also go to bench/out/results.json.
+because CPU time moves less than wall time on a shared machine.  Results also go to
+bench/out/results_<size>MiB.json.
 """
 
 from __future__ import annotations
@@ -122,10 +123,15 @@ def _task_analysis(lake: str, warehouse: str) -> dict:
 
     peaks: dict[str, float] = {"(start)": _vm_hwm_mb() or 0.0}  # resetting VmHWM resets ru_maxrss too
 
+    cpu_s: dict[str, float] = {}
+    started = [time.process_time()]
+
     def progress(name: str, index: int, total: int, rows: int | None) -> None:
         if rows is None:
             _reset_peak()
+            started[0] = time.process_time()
             return
+        cpu_s[name] = time.process_time() - started[0]  # all threads of the process
         peak = _vm_hwm_mb()
         if peak is not None:
             peaks[name] = peak
@@ -140,7 +146,8 @@ def _task_analysis(lake: str, warehouse: str) -> dict:
     return {"status": "ok", "tables": len(rows), "kernels": kernels,
             "memory_limit": settings[0], "threads": settings[1],
             "peak_rss_mb": max(peaks.values()),
-            "peak_rss_mb_by_table": dict(sorted(peaks.items(), key=lambda kv: -kv[1])[:5])}
+            "peak_rss_mb_by_table": dict(sorted(peaks.items(), key=lambda kv: -kv[1])[:5]),
+            "cpu_s_by_table": dict(sorted(cpu_s.items(), key=lambda kv: -kv[1])[:5])}
 
 
 def _task_nsys_ingest(export: str, work: str) -> dict:
@@ -479,9 +486,19 @@ def main(argv: list[str] | None = None) -> int:
             f"load average {load0:.1f} before, {load1:.1f} after (other work on the machine slows wall times; "
             "ratios are to references run in between)",
             f"runs per figure: {args.repeat} (fastest kept)"]
-    text = print_table(rows, head)
+    an_info = (results.get("analysis") or {}).get("info") or {}
+    if an_info.get("peak_rss_mb_by_table"):
+        tables = ", ".join(f"{k} {v:,.0f} MB" for k, v in an_info["peak_rss_mb_by_table"].items())
+        rows_note = f"analysis peak RSS by table (highest first): {tables}"
+        cpu = ", ".join(f"{k} {v:,.1f} s" for k, v in (an_info.get("cpu_s_by_table") or {}).items())
+        rows_note += f"\nanalysis CPU time by table (highest first): {cpu}"
+    else:
+        rows_note = ""
+    text = print_table(rows, head) + ("\n\n" + rows_note if rows_note else "")
+    if rows_note:
+        print("\n" + rows_note)
     results["table"] = text
-    (args.out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (args.out_dir / f"results_{args.size_mib}MiB.json").write_text(json.dumps(results, indent=1, default=str))
     return 0 if all(r.met is not False for r in rows) else 1
 
 
