@@ -1140,13 +1140,12 @@ def result_rows(results: list[dict[str, Any]]) -> tuple[pa.Table, pa.Table]:
 def write_tables(con: duckdb.DuckDBPyConnection, results: list[dict[str, Any]]) -> dict[str, int]:
     """Publish scenario results into the warehouse on ``con``: each (trace, scenario)'s old rows are replaced, in
     one transaction (nothing half-written)."""
-    from taxbreak.analysis import _comment, _q
+    from taxbreak.analysis import _comment, _q, publication
 
     res_t, cp_t = result_rows(results)
     docs = {sf.name: sf for sf in table_docs()}
     keys = sorted({(r["trace_id"], r["scenario"].name) for r in results})
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with publication(con):  # joins the caller's publication when there is one
         for name, tbl in (("whatif_results", res_t), ("critical_path", cp_t)):
             con.register("_wi_rows", tbl)
             con.execute(f"CREATE TABLE IF NOT EXISTS main.{_q(name)} AS SELECT * FROM _wi_rows LIMIT 0")
@@ -1155,10 +1154,6 @@ def write_tables(con: duckdb.DuckDBPyConnection, results: list[dict[str, Any]]) 
             con.execute(f"INSERT INTO main.{_q(name)} SELECT * FROM _wi_rows")
             con.unregister("_wi_rows")
             _comment(con, f"main.{_q(name)}", docs[name], tbl.column_names)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     return {"whatif_results": res_t.num_rows, "critical_path": cp_t.num_rows}
 
 
@@ -1271,14 +1266,15 @@ def cmd_whatif(args: Any) -> int:
         return 2
     finally:
         con.close()
-    if args.save:
-        from taxbreak.analysis import connect
+    if args.save:  # under the one writer rule, as one publication (taxbreak.warehouse)
+        from taxbreak.warehouse import WarehouseBusy, writer
 
-        wcon = connect(paths.warehouse)
         try:
-            write_tables(wcon, results)
-        finally:
-            wcon.close()
+            with writer(paths.warehouse, traces=[tid]) as wcon:
+                write_tables(wcon, results)
+        except WarehouseBusy as exc:
+            print(f"whatif: {exc}", file=sys.stderr)
+            return 3
     if args.json:
         out = []
         for r in results:
