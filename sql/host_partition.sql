@@ -28,20 +28,6 @@ threads AS MATERIALIZED (
     FROM (SELECT DISTINCT pk, trace_id, pid, tid FROM int_host_segments) t
     LEFT JOIN launching l USING (pk)
 ),
-per_thread AS (
-    SELECT
-        pk,
-        sum(seg_ns) AS wall_ns,
-        coalesce(sum(seg_ns) FILTER (WHERE category = 1), 0) AS launch_host_ns,
-        coalesce(sum(seg_ns) FILTER (WHERE category = 8), 0) AS launch_blocked_ns,
-        coalesce(sum(seg_ns) FILTER (WHERE category = 2), 0) AS library_ns,
-        coalesce(sum(seg_ns) FILTER (WHERE category = 3), 0) AS framework_ns,
-        coalesce(sum(seg_ns) FILTER (WHERE category = 4), 0) AS sync_ns,
-        coalesce(sum(seg_ns) FILTER (WHERE category = 5), 0) AS other_runtime_ns,
-        coalesce(sum(seg_ns) FILTER (WHERE category = 6), 0) AS host_untraced_ns,
-        coalesce(sum(seg_ns) FILTER (WHERE category = 7), 0) AS unresolved_ns
-    FROM labelled GROUP BY pk
-),
 -- a step's window on each of its launching threads (the threads that launch kernels kernel_taxbreak puts in the
 -- step; a step without kernels: its annotation's thread): the thread's segments clipped to it; what the clipped
 -- parts leave of the window (before the thread's first event, after its last, between events) is untraced.  A
@@ -99,54 +85,72 @@ clipped AS MATERIALIZED (
     SELECT trace_id, step_id, wkind, pk, category, sum(part_ns) AS part_ns
     FROM (SELECT * FROM starting UNION ALL SELECT * FROM straddling) GROUP BY ALL
 ),
+-- every piece of host time once, then one pivot into the partition's columns: a thread's segments, a step
+-- window's clipped parts, an outlier window's clipped parts
+pieces AS (
+    SELECT 'thread' AS piece, pk, CAST(NULL AS BIGINT) AS step_id, category, seg_ns AS ns FROM labelled
+    UNION ALL
+    SELECT wkind, pk, step_id, category, part_ns FROM clipped
+),
+parts AS (
+    SELECT
+        piece, pk, step_id,
+        sum(ns) AS total_ns,
+        coalesce(sum(ns) FILTER (WHERE category = 1), 0) AS launch_host_ns,
+        coalesce(sum(ns) FILTER (WHERE category = 8), 0) AS launch_blocked_ns,
+        coalesce(sum(ns) FILTER (WHERE category = 2), 0) AS library_ns,
+        coalesce(sum(ns) FILTER (WHERE category = 3), 0) AS framework_ns,
+        coalesce(sum(ns) FILTER (WHERE category = 4), 0) AS sync_ns,
+        coalesce(sum(ns) FILTER (WHERE category = 5), 0) AS other_runtime_ns,
+        coalesce(sum(ns) FILTER (WHERE category = 6), 0) AS host_untraced_ns,
+        coalesce(sum(ns) FILTER (WHERE category = 7), 0) AS unresolved_ns
+    FROM pieces GROUP BY piece, pk, step_id
+),
+per_thread AS (
+    SELECT pk, total_ns AS wall_ns, launch_host_ns, launch_blocked_ns, library_ns, framework_ns, sync_ns,
+           other_runtime_ns, host_untraced_ns, unresolved_ns
+    FROM parts WHERE piece = 'thread'
+),
 step_walls AS (
     SELECT trace_id, step_id, count(*) AS threads, bool_or(launches_kernels) AS launches_kernels,
            sum(step_dur_ns) AS wall_ns
     FROM steps GROUP BY trace_id, step_id
 ),
+-- a step's window holds its threads' clipped parts; the rest of the window is untraced
 per_step AS (
     SELECT
         st.trace_id, st.step_id, st.threads, st.launches_kernels, st.wall_ns,
-        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 1), 0) AS launch_host_ns,
-        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 8), 0) AS launch_blocked_ns,
-        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 2), 0) AS library_ns,
-        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 3), 0) AS framework_ns,
-        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 4), 0) AS sync_ns,
-        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 5), 0) AS other_runtime_ns,
-        st.wall_ns - coalesce(sum(c.part_ns), 0) AS host_untraced_ns,
-        coalesce(sum(c.part_ns) FILTER (WHERE c.category = 7), 0) AS unresolved_ns
-    FROM step_walls st LEFT JOIN clipped c ON c.trace_id = st.trace_id AND c.step_id = st.step_id AND c.wkind = 'step'
+        coalesce(sum(p.launch_host_ns), 0) AS launch_host_ns,
+        coalesce(sum(p.launch_blocked_ns), 0) AS launch_blocked_ns,
+        coalesce(sum(p.library_ns), 0) AS library_ns,
+        coalesce(sum(p.framework_ns), 0) AS framework_ns,
+        coalesce(sum(p.sync_ns), 0) AS sync_ns,
+        coalesce(sum(p.other_runtime_ns), 0) AS other_runtime_ns,
+        st.wall_ns - coalesce(sum(p.total_ns), 0) AS host_untraced_ns,
+        coalesce(sum(p.unresolved_ns), 0) AS unresolved_ns
+    FROM step_walls st
+    LEFT JOIN (SELECT p.*, s.trace_id FROM parts p JOIN (SELECT DISTINCT trace_id, step_id, pk FROM steps) s
+               USING (step_id, pk) WHERE p.piece = 'step') p
+      ON p.trace_id = st.trace_id AND p.step_id = st.step_id
     GROUP BY st.trace_id, st.step_id, st.threads, st.launches_kernels, st.wall_ns
 ),
 -- what the outlier windows hold of each thread's span: the window clipped to the span, its traced parts, and the
 -- rest of it as untraced time
 spans AS (SELECT pk, min(t) AS span_start_ns, max(t + seg_ns) AS span_end_ns FROM labelled GROUP BY pk),
-excl_parts AS (
-    SELECT trace_id, step_id, pk,
-           coalesce(sum(part_ns) FILTER (WHERE category = 1), 0) AS launch_host_ns,
-           coalesce(sum(part_ns) FILTER (WHERE category = 8), 0) AS launch_blocked_ns,
-           coalesce(sum(part_ns) FILTER (WHERE category = 2), 0) AS library_ns,
-           coalesce(sum(part_ns) FILTER (WHERE category = 3), 0) AS framework_ns,
-           coalesce(sum(part_ns) FILTER (WHERE category = 4), 0) AS sync_ns,
-           coalesce(sum(part_ns) FILTER (WHERE category = 5), 0) AS other_runtime_ns,
-           coalesce(sum(part_ns) FILTER (WHERE category = 7), 0) AS unresolved_ns,
-           sum(part_ns) AS traced_ns
-    FROM clipped WHERE wkind = 'excl' GROUP BY ALL
-),
 excl AS (
     SELECT w.trace_id,
            sum(greatest(0, least(w.step_end_ns, sp.span_end_ns) - greatest(w.step_ts_ns, sp.span_start_ns)))
                AS wall_ns,
-           coalesce(sum(c.launch_host_ns), 0) AS launch_host_ns,
-           coalesce(sum(c.launch_blocked_ns), 0) AS launch_blocked_ns,
-           coalesce(sum(c.library_ns), 0) AS library_ns,
-           coalesce(sum(c.framework_ns), 0) AS framework_ns,
-           coalesce(sum(c.sync_ns), 0) AS sync_ns,
-           coalesce(sum(c.other_runtime_ns), 0) AS other_runtime_ns,
-           coalesce(sum(c.unresolved_ns), 0) AS unresolved_ns,
-           coalesce(sum(c.traced_ns), 0) AS traced_ns
+           coalesce(sum(p.launch_host_ns), 0) AS launch_host_ns,
+           coalesce(sum(p.launch_blocked_ns), 0) AS launch_blocked_ns,
+           coalesce(sum(p.library_ns), 0) AS library_ns,
+           coalesce(sum(p.framework_ns), 0) AS framework_ns,
+           coalesce(sum(p.sync_ns), 0) AS sync_ns,
+           coalesce(sum(p.other_runtime_ns), 0) AS other_runtime_ns,
+           coalesce(sum(p.unresolved_ns), 0) AS unresolved_ns,
+           coalesce(sum(p.total_ns), 0) AS traced_ns
     FROM outlier_windows w JOIN spans sp USING (pk)
-    LEFT JOIN excl_parts c ON c.trace_id = w.trace_id AND c.step_id = w.step_id AND c.pk = w.pk
+    LEFT JOIN parts p ON p.piece = 'excl' AND p.step_id = w.step_id AND p.pk = w.pk
     GROUP BY w.trace_id
 ),
 per_thread_rows AS (
