@@ -88,6 +88,16 @@ def ingest_batch_job() -> dg.JobDefinition:
     return load_defs().resolve_job_def("ingest_batch_job")
 
 
+def trace_job() -> dg.JobDefinition:
+    """The per-trace job with its resources, for ``dagster.reconstructable``."""
+    return load_defs().resolve_job_def("trace_job")
+
+
+def refresh_job() -> dg.JobDefinition:
+    """The refresh job (every table for every trace) with its resources, for ``dagster.reconstructable``."""
+    return load_defs().resolve_job_def("refresh_job")
+
+
 def run_inbox_pipeline(paths: Paths | None = None, settle_s: float = 0.0) -> list[IngestResult]:
     """``make demo``: the bucket sensor and its runs, in this process, over ``paths`` (default from the
     environment); returns one IngestResult per trace file in the inbox ('ingested' when a run of this call
