@@ -873,6 +873,10 @@ def read_kineto(
                     text = str(exc).replace(str(events_path), "the trace events").replace(str(workdir), "")
                     raise IngestError(f"{path}: cannot read the trace events ({text})") from None
                 events_path.unlink(missing_ok=True)
+            # the JSON pass's memory goes with its connection (150-200 MB kept by DuckDB's allocator otherwise);
+            # the read-back needs DuckDB only for _host_map
+            con.close()
+            con = _connect(workdir)
             _fill_info(info, meta)
             # rows of the events file + elements never written to it (counted in ``skipped`` by the fallback)
             info.source_event_count = staged.n_rows + sum(skipped.values())
