@@ -70,7 +70,7 @@ def _cross_trace_names() -> set[str]:
 
 def warehouse_tables(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str, str | None]]]:
     """Every kept table of the connection's database: name -> [(column, type, comment)] in column order."""
-    db = con.execute("SELECT current_database()").fetchone()[0]
+    db = con.execute("SELECT current_database()").fetchall()[0][0]
     out: dict[str, list[tuple[str, str, str | None]]] = {}
     for table, col, typ, comment in con.execute(
         "SELECT c.table_name, c.column_name, c.data_type, c.comment FROM duckdb_columns() c "
@@ -133,6 +133,12 @@ def export(
     root = marts_dir(warehouse)
     root.mkdir(parents=True, exist_ok=True)
     tables = warehouse_tables(con)
+    db = con.execute("SELECT current_database()").fetchall()[0][0]
+
+    def rel(table: str) -> duckdb.DuckDBPyRelation:
+        # the warehouse's table, never a temporary table of the same name (a run's own rows) on this connection
+        return con.sql(f"SELECT * FROM {_q(db)}.main.{_q(table)}")
+
     staged: list[tuple[Path, Path]] = []  # (temporary file, its place)
     removals: list[Path] = []
     written: dict[str, int] = {}
@@ -150,7 +156,7 @@ def export(
                 same_columns = False
             have = partitions(tdir)
             if traces is None or not same_columns:
-                staged_here = _stage_whole(con, table, stage_root / table, tdir)
+                staged_here = _stage_whole(con, f"{_q(db)}.main.{_q(table)}", stage_root / table, tdir)
                 keep = {place.parent.name.split("=", 1)[1] for _, place in staged_here}
                 removals += [p for t, p in have.items() if t not in keep]
             else:
@@ -159,8 +165,8 @@ def export(
                     place = _partition(tdir, tid) / PART
                     tmp = stage_root / table / f"{place.parent.name}.parquet"
                     tmp.parent.mkdir(parents=True, exist_ok=True)
-                    rel = con.table(table).filter(duckdb.ColumnExpression("trace_id") == duckdb.ConstantExpression(tid))
-                    rel.write_parquet(str(tmp), compression="zstd")
+                    rows = rel(table).filter(duckdb.ColumnExpression("trace_id") == duckdb.ConstantExpression(tid))
+                    rows.write_parquet(str(tmp), compression="zstd")
                     if _rows(tmp):
                         staged_here.append((tmp, place))
                     elif tid in have:
@@ -172,13 +178,13 @@ def export(
             cols_tmp.write_text(json.dumps(columns), encoding="utf-8")
             staged.append((cols_tmp, cols_file))
             empty = stage_root / table / EMPTY  # the table's columns for readers when no trace has rows
-            con.table(table).limit(0).write_parquet(str(empty))
+            rel(table).limit(0).write_parquet(str(empty))
             staged.append((empty, tdir / EMPTY))
         per_trace = set(per_trace_tables(tables))
         for table in sorted(set(tables) - per_trace):  # the cross-trace tables, whole (small)
             tmp = stage_root / f"{table}.parquet"
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            con.table(table).write_parquet(str(tmp), compression="zstd")
+            rel(table).write_parquet(str(tmp), compression="zstd")
             staged.append((tmp, root / f"{table}.parquet"))
         # every file of the run is written: now put them in place, one rename each
         for tmp, place in staged:
@@ -201,12 +207,13 @@ def _rows(path: Path) -> int:
     return pq.read_metadata(str(path)).num_rows
 
 
-def _stage_whole(con: duckdb.DuckDBPyConnection, table: str, stage: Path, tdir: Path) -> list[tuple[Path, Path]]:
-    """Every trace's partition of ``table`` written under ``stage`` in one pass (DuckDB's partitioned COPY)."""
+def _stage_whole(con: duckdb.DuckDBPyConnection, target: str, stage: Path, tdir: Path) -> list[tuple[Path, Path]]:
+    """Every trace's partition of the table ``target`` (quoted, qualified) written under ``stage`` in one pass
+    (DuckDB's partitioned COPY)."""
     if stage.exists():
         shutil.rmtree(stage)
     stage.parent.mkdir(parents=True, exist_ok=True)
-    con.execute(f"COPY (SELECT * FROM {_q(table)}) TO {_lit(str(stage))} (FORMAT parquet, COMPRESSION zstd, "
+    con.execute(f"COPY (SELECT * FROM {target}) TO {_lit(str(stage))} (FORMAT parquet, COMPRESSION zstd, "
                 "PARTITION_BY (trace_id), WRITE_PARTITION_COLUMNS true)")
     out = []
     for part in sorted(stage.iterdir()) if stage.exists() else []:
@@ -230,7 +237,7 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
     tables = warehouse_tables(con)
     per_trace = set(per_trace_tables(tables))
     root = marts_dir(warehouse).resolve()
-    db = con.execute("SELECT current_database()").fetchone()[0]
+    db = con.execute("SELECT current_database()").fetchall()[0][0]
     comments = dict(con.execute(
         "SELECT table_name, comment FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'main'",
         {"db": db}).fetchall())

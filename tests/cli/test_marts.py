@@ -1,0 +1,72 @@
+"""Issue 12: each write exports only the traces it touched as per-trace Parquet marts, and the readers' snapshot
+(views over them) holds exactly the warehouse's tables: same columns, same types, same rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+from conftest import FUSION_ID, MIXED_ID, Run, add_fusion
+
+from taxbreak.marts import marts_dir, pending
+from taxbreak.warehouse import FAULT_ENV, snapshot_path
+
+
+def assert_snapshot_is_the_warehouse(db: Path) -> set[str]:
+    """Every table of the warehouse file: the snapshot has it with the same columns and types and the same rows
+    (both EXCEPT ALL directions empty); returns the tables read through a view over the marts."""
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{snapshot_path(db)}' AS s (READ_ONLY)")
+    con.execute(f"ATTACH '{db}' AS w (READ_ONLY)")
+    cols = ("SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = $d "
+            "ORDER BY table_name, column_index")
+    assert con.execute(cols, {"d": "s"}).fetchall() == con.execute(cols, {"d": "w"}).fetchall()
+    for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w'").fetchall():
+        diff = con.execute(f'SELECT (SELECT count(*) FROM (FROM s."{t}" EXCEPT ALL FROM w."{t}")) + '
+                           f'(SELECT count(*) FROM (FROM w."{t}" EXCEPT ALL FROM s."{t}"))').fetchone()[0]
+        assert diff == 0, t
+    views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE database_name = 's'").fetchall()}
+    con.close()
+    return views
+
+
+def _partitions(db: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in marts_dir(db).glob("*/trace_id=*/part-0.parquet")}
+
+
+def test_a_write_exports_only_its_traces(home: Path, run: Run) -> None:
+    db = home / "taxbreak.duckdb"
+    assert run("analyze", "-q").returncode == 0
+    views = assert_snapshot_is_the_warehouse(db)
+    assert {"kernel_taxbreak", "taxbreak_by_scope", "trace_meta"} <= views  # per-trace tables: views over the marts
+    first = _partitions(db)
+    assert first and {p.parent.name for p in first} == {f"trace_id={MIXED_ID}"}
+    # the fusion trace added and analysed alone: its partitions are new, the mixed trace's are not rewritten
+    add_fusion(home / "lake")
+    assert run("analyze", "-q", "--trace", FUSION_ID[:12]).returncode == 0
+    second = _partitions(db)
+    assert {p for p in second if p not in first} == {p for p in second if p.parent.name == f"trace_id={FUSION_ID}"}
+    assert all(second[p] == t for p, t in first.items())
+    assert_snapshot_is_the_warehouse(db)
+    # readers see both traces through the snapshot
+    sql = run("sql", "--format", "csv", "SELECT count(*) AS n FROM trace_meta")
+    assert sql.returncode == 0 and sql.stdout.split() == ["n", "2"], sql.stderr
+    # forgetting a trace removes its partitions
+    assert run("forget", FUSION_ID[:12]).returncode == 0
+    assert {p.parent.name for p in _partitions(db)} == {f"trace_id={MIXED_ID}"}
+    assert_snapshot_is_the_warehouse(db)
+
+
+def test_a_writer_killed_after_its_commit_is_caught_up_by_the_next(home: Path, run: Run) -> None:
+    db = home / "taxbreak.duckdb"
+    assert run("analyze", "-q").returncode == 0
+    add_fusion(home / "lake")
+    assert run("analyze", "-q", "--trace", FUSION_ID[:12], env={FAULT_ENV: "after_commit"}).returncode == -9
+    markers, traces = pending(db)
+    assert len(markers) == 1 and traces == [FUSION_ID]  # committed, not exported
+    assert not any(p.parent.name == f"trace_id={FUSION_ID}" for p in _partitions(db))
+    # the next writer (another trace, one table) exports the dead writer's trace as well
+    assert run("analyze", "-q", "--trace", MIXED_ID[:12], "--table", "trace_meta").returncode == 0
+    assert pending(db) == ([], [])
+    assert any(p.parent.name == f"trace_id={FUSION_ID}" for p in _partitions(db))
+    assert_snapshot_is_the_warehouse(db)
