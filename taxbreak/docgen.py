@@ -73,9 +73,10 @@ def generate() -> str:
         "",
         "- `taxbreak sql \"SELECT ...\"` (one query; `--format table|csv|parquet`, `-o FILE`) or `taxbreak sql` "
         "(an interactive prompt). It opens `warehouse/taxbreak.duckdb` read-only; while a pipeline run holds the "
-        "file for writing it reads the snapshot `warehouse/exports/snapshot.duckdb`, else the Parquet exports "
-        "`warehouse/exports/<table>.parquet`. The lake is there too, as views `events` and `catalogue`.",
-        "- Any Parquet engine without this project: `warehouse/exports/<table>.parquet` (the tables below) and "
+        "file for writing it reads the snapshot `warehouse/exports/snapshot.duckdb` (views over the per-trace "
+        "Parquet marts), else the marts themselves. The lake is there too, as views `events` and `catalogue`.",
+        "- Any Parquet engine without this project: `warehouse/marts/<table>/trace_id=*/part-0.parquet` (the "
+        "per-trace tables below, one file per trace), `warehouse/marts/<table>.parquet` (the cross-trace ones) and "
         "`warehouse/lake/events/trace_id=*/part-0.parquet` (raw events in the common schema).",
         "- Times are int64 nanoseconds on each trace's own clock (0 = the trace's first event); every column name "
         "that holds a quantity ends in its unit.",
