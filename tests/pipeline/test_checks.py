@@ -87,3 +87,37 @@ def test_one_bad_value_is_caught(warehouse: Path, tmp_path: Path, rule: str, cor
                                          "scopes_partition_the_trace": kinds},
     }[rule]
     assert kinds >= 2 and got == expected
+
+
+def test_a_broken_invariant_blocks_the_trace(env: dict[str, Path], instance, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """The checks are blocking and evaluated before the commit: a trace whose rows break a rule (here a rule made to
+    flag every trace row) publishes nothing: no rows in the tables, no partition in the marts; the run fails and the
+    failed evaluation is recorded; the trace before it stays as it was."""
+    from taxbreak.pipeline.defs import checks
+    from taxbreak.pipeline.local import load_defs, tick
+
+    defs = load_defs()
+    first = write_kineto(env["inbox"] / "first.json", 2)
+    t1 = tick(defs, instance)
+    assert [r.success for r in t1.runs] == [True]
+    broken = [(t, n, d, "SELECT trace_id FROM taxbreak_by_scope WHERE scope_kind = 'trace'")
+              if n == "hdbi_in_unit_interval" else (t, n, d, q) for t, n, d, q in checks.RULES]
+    monkeypatch.setattr(checks, "RULES", broken)
+    write_kineto(env["inbox"] / "second.json", 3, base_us=99.0)
+    t2 = tick(defs, instance, t1.cursor)
+    (run,) = t2.runs
+    assert not run.success
+    evals = {e.check_name: e for e in run.get_asset_check_evaluations()}
+    assert not evals["hdbi_in_unit_interval"].passed
+    assert evals["hdbi_in_unit_interval"].metadata["violations"].value == 1  # the new trace's row only
+    with duckdb.connect(str(env["warehouse"]), read_only=True) as con:
+        kernels = con.execute("SELECT trace_id, count(*) FROM kernel_taxbreak GROUP BY ALL").fetchall()
+    import hashlib
+
+    first_id = hashlib.sha256(first.read_bytes()).hexdigest()
+    assert kernels == [(first_id, 2)]
+    marts = env["warehouse"].parent / "marts" / "kernel_taxbreak"
+    assert [p.name for p in marts.glob("trace_id=*")] == [f"trace_id={first_id}"]
+    # the downstream assets did not run for it
+    done = {e.asset_key.to_user_string() for e in run.get_asset_materialization_events()}
+    assert "warehouse_report" not in done and "kernel_taxbreak" not in done
