@@ -1,0 +1,229 @@
+"""Issue 12's figures: the cost of one more trace stays flat, traces dropped together run in parallel, and queries
+over the per-trace marts stay close to the same queries over one DuckDB table.
+
+    python bench/bench_marts.py [--traces 1000] [--small 10] [--kernels 1000] [--batch 8] [--out DIR]
+
+1. **One more trace** through the Dagster path (sensor tick: hash, partition, ``trace_job`` in-process: ingest,
+   tables, blocking checks, marts, snapshot, report, what-if) into a warehouse that already holds ``--small``
+   traces, and into one that holds ``--traces`` (synthetic traces of ``--kernels`` kernels written into the lake
+   and analysed once, before the clock starts).  Target: the second at most 1.5x the first.
+2. **``--batch`` traces dropped at once**: serially (one sensor run each, in-process) vs the batch job under the
+   multiprocess executor (one ingest step per trace in parallel processes) followed by one analysis run over the
+   batch (tag ``taxbreak/trace_ids``).  Target: at most 0.6x on 2 cores.
+3. **The documented queries** (``docs/queries/*.sql``) over the snapshot's views of the marts of ``--traces``
+   traces vs the same queries on the DuckDB warehouse file (one table holding the same rows); best of 3 each.
+   Target: at most 2x.
+
+Every figure is printed beside its reference, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))
+
+
+def synthetic_traces(lake_root: Path, n: int, kernels: int) -> list[str]:
+    """``n`` distinct synthetic traces (bench/gen_synthetic_lake.py's events, one trace id each) in the lake."""
+    from gen_synthetic_lake import batches
+
+    from taxbreak.ingest.base import TraceInfo
+    from taxbreak.ingest.lake import Lake
+
+    lake = Lake(lake_root)
+    ids = []
+    for i in range(n):
+        tid = hashlib.sha256(f"bench-marts-{kernels}-{i}".encode()).hexdigest()
+        steps = max(kernels // 1000, 1)
+        meta = {"taxbreak_meta_version": 1, "model": f"synthetic-{i % 7}", "model_kind": "dense",
+                "batch_size": 1 << (i % 4), "output_tokens": steps, "synthetic": True, "kind": "generation"}
+        info = TraceInfo(source_format="kineto", gpu_names=["NVIDIA H100 80GB HBM3"], host_name="synthetic",
+                         metadata={"taxbreak": meta})
+        lake.write_events(tid, batches(tid, kernels), info, file_name=f"synthetic_{i}.json", source_path="",
+                          file_bytes=0)
+        ids.append(tid)
+    return ids
+
+
+def kineto_file(path: Path, n_kernels: int, seed: int) -> Path:
+    from pipeline.conftest import write_kineto
+
+    return write_kineto(path, n_kernels, base_us=1000.0 + seed)
+
+
+def home_with(root: Path, n: int, kernels: int) -> dict[str, Path]:
+    """A home whose warehouse holds ``n`` analysed synthetic traces (marts and snapshot published)."""
+    from taxbreak.analysis import materialize
+    from taxbreak.warehouse import writer
+
+    paths = {"inbox": root / "inbox", "lake": root / "lake", "warehouse": root / "wh" / "taxbreak.duckdb",
+             "cache": root / "cache", "dagster": root / "dagster_home"}
+    for p in (paths["inbox"], paths["dagster"]):
+        p.mkdir(parents=True, exist_ok=True)
+    (paths["dagster"] / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    from taxbreak.ingest import Lake
+
+    if Lake(paths["lake"]).catalogue().num_rows < n:  # a kept --out folder: the lake is already there
+        synthetic_traces(paths["lake"], n, kernels)
+    with writer(paths["warehouse"]) as con:
+        materialize(paths["warehouse"], paths["lake"], con=con)
+    return paths
+
+
+def use(paths: dict[str, Path]) -> None:
+    os.environ.update({"TAXBREAK_INBOX": str(paths["inbox"]), "TAXBREAK_LAKE": str(paths["lake"]),
+                       "TAXBREAK_WAREHOUSE": str(paths["warehouse"]), "TAXBREAK_CACHE": str(paths["cache"]),
+                       "TAXBREAK_SETTLE_S": "0", "DAGSTER_HOME": str(paths["dagster"])})
+    os.environ.pop("TAXBREAK_BUCKET", None)
+
+
+def one_more_trace(paths: dict[str, Path], kernels: int) -> float:
+    """Seconds for one sensor tick that ingests and analyses one new trace (its run in-process)."""
+    import dagster as dg
+
+    from taxbreak.pipeline.local import load_defs, tick
+
+    use(paths)
+    kineto_file(paths["inbox"] / "new.json", kernels, seed=len(os.listdir(paths["inbox"])))
+    defs = load_defs()
+    with dg.DagsterInstance.get() as instance:
+        t0 = time.perf_counter()
+        result = tick(defs, instance)
+        took = time.perf_counter() - t0
+    assert len(result.runs) == 1 and result.runs[0].success, "the run failed"
+    return took
+
+
+def batch_serial(paths: dict[str, Path], files: list[Path]) -> float:
+    import dagster as dg
+
+    from taxbreak.pipeline.local import load_defs, tick
+
+    use(paths)
+    for f in files:
+        shutil.copyfile(f, paths["inbox"] / f.name)
+    defs = load_defs()
+    with dg.DagsterInstance.get() as instance:
+        t0 = time.perf_counter()
+        result = tick(defs, instance)
+        took = time.perf_counter() - t0
+    assert len(result.runs) == len(files) and all(r.success for r in result.runs)
+    return took
+
+
+def batch_parallel(paths: dict[str, Path], files: list[Path], workers: int) -> float:
+    import dagster as dg
+
+    from taxbreak.ingest import Lake
+    from taxbreak.pipeline import local
+    from taxbreak.pipeline.defs.analysis_assets import TRACES_TAG
+
+    use(paths)
+    for f in files:
+        shutil.copyfile(f, paths["inbox"] / f.name)
+    with dg.DagsterInstance.get() as instance:
+        t0 = time.perf_counter()
+        with dg.execute_job(dg.reconstructable(local.ingest_batch_job), instance=instance, run_config={
+                "execution": {"config": {"max_concurrent": workers, "start_method": {
+                    "forkserver": {"preload_modules": ["taxbreak.pipeline.local"]}}}}}) as ingest:
+            assert ingest.success
+        ids = [r["trace_id"] for r in Lake(paths["lake"]).catalogue().to_pylist()]
+        with dg.execute_job(dg.reconstructable(local.refresh_job), instance=instance,
+                            tags={TRACES_TAG: ",".join(ids)}, run_config={"execution": {"config": {
+                                "max_concurrent": workers, "start_method": {
+                                    "forkserver": {"preload_modules": ["taxbreak.pipeline.local"]}}}}}) as tables:
+            assert tables.success
+        took = time.perf_counter() - t0
+    return took
+
+
+def queries(paths: dict[str, Path]) -> tuple[float, float, int]:
+    """Best-of-3 seconds of every docs/queries/*.sql on the snapshot (views over the marts) and on the warehouse
+    file (one table each), and the number of queries; the results are compared row for row."""
+    import duckdb
+
+    from taxbreak.warehouse import snapshot_path
+
+    texts = [p.read_text() for p in sorted((REPO / "docs" / "queries").glob("*.sql"))]
+    timings = {}
+    results = {}
+    for label, db in (("marts", snapshot_path(paths["warehouse"])), ("table", paths["warehouse"])):
+        con = duckdb.connect(str(db), read_only=True)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            out = [sorted(map(repr, con.execute(q).fetchall())) for q in texts]
+            best = min(best, time.perf_counter() - t0)
+        timings[label] = best
+        results[label] = out
+        con.close()
+    # the same row counts (the queries' LIMITs cut through ties between identical synthetic traces, so the rows
+    # kept may differ), and every table holds exactly the same rows and types in both
+    assert [len(r) for r in results["marts"]] == [len(r) for r in results["table"]]
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{snapshot_path(paths['warehouse'])}' AS s (READ_ONLY)")
+    con.execute(f"ATTACH '{paths['warehouse']}' AS w (READ_ONLY)")
+    tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w'").fetchall()]
+    for t in tables:
+        types = "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = $d AND table_name = $t " \
+                "ORDER BY column_index"
+        assert con.execute(types, {"d": "s", "t": t}).fetchall() == con.execute(types, {"d": "w", "t": t}).fetchall()
+        diff = con.execute(f'SELECT (SELECT count(*) FROM (FROM s."{t}" EXCEPT ALL FROM w."{t}")) + '
+                           f'(SELECT count(*) FROM (FROM w."{t}" EXCEPT ALL FROM s."{t}"))').fetchone()[0]
+        assert diff == 0, f"{t}: the marts and the table disagree on {diff} rows"
+    con.close()
+    return timings["marts"], timings["table"], len(texts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", type=int, default=1000)
+    ap.add_argument("--small", type=int, default=10)
+    ap.add_argument("--kernels", type=int, default=1000, help="kernels per synthetic trace")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None, help="work folder (default: a temporary one, removed)")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: one,batch,queries")
+    args = ap.parse_args()
+    # the full analysis of every synthetic trace at once (the setup) needs more than the 512MB default
+    os.environ.setdefault("TAXBREAK_DUCKDB_MEMORY", "4GB")
+    skip = set(args.skip.split(","))
+    work = args.out or Path(tempfile.mkdtemp(prefix="bench-marts-"))
+    try:
+        t0 = time.perf_counter()
+        small = home_with(work / "small", args.small, args.kernels)
+        big = home_with(work / "big", args.traces, args.kernels)
+        print(f"setup: {args.small} and {args.traces} synthetic traces of {args.kernels:,} kernels analysed in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        if "one" not in skip:
+            s = one_more_trace(small, 2000)
+            b = one_more_trace(big, 2000)
+            print(f"one more trace (2,000 kernels) through the Dagster path: {s:.2f} s with {args.small} traces, "
+                  f"{b:.2f} s with {args.traces} traces: {b / s:.2f}x (target <= 1.5x)", flush=True)
+        if "queries" not in skip:
+            m, t, n = queries(big)
+            print(f"docs/queries ({n} queries, best of 3) over {args.traces} traces: marts {m:.3f} s, one DuckDB "
+                  f"table each {t:.3f} s: {m / t:.2f}x (target <= 2x)", flush=True)
+        if "batch" not in skip:
+            files = [kineto_file(work / "drop" / f"t{i}.json", 2000, seed=10_000 + i) for i in range(args.batch)]
+            ser = batch_serial(home_with(work / "serial", args.small, args.kernels), files)
+            par = batch_parallel(home_with(work / "parallel", args.small, args.kernels), files, args.workers)
+            print(f"{args.batch} traces dropped at once: serial {ser:.2f} s, multiprocess batch ({args.workers} "
+                  f"workers, {os.cpu_count()} cores) {par:.2f} s: {par / ser:.2f}x (target <= 0.6x)", flush=True)
+    finally:
+        if args.out is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
