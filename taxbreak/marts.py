@@ -154,8 +154,8 @@ def export(
                 same_columns = json.loads(cols_file.read_text(encoding="utf-8")) == columns
             except (OSError, ValueError):
                 same_columns = False
-            have = partitions(tdir)
             if traces is None or not same_columns:
+                have = partitions(tdir)
                 staged_here = _stage_whole(con, f"{_q(db)}.main.{_q(table)}", stage_root / table, tdir)
                 keep = {place.parent.name.split("=", 1)[1] for _, place in staged_here}
                 removals += [p for t, p in have.items() if t not in keep]
@@ -169,8 +169,8 @@ def export(
                     rows.write_parquet(str(tmp), compression="zstd")
                     if _rows(tmp):
                         staged_here.append((tmp, place))
-                    elif tid in have:
-                        removals.append(have[tid])
+                    elif place.parent.exists():  # no rows any more: no partition (only this trace's folder looked at)
+                        removals.append(place.parent)
             staged += staged_here
             written[table] = len(staged_here)
             cols_tmp = stage_root / table / COLUMNS_FILE
@@ -246,7 +246,7 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
     try:
         for table, cols in tables.items():
             target = f"{_q(alias)}.main.{_q(table)}"
-            if table in per_trace and partitions(root / table):
+            if table in per_trace and next((root / table).glob("trace_id=*/*.parquet"), None) is not None:
                 select = ", ".join(f"CAST({_q(c)} AS {t}) AS {_q(c)}" for c, t, _ in cols)
                 glob = str(root / table / "trace_id=*" / "*.parquet")
                 con.execute(f"CREATE VIEW {target} AS SELECT {select} FROM read_parquet({_lit(glob)}, "
