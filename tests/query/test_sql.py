@@ -13,6 +13,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
+from taxbreak import marts
 from taxbreak.cli import main
 from taxbreak.query import WarehouseUnavailable, interactive, open_readonly
 
@@ -120,7 +121,12 @@ def test_readme_query_runs_on_plain_duckdb(wh: dict, tmp_path) -> None:  # noqa:
     section = readme.split("## Querying the warehouse", 1)[1]
     sql = section.split("```sql", 1)[1].split("```", 1)[0]
     (tmp_path / "warehouse").mkdir()
-    _export(wh["warehouse"], tmp_path / "warehouse" / "exports")
+    shutil.copyfile(wh["warehouse"], tmp_path / "warehouse" / "taxbreak.duckdb")
+    con = duckdb.connect(str(tmp_path / "warehouse" / "taxbreak.duckdb"))
+    try:  # the per-trace Parquet marts a writer publishes beside the warehouse (taxbreak.marts)
+        marts.export(con, tmp_path / "warehouse" / "taxbreak.duckdb", None)
+    finally:
+        con.close()
     code = "import duckdb, sys; print(duckdb.sql(sys.stdin.read()).fetchall())"  # no taxbreak import
     proc = subprocess.run([sys.executable, "-I", "-c", code], input=sql, cwd=tmp_path, capture_output=True, text=True,
                           timeout=60)
