@@ -213,9 +213,11 @@ def request_sql_files() -> list[SqlFile]:
 
 
 def _has_table(con: Any, name: str) -> bool:
+    """A warehouse table, or the view of it in a readers' snapshot (views over the Parquet marts)."""
     return bool(con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE table_name = $t AND NOT temporary AND schema_name = 'main'",
-        {"t": name}).fetchone()[0])
+        "SELECT count(*) FROM (SELECT table_name AS n, schema_name, temporary FROM duckdb_tables() UNION ALL "
+        "SELECT view_name, schema_name, temporary FROM duckdb_views()) WHERE n = $t AND NOT temporary "
+        "AND schema_name = 'main'", {"t": name}).fetchall()[0][0])
 
 
 FIT_SCHEMA = pa.schema([
