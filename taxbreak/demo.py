@@ -151,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     exports = exports_dir(paths.warehouse)
     report = paths.warehouse.parent / "reports" / "index.html"
     print(f"\nwarehouse: {paths.warehouse}   report: {report if report.exists() else '(not written)'}")
-    print(f"query it: .venv/bin/taxbreak sql \"SELECT * FROM taxbreak_by_scope LIMIT 5\"  (during runs: {exports}/"
-          "<table>.parquet or snapshot.duckdb); UI: see docs/orchestration.md (dg dev)")
+    print(f"query it: .venv/bin/taxbreak sql \"SELECT * FROM taxbreak_by_scope LIMIT 5\"  (works during runs: it reads "
+          f"{exports}/snapshot.duckdb, views over the Parquet marts in {paths.warehouse.parent / 'marts'}); "
+          "UI: see docs/orchestration.md (dg dev)")
     if failed:
         print(f"{failed} of {len(results)} trace(s) failed to ingest", file=sys.stderr)
     return 1 if failed else 0

@@ -7,8 +7,7 @@ Opening order (``open_readonly``; the writer side is ``taxbreak.warehouse``):
 2. else the DuckDB warehouse file, read-only;
 3. when a writer holds it (DuckDB lets no other process open a file one process holds read-write), the older
    snapshot, read-only;
-4. else views over the Parquet marts (``marts/<table>/trace_id=*/``, ``taxbreak.marts``) and exports
-   (``exports/<table>.parquet``).
+4. else views over the Parquet marts (``marts/<table>/trace_id=*/``, ``taxbreak.marts``).
 In every case the lake is attached as views ``events`` and ``catalogue`` when it exists.
 
 ``taxbreak sql`` runs the user's SQL in a sandbox unless ``--unrestricted`` (or the ``sql.unrestricted`` setting)

@@ -70,6 +70,10 @@ def _ms(ns: float | int | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e6:,.3f} ms"
 
 
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
 def _frac(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
@@ -267,7 +271,7 @@ def format_summary(s: dict[str, Any]) -> str:
     if s["top_fusion"]:
         lines.append("  fusion candidates (maximal, non-overlapping, by host time saved):")
         lines += [f"    {f['rank']}. L={f['chain_len']} x{f['occurrences']:,} saves {f['launches_saved']:,} launches "
-                  f"~{_ms(f['host_time_saved_ns'])}: " + " > ".join(f["chain"])
+                  f"~{_ms(f['host_time_saved_ns'])}: " + " > ".join(_short(n) for n in f["chain"])
                   for f in s["top_fusion"]]
     if s["caveats"]:
         lines.append("  assumed / caveats:")
