@@ -586,13 +586,3 @@ def forget_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[
 
 
 # -- summary (data) and the CLI edges ------------------------------------------------------------------------------
-def _one(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    cur = con.execute(sql, params)
-    row = cur.fetchone()
-    return dict(zip([d[0] for d in cur.description], row, strict=True)) if row is not None else None
-
-
-def _all(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    cur = con.execute(sql, params)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
