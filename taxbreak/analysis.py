@@ -583,6 +583,3 @@ def forget_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[
             if sf.scope == "cross_trace" and _exists(con, catalog, sf.name):
                 _build_cross_trace(con, sf, state, files)
     return deleted
-
-
-# -- summary (data) and the CLI edges ------------------------------------------------------------------------------
