@@ -51,6 +51,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("paths.warehouse", "TAXBREAK_WAREHOUSE", str, None, "the DuckDB warehouse file"),
     Setting("paths.inbox", "TAXBREAK_INBOX", str, None, "the local bucket the pipeline watches"),
     Setting("paths.cache", "TAXBREAK_CACHE", str, None, "exports of .nsys-rep reports"),
+    Setting("paths.bucket", "TAXBREAK_BUCKET", str, None,
+            "where the pipeline takes reports from: a folder or s3://bucket/prefix (unset: the inbox)"),
+    Setting("pipeline.settle_s", "TAXBREAK_SETTLE_S", float, 10.0,
+            "seconds a bucket file must stay unchanged before the pipeline's sensor takes it"),
     Setting("analysis.t_sys_ns", "TAXBREAK_T_SYS_NS", int, None,
             "launch floor T_sys (ns) for every trace, instead of the measured or default one"),
     # 512MB keeps the analysis's peak RSS under 1 GB (DuckDB's own allocations, Python and Arrow come on top; the
@@ -58,6 +62,12 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("analysis.duckdb_memory", "TAXBREAK_DUCKDB_MEMORY", str, "512MB", "DuckDB memory_limit of the analyses"),
     Setting("analysis.writer_wait_s", "TAXBREAK_WRITER_WAIT_S", float, 600.0,
             "how long a writer waits for the warehouse (another writer, or a reader holding the file)"),
+    Setting("marts.compact_loose", "TAXBREAK_MARTS_COMPACT_LOOSE", int, 16,
+            "loose per-trace partitions of the Parquet marts that trigger their compaction into one segment"),
+    Setting("marts.compact_fanout", "TAXBREAK_MARTS_COMPACT_FANOUT", int, 4,
+            "segments of one tier of the Parquet marts merged into one of the next tier"),
+    Setting("marts.keep_replaced_s", "TAXBREAK_MARTS_KEEP_REPLACED_S", float, 600.0,
+            "seconds a marts file the layout no longer uses stays for readers of the previous snapshot"),
     Setting("sql.unrestricted", "TAXBREAK_SQL_UNRESTRICTED", bool, False,
             "let `taxbreak sql` read and write files outside the warehouse, lake and exports"),
     Setting("ingest.max_gzip_ratio", "TAXBREAK_MAX_GZIP_RATIO", float, 200.0,
@@ -201,6 +211,12 @@ def add_path_args(p: argparse.ArgumentParser, *, lake: bool = True, warehouse: b
 
 
 S3_ENDPOINT_ENV = ("TAXBREAK_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+# S3Settings field -> the environment variables it falls back to, first set wins (the pipeline's resources bind the
+# same variables with dagster.EnvVar)
+S3_ENV: dict[str, tuple[str, ...]] = {
+    "endpoint_url": S3_ENDPOINT_ENV, "access_key_id": ("AWS_ACCESS_KEY_ID",),
+    "secret_access_key": ("AWS_SECRET_ACCESS_KEY",), "region": ("AWS_DEFAULT_REGION",),
+}
 
 
 def _env(name: str) -> str | None:
@@ -242,12 +258,10 @@ class S3Settings:
         cls, *, endpoint_url: str | None = None, access_key_id: str | None = None,
         secret_access_key: str | None = None, region: str | None = None,
     ) -> S3Settings:
-        return cls(
-            endpoint_url=endpoint_url or next((v for v in map(_env, S3_ENDPOINT_ENV) if v), None),
-            access_key_id=access_key_id or _env("AWS_ACCESS_KEY_ID"),
-            secret_access_key=secret_access_key or _env("AWS_SECRET_ACCESS_KEY"),
-            region=region or _env("AWS_DEFAULT_REGION"),
-        )
+        given = {"endpoint_url": endpoint_url, "access_key_id": access_key_id,
+                 "secret_access_key": secret_access_key, "region": region}
+        return cls(**{field: given[field] or next((v for v in map(_env, names) if v), None)
+                      for field, names in S3_ENV.items()})
 
     def arrow_filesystem(self):  # noqa: ANN201 - pyarrow.fs.S3FileSystem (pyarrow imported only when used)
         """The store as a ``pyarrow.fs.S3FileSystem`` (the lake's reads and writes)."""

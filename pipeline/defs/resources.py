@@ -1,16 +1,21 @@
 """Resources: where the bucket, the lake and the warehouse are.
 
-Every field has an embedded default (``taxbreak.config.Paths``: ``warehouse/inbox``, ``warehouse/lake``,
-``warehouse/taxbreak.duckdb``) and an environment override, resolved when the resource is used so the
-same definitions run on a laptop, in CI and on a fleet:
+Each field is bound in the ``Definitions`` to its environment variable with ``dg.EnvVar`` (resolved when a run
+launches; the UI and the run config show the variable's name, never its value, so credentials never appear):
 
-| variable | meaning |
-| --- | --- |
-| ``TAXBREAK_BUCKET`` | local folder or ``s3://bucket/prefix`` (default ``$TAXBREAK_INBOX``) |
-| ``TAXBREAK_S3_ENDPOINT_URL`` | S3-compatible endpoint (MinIO, Ceph, moto); AWS_* give the credentials |
-| ``TAXBREAK_SETTLE_S`` | seconds a file must be unchanged before the sensor takes it (default 10) |
-| ``TAXBREAK_LAKE`` / ``TAXBREAK_WAREHOUSE`` / ``TAXBREAK_CACHE`` | lake root, DuckDB file, adapter cache |
+| variable | field | meaning |
+| --- | --- | --- |
+| ``TAXBREAK_BUCKET`` | ``bucket.url`` | local folder or ``s3://bucket/prefix`` (default: the inbox) |
+| ``TAXBREAK_SETTLE_S`` | ``bucket.settle_s`` | seconds a file must be unchanged before the sensor takes it |
+| ``TAXBREAK_LAKE`` / ``TAXBREAK_CACHE`` | ``lake.root`` / ``lake.cache`` | lake root, adapter cache |
+| ``TAXBREAK_WAREHOUSE`` | ``warehouse.path`` | the DuckDB file |
+| ``TAXBREAK_S3_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL``), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, \
+``AWS_DEFAULT_REGION`` | ``endpoint_url``, ``access_key_id``, ``secret_access_key``, ``region`` of both | S3 store |
 
+Only the variables set when the definitions load are bound (``env_bindings``): ``dg.EnvVar`` of an unset variable
+fails the launch, and an unset variable must mean the embedded default.  A field left unset (``None``) is resolved
+when the resource is used through the settings registry ``taxbreak.config`` (``setting``, ``Paths``,
+``S3Settings``: environment, then ``taxbreak.toml``, then the default), the one place each default lives.
 The lake root may be ``s3://bucket/prefix`` too, on the same endpoint and credentials as the bucket unless its
 own fields say otherwise; the warehouse and the cache are local files (DuckDB needs a POSIX filesystem).
 """
@@ -19,13 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from taxbreak.config import Paths, S3Settings, is_s3_url, normalise_s3_url
+from taxbreak.config import S3_ENV, SETTINGS, Paths, S3Settings, is_s3_url, normalise_s3_url, setting
 from taxbreak.pipeline.bucket import Bucket, bucket_for_url, open_bucket
 
 if TYPE_CHECKING:
@@ -51,16 +56,15 @@ class BucketResource(_S3Fields):
     """Where reports are dropped: a local folder or ``s3://bucket/prefix``."""
 
     url: str | None = None
-    settle_s: float | None = None
+    settle_s: str | None = None
+    """Seconds, as text (``dg.EnvVar`` binds strings); unset: the ``pipeline.settle_s`` setting."""
     max_files_per_tick: int = 200
 
     def resolved_url(self) -> str:
-        return self.url or os.environ.get("TAXBREAK_BUCKET") or str(Paths.from_env().inbox)
+        return setting("paths.bucket", option=self.url or None).value or str(Paths.from_env().inbox)
 
     def resolved_settle_s(self) -> float:
-        if self.settle_s is not None:
-            return self.settle_s
-        return float(os.environ.get("TAXBREAK_SETTLE_S") or 10.0)
+        return float(setting("pipeline.settle_s", option=self.settle_s or None).value)
 
     def get(self) -> Bucket:
         return open_bucket(self.resolved_url(), self.s3())
@@ -120,8 +124,33 @@ class WarehouseResource(dg.ConfigurableResource):
             yield con
 
 
+# resource -> field -> the environment variables that configure it (first set wins), from the settings registry
+ENV_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "bucket": {"url": (SETTINGS["paths.bucket"].env,), "settle_s": (SETTINGS["pipeline.settle_s"].env,), **S3_ENV},
+    "lake": {"root": (SETTINGS["paths.lake"].env,), "cache": (SETTINGS["paths.cache"].env,), **S3_ENV},
+    "warehouse": {"path": (SETTINGS["paths.warehouse"].env,)},
+}
+
+
+def env_bindings(resource: str, environ: Mapping[str, str] | None = None) -> dict[str, dg.EnvVar]:
+    """``field -> dg.EnvVar(variable)`` for each field of ``resource`` whose variable is set (non-empty) now.
+
+    An unset variable is left unbound: the field stays ``None`` and resolves to the registry's default when used.
+    """
+    environ = os.environ if environ is None else environ
+    out: dict[str, dg.EnvVar] = {}
+    for field, names in ENV_FIELDS[resource].items():
+        name = next((n for n in names if (environ.get(n) or "").strip()), None)
+        if name is not None:
+            out[field] = dg.EnvVar(name)
+    return out
+
+
+def configured_resources() -> dict[str, dg.ConfigurableResource]:
+    return {"bucket": BucketResource(**env_bindings("bucket")), "lake": LakeResource(**env_bindings("lake")),
+            "warehouse": WarehouseResource(**env_bindings("warehouse"))}
+
+
 @dg.definitions
 def resources() -> dg.Definitions:
-    return dg.Definitions(
-        resources={"bucket": BucketResource(), "lake": LakeResource(), "warehouse": WarehouseResource()}
-    )
+    return dg.Definitions(resources=configured_resources())
