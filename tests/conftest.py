@@ -5,21 +5,17 @@ Every rule and figure is checked on small traces built by code (the scenario bui
 (<= 6 MB, each with its source and licence: ``tests/data/SOURCES.md``) is vendored in ``tests/data/public`` so
 the real-trace tests run from a fresh clone; the full collection in ``../shared/traces/public`` (same layout) adds
 breadth where it is beside the checkout, and is then read first.  A test that needs a file of the full collection
-that is not vendored skips, naming the file.
+that is not vendored skips, naming the file; the tests over such files parametrise over what is here
+(``public_data.available``) and pair each with a stand-in built by code, so no test skips in either setting.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-PUBLIC_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public"  # ../shared beside the checkout
-if os.environ.get("TAXBREAK_TESTS_VENDORED_ONLY"):  # run as a fresh clone would, with no ../shared beside it
-    PUBLIC_TRACES = Path("/nonexistent/shared/traces/public")
-VENDORED_TRACES = Path(__file__).resolve().parent / "data" / "public"  # the curated subset (tests/data/SOURCES.md)
+from public_data import PUBLIC_TRACES, VENDORED_TRACES, find
 
 
 def _absent(what: str) -> str:
@@ -50,9 +46,9 @@ def public_trace() -> Callable[[str], Path]:
     the test skips, naming the file, when neither has it."""
 
     def resolve(rel: str) -> Path:
-        for folder in (PUBLIC_TRACES, VENDORED_TRACES):
-            if (folder / rel).is_file():
-                return folder / rel
-        pytest.skip(_absent(rel))
+        path = find(rel)
+        if path is None:
+            pytest.skip(_absent(rel))
+        return path
 
     return resolve

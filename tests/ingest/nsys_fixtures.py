@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from taxbreak.ingest.nsys_schema import EXPORT_DDL_2026, EXPORT_DDL_DOCS
@@ -134,3 +135,163 @@ def build_impossible_export(path: Path) -> Path:
     con.commit()
     con.close()
     return path
+
+
+# -- stand-ins for the public exports that are not vendored (tests/data/SOURCES.md: left out for size) ------------
+# Each takes the code path of the real file it stands in for, with counts and per-name kernel totals set by hand;
+# the real file is tested too wherever ../shared/traces/public is beside the checkout.
+NV = dict(eventType=59, domainId=0)  # NvtxPushPopRange
+
+
+def _gen_export(con: sqlite3.Connection, tables: tuple[str, ...], strings: list[str], version: str, schema: str,
+                epoch_ns: int) -> dict[str, int]:
+    for t in ("StringIds", "META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME", "PROCESSES", "ThreadNames",
+              "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+              "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS", *tables):
+        con.execute(ddl(t))
+    ids = {s: i for i, s in enumerate(strings, start=1)}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in ids.items()])
+    insert(con, "META_DATA_EXPORT", name="EXPORT_PRODUCT_NAME", value="NVIDIA Nsight Systems")
+    insert(con, "META_DATA_EXPORT", name="EXPORT_PRODUCT_VERSION", value=version)
+    insert(con, "META_DATA_EXPORT", name="EXPORT_SCHEMA_VERSION", value=schema)
+    insert(con, "TARGET_INFO_SESSION_START_TIME", utcEpochNs=epoch_ns, utcTime="t", localTime="t", systemClockNs=1)
+    return ids
+
+
+def _gpu_rows(con: sqlite3.Connection, ids: dict[str, int], pid: int, device: int, rows: list[tuple]) -> None:
+    """rows: (api, api start, api end, kind, gpu start, gpu end, what); kind 'kernel' (what = (demangled, short,
+    stream)), 'memcpy' (what = (copyKind, bytes)), 'memset' (what = bytes), 'sync' (what = syncType) or None (an
+    API call with no GPU work). Correlation ids count from 1 per process; driver calls start with 'cu' + upper."""
+    gpid = HW | (pid << 24)
+    insert(con, "PROCESSES", globalPid=gpid, pid=pid, name="python")
+    gpu = dict(deviceId=device, contextId=1, globalPid=gpid)
+    kernel_cols = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}  # as this schema has
+    for corr, (api, a0, a1, kind, g0, g1, what) in enumerate(rows, start=1):
+        driver = api.startswith("cu") and api[2].isupper()
+        insert(con, "CUPTI_ACTIVITY_KIND_RUNTIME", start=a0, end=a1, eventClass=1 if driver else 0,
+               globalTid=gpid | pid, correlationId=corr, nameId=ids[api], returnValue=0, callchainId=None)
+        if kind == "kernel":
+            demangled, short, stream = what
+            row = kernel_row(g0, g1, corr, stream, ids[demangled], ids[short], deviceId=device, globalPid=gpid)
+            insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", **{k: v for k, v in row.items() if k in kernel_cols})
+        elif kind == "memcpy":
+            insert(con, "CUPTI_ACTIVITY_KIND_MEMCPY", start=g0, end=g1, streamId=7, correlationId=corr,
+                   copyKind=what[0], bytes=what[1], **gpu)
+        elif kind == "memset":
+            insert(con, "CUPTI_ACTIVITY_KIND_MEMSET", start=g0, end=g1, streamId=7, correlationId=corr, value=0,
+                   bytes=what, **gpu)
+        elif kind == "sync":
+            insert(con, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", start=g0, end=g1, streamId=7, correlationId=corr,
+                   syncType=what, eventId=0xFFFFFFFF, **gpu)
+
+
+EW = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, T2, T3)"
+EW2 = "void at::native::elementwise_kernel<128, 2, at::native::direct_copy_kernel_cuda>(int, T3)"
+NCCL = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+TWO_GPU_PIDS = (200, 201)
+
+
+def build_two_gpu_nccl_export(path: Path) -> Path:
+    """Stand-in for nsys-ai/mfu_2gpu_before.sqlite (nsys 2026.2, schema 3.25.0): two processes, each driving its own
+    GPU (process 200 on device 0, 201 on device 1), each the same work shifted by 10 ns per rank:
+    cudaLaunchKernel [1000, 1200] -> vectorized_elementwise_kernel [1500, 2500] (1000 ns) and [2000, 2200] ->
+    elementwise_kernel [2600, 3100] (500 ns), on stream 7; the driver's cuLaunchKernelEx [3000, 3300] ->
+    ncclDevKernel_SendRecv [3500, 6500] (3000 ns) on stream 13; cudaMemcpyAsync -> a 4096 B HtoD copy, cudaMemsetAsync
+    -> a 1024 B memset, cudaStreamSynchronize -> a stream sync, cudaStreamIsCapturing (no GPU work); NVTX push/pop
+    'step' [100, 9000] and 'forward' [200, 5000].
+
+    Per file: 6 kernels (3 names: 2 x 1000, 2 x 500, 2 x 3000 ns), 14 runtime/driver rows, 4 NVTX ranges, 2 memcpy,
+    2 memset, 2 sync rows."""
+    con = sqlite3.connect(path)
+    ids = _gen_export(con, (), ["cudaLaunchKernel_v7000", "cuLaunchKernelEx", "cudaMemcpyAsync_v3020",
+                                "cudaMemsetAsync_v3020", "cudaStreamSynchronize_v3020", "cudaStreamIsCapturing_v10000",
+                                EW, "vectorized_elementwise_kernel", EW2, "elementwise_kernel", NCCL,
+                                "ncclDevKernel_SendRecv"], "2026.2.1.210", "3.25.0", EPOCH_NS)
+    for rank, pid in enumerate(TWO_GPU_PIDS):
+        d = 10 * rank
+        _gpu_rows(con, ids, pid, rank, [(api, a0 + d, a1 + d, kind, g0 + d, g1 + d, what) for api, a0, a1, kind, g0, g1,
+                                        what in (
+            ("cudaLaunchKernel_v7000", 1000, 1200, "kernel", 1500, 2500, (EW, "vectorized_elementwise_kernel", 7)),
+            ("cudaLaunchKernel_v7000", 2000, 2200, "kernel", 2600, 3100, (EW2, "elementwise_kernel", 7)),
+            ("cuLaunchKernelEx", 3000, 3300, "kernel", 3500, 6500, (NCCL, "ncclDevKernel_SendRecv", 13)),
+            ("cudaMemcpyAsync_v3020", 4000, 4100, "memcpy", 4200, 4400, (1, 4096)),
+            ("cudaMemsetAsync_v3020", 4500, 4600, "memset", 4700, 4800, 1024),
+            ("cudaStreamSynchronize_v3020", 6000, 6600, "sync", 6000, 6550, 3),
+            ("cudaStreamIsCapturing_v10000", 6700, 6750, None, 0, 0, None))])
+        gtid = HW | (pid << 24) | pid
+        insert(con, "NVTX_EVENTS", start=100 + d, end=9000 + d, text="step", globalTid=gtid, **NV)
+        insert(con, "NVTX_EVENTS", start=200 + d, end=5000 + d, text="forward", globalTid=gtid, **NV)
+    con.commit()
+    con.close()
+    return path
+
+
+# Columns the nsys 2025.1 export (schema 3.17.1) does not have yet, by table (the 2026.2 DDL has them).
+SCHEMA_3_17_MISSING = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": ("qmdBulkReleaseDone", "qmdPreexitDone", "qmdLastCtaDone", "graphId", "clusterX",
+                                   "clusterY", "clusterZ", "clusterSchedulingPolicy", "maxPotentialClusterSize",
+                                   "maxActiveClusters", "sharedMemoryRequestedPercentage",
+                                   "tensorSizeMinusOneElements"),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": ("copyCount",),
+    "TARGET_INFO_SESSION_START_TIME": ("systemClockNs",),
+}
+NVF_PW = "<unnamed>::nvfuser_pointwise_f0_c1_r0_g4(<unnamed>::Tensor<<unnamed>::__bfloat, (int)3, (int)3>)"
+NVF_RED = "<unnamed>::nvfuser_reduction_f0_c1_r0_g3(<unnamed>::Tensor<float, (int)2, (int)2>)"
+NVJET = "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN"
+NVFUSER_PID = 300
+
+
+def build_nsys2025_nvfuser_export(path: Path) -> Path:
+    """Stand-in for nvfuser/ee4fcf30/report1.sqlite (nsys 2025.1.1.110, schema 3.17.1: no graphId, cluster or
+    tensorSizeMinusOneElements kernel columns, no memcpy copyCount, no systemClockNs) with a TARGET_INFO_GPU row
+    (H200): one process on device 0 whose JIT-compiled nvFuser kernels come from the driver. cuLibraryLoadData
+    [500, 900] and cuLibraryGetKernel [950, 1000] (no GPU work); cudaLaunchKernel [1000, 1200] ->
+    vectorized_elementwise_kernel [1300, 1800] (500 ns); cuLaunchKernelEx [2000, 2300] -> an nvjet GEMM [2400, 4400]
+    (2000 ns); cuLaunchKernel [4500, 4700] -> nvfuser_pointwise [4800, 5200] (400 ns) and [5300, 5500] ->
+    nvfuser_reduction [5600, 5700] (100 ns); cudaMemcpyAsync -> a DtoH copy, cudaMemsetAsync -> a memset,
+    cudaStreamSynchronize -> a stream sync; NVTX push/pop 'FusionExecutorCache::runFusionWithInputs' [4400, 5800] and
+    'getTerminatingOutputs' [4410, 4420] on the main thread, 'checkCanSchedule' [100, 200] on a second one.
+
+    Per file: 4 kernels (4 names, 3000 ns), 9 runtime/driver rows, 3 NVTX ranges, 1 memcpy, 1 memset, 1 sync row."""
+    con = sqlite3.connect(path)
+    ids = _gen_export(con, ("TARGET_INFO_GPU",), [
+        "cuLibraryLoadData", "cuLibraryGetKernel", "cudaLaunchKernel_v7000", "cuLaunchKernelEx", "cuLaunchKernel",
+        "cudaMemcpyAsync_v3020", "cudaMemsetAsync_v3020", "cudaStreamSynchronize_v3020", EW,
+        "vectorized_elementwise_kernel", NVJET, NVF_PW, "nvfuser_pointwise_f0_c1_r0_g4", NVF_RED,
+        "nvfuser_reduction_f0_c1_r0_g3"], "2025.1.1.110", "3.17.1", EPOCH_NS)
+    for table, cols in SCHEMA_3_17_MISSING.items():
+        for col in cols:
+            con.execute(f'ALTER TABLE "{table}" DROP COLUMN "{col}"')
+    insert(con, "TARGET_INFO_GPU", vmId=HW, id=0, name="NVIDIA H200", busLocation="0000:45:00.0", isDiscrete=1,
+           totalMemory=150121545728, smCount=132, chipName="GH100", computeMajor=9, computeMinor=0)
+    _gpu_rows(con, ids, NVFUSER_PID, 0, [
+        ("cuLibraryLoadData", 500, 900, None, 0, 0, None),
+        ("cuLibraryGetKernel", 950, 1000, None, 0, 0, None),
+        ("cudaLaunchKernel_v7000", 1000, 1200, "kernel", 1300, 1800, (EW, "vectorized_elementwise_kernel", 7)),
+        ("cuLaunchKernelEx", 2000, 2300, "kernel", 2400, 4400, (NVJET, NVJET, 7)),
+        ("cuLaunchKernel", 4500, 4700, "kernel", 4800, 5200, (NVF_PW, "nvfuser_pointwise_f0_c1_r0_g4", 7)),
+        ("cuLaunchKernel", 5300, 5500, "kernel", 5600, 5700, (NVF_RED, "nvfuser_reduction_f0_c1_r0_g3", 7)),
+        ("cudaMemcpyAsync_v3020", 5800, 5900, "memcpy", 6000, 6100, (2, 8)),
+        ("cudaMemsetAsync_v3020", 6200, 6300, "memset", 6400, 6450, 4),
+        ("cudaStreamSynchronize_v3020", 6500, 6800, "sync", 6500, 6790, 3)])
+    gtid = HW | (NVFUSER_PID << 24) | NVFUSER_PID
+    insert(con, "NVTX_EVENTS", start=4400, end=5800, text="FusionExecutorCache::runFusionWithInputs", globalTid=gtid,
+           **NV)
+    insert(con, "NVTX_EVENTS", start=4410, end=4420, text="getTerminatingOutputs", globalTid=gtid, **NV)
+    insert(con, "NVTX_EVENTS", start=100, end=200, text="checkCanSchedule", globalTid=gtid + 1, **NV)
+    con.commit()
+    con.close()
+    return path
+
+
+# name -> builder, for parametrising beside the public exports (tests/ingest/test_nsys_sqlite.py, test_nsys_real.py)
+STANDINS = {"generated/two_gpu_nccl.sqlite": build_two_gpu_nccl_export,  # for nsys-ai/mfu_2gpu_before.sqlite
+            "generated/nsys2025_nvfuser.sqlite": build_nsys2025_nvfuser_export}  # for nvfuser/ee4fcf30/report1.sqlite
+
+
+def public_or_standin(rel: str, folder: Path, public_trace: Callable[[str], Path]) -> Path:
+    """The stand-in ``rel`` built in ``folder``, or the public export ``rel`` (read only: copy it to change it)."""
+    if rel in STANDINS:
+        folder.mkdir(parents=True, exist_ok=True)
+        return STANDINS[rel](folder / Path(rel).name)
+    return public_trace(rel)

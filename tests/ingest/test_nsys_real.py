@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from nsys_fixtures import STANDINS
+from public_data import available
 
 from taxbreak.ingest import Lake, ingest_file
 
@@ -126,22 +128,30 @@ def test_nsys_profile_nvtx_ranges_reach_the_lake(nsys: str, tmp_path: Path, monk
 # Kernel names and instances in each public export, recounted by tests/ingest/test_nsys_sqlite.py from the raw file.
 PUBLIC_KERNELS = {"nsys-ai/h100_2gpu_1s.sqlite": (41, 3442), "nsys-ai/mfu_2gpu_before.sqlite": (27, 4010),
                   "nsys-ai/mock.sqlite": (2, 2), "nvfuser/ee4fcf30/report1.sqlite": (16, 18)}
+# The stand-ins for the two exports that are not vendored (tests/ingest/nsys_fixtures.py): names, kernels, total ns.
+STANDIN_KERNELS = {"generated/two_gpu_nccl.sqlite": (3, 6, 9000), "generated/nsys2025_nvfuser.sqlite": (4, 4, 3000)}
 
 
-@pytest.mark.parametrize("rel", sorted(PUBLIC_KERNELS))
+@pytest.mark.parametrize("rel", available(PUBLIC_KERNELS) + sorted(STANDIN_KERNELS))
 def test_nsys_check_agrees_with_real_nsys_stats(nsys: str, rel: str, tmp_path: Path,
                                                 public_trace: Callable[[str], Path]) -> None:
     """`taxbreak nsys-check` against Nsight's own kernel summary (nsys 2022.4 names it `gpukernsum`), per name."""
+    assert set(STANDIN_KERNELS) == set(STANDINS)
     export = tmp_path / Path(rel).name
-    shutil.copyfile(public_trace(rel), export)  # nsys stats gets a copy: nothing may touch ../shared
+    if rel in STANDINS:
+        STANDINS[rel](export)
+    else:
+        shutil.copyfile(public_trace(rel), export)  # nsys stats gets a copy: nothing may touch ../shared
     env = {**os.environ, "TAXBREAK_NSYS": nsys, "TAXBREAK_LAKE": str(tmp_path / "lake"),
            "TAXBREAK_WAREHOUSE": str(tmp_path / "wh.duckdb")}
     taxbreak = Path(os.sys.executable).with_name("taxbreak")
     proc = subprocess.run([str(taxbreak), "nsys-check", str(export)], capture_output=True, text=True, env=env,
                           timeout=300, check=False)
-    names, kernels = PUBLIC_KERNELS[rel]
+    names, kernels, *total = {**PUBLIC_KERNELS, **STANDIN_KERNELS}[rel]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith(f"OK: {names} kernel names, {kernels:,} kernels, "), proc.stdout
+    assert not total or proc.stdout.startswith(f"OK: {names} kernel names, {kernels:,} kernels, {total[0]:,} ns "
+                                               "agree with the kernel summary of nsys stats"), proc.stdout
     # and the comparison can fail: one kernel fewer in the lake is a mismatch naming that kernel
     from taxbreak.ingest.nsys_rep import compare_summaries, lake_kernel_summary, nsys_kernel_summary
 

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from nsys_fixtures import EPOCH_NS, ORIGIN_NS, build_tiny_export, ddl
+from nsys_fixtures import EPOCH_NS, ORIGIN_NS, STANDINS, build_tiny_export, ddl, public_or_standin
+from nsys_fixtures import NVJET as NVJET_SHORT
+from public_data import available
 
 from taxbreak.ingest import Lake, ingest_file
 from taxbreak.ingest.base import IngestError
@@ -23,13 +25,19 @@ EXPECTED = {
     "nsys-ai/mock.sqlite": (2, 9, 0, 1, 0, 1),
     "nvfuser/ee4fcf30/report1.sqlite": (18, 990, 13513, 3, 3, 3),
 }
+# The two exports of the full collection that are not vendored (tests/data/SOURCES.md) have stand-ins built by code
+# (tests/ingest/nsys_fixtures.py: two GPUs with NCCL kernels; the nsys 2025.1 schema 3.17.1), counted by hand.
+STANDIN_COUNTS = {"generated/two_gpu_nccl.sqlite": (6, 14, 4, 2, 2, 2),
+                  "generated/nsys2025_nvfuser.sqlite": (4, 9, 3, 1, 1, 1)}
+assert set(STANDIN_COUNTS) == set(STANDINS)
 RUNTIME_KINDS = ("runtime_api", "driver_api", "graph_launch", "library_api")
 
 
-@pytest.mark.parametrize("rel", sorted(EXPECTED))
+@pytest.mark.parametrize("rel", available(EXPECTED) + sorted(STANDINS))
 def test_public_export_counts(rel: str, tmp_path: Path, public_trace: Callable[[str], Path]) -> None:
-    src = public_trace(rel)
-    kernels, runtime, nvtx, memcpy, memset, sync = EXPECTED[rel]
+    src = public_or_standin(rel, tmp_path / "in", public_trace)
+    expected = {**EXPECTED, **STANDIN_COUNTS}[rel]
+    kernels, runtime, nvtx, memcpy, memset, sync = expected
     # the SOURCES.md figures, recounted from the raw export with plain sqlite3
     con = sqlite3.connect(f"file:{src}?mode=ro&immutable=1", uri=True)
     try:
@@ -39,8 +47,8 @@ def test_public_export_counts(rel: str, tmp_path: Path, public_trace: Callable[[
             "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"))
     finally:
         con.close()
-    assert raw == EXPECTED[rel]
-    res = ingest_file(src, Lake(tmp_path))
+    assert raw == expected
+    res = ingest_file(src, Lake(tmp_path / "lake"))
     assert res.status == "ingested", res.error
     counts = json.loads(res.row["event_counts_json"])
     skipped = json.loads(res.row["skipped_counts_json"])
@@ -51,9 +59,35 @@ def test_public_export_counts(rel: str, tmp_path: Path, public_trace: Callable[[
     assert nvtx_stored + nvtx_skipped == nvtx
     assert nvtx_skipped == 0  # every NVTX row in these exports is a closed push/pop range
     assert counts.get("memcpy", 0) == memcpy and counts.get("memset", 0) == memset and counts.get("sync", 0) == sync
-    assert res.row["source_event_count"] == sum(EXPECTED[rel])
+    assert res.row["source_event_count"] == sum(expected)
     assert res.row["event_count"] + sum(skipped.values()) == res.row["source_event_count"]
 
+
+
+def test_standins_read_as_the_exports_they_stand_for(tmp_path: Path) -> None:
+    """What each stand-in adds to the counts above, by hand from tests/ingest/nsys_fixtures.py (origin: the first
+    NVTX push at 100 ns, so every stored time is 100 ns earlier than in the export)."""
+    two = ingest_file(STANDINS["generated/two_gpu_nccl.sqlite"](tmp_path / "two.sqlite"), Lake(tmp_path / "l1"))
+    assert two.status == "ingested", two.error
+    assert (two.row["kernel_gpu_count"], two.row["start_epoch_ns"]) == (2, EPOCH_NS + 100)
+    assert json.loads(two.row["tool_versions_json"]) == {"export_schema": "3.25.0", "nsys_export": "2026.2.1.210"}
+    rows = Lake(tmp_path / "l1").read_events(two.trace_id).to_pylist()
+    kernels = sorted((e["pid"], e["device_id"], e["short_name"], e["ts_ns"], e["dur_ns"], e["correlation_id"])
+                     for e in rows if e["kind"] == "kernel" and e["short_name"].startswith("nccl"))
+    # each rank's NCCL kernel on its own GPU, joined to its own process's cuLaunchKernelEx (correlation 3 in both)
+    assert kernels == [("200", 0, "ncclDevKernel_SendRecv", 3400, 3000, 3), ("201", 1, "ncclDevKernel_SendRecv", 3410,
+                                                                            3000, 3)]
+    assert sorted((e["pid"], e["ts_ns"]) for e in rows if e["name"] == "cuLaunchKernelEx") == [("200", 2900),
+                                                                                               ("201", 2910)]
+    nvf = ingest_file(STANDINS["generated/nsys2025_nvfuser.sqlite"](tmp_path / "nvf.sqlite"), Lake(tmp_path / "l2"))
+    assert nvf.status == "ingested", nvf.error
+    assert json.loads(nvf.row["tool_versions_json"]) == {"export_schema": "3.17.1", "nsys_export": "2025.1.1.110"}
+    assert json.loads(nvf.row["gpu_names_json"]) == ["NVIDIA H200"]
+    assert json.loads(nvf.row["event_counts_json"])["driver_api"] == 5  # 2 library calls + 3 driver launches
+    rows = Lake(tmp_path / "l2").read_events(nvf.trace_id).to_pylist()
+    assert [(e["short_name"], e["ts_ns"], e["dur_ns"], e["graph_id"]) for e in rows if e["kind"] == "kernel"] == [
+        ("vectorized_elementwise_kernel", 1200, 500, None), (NVJET_SHORT, 2300, 2000, None),
+        ("nvfuser_pointwise_f0_c1_r0_g4", 4700, 400, None), ("nvfuser_reduction_f0_c1_r0_g3", 5500, 100, None)]
 
 def test_two_process_join_is_scoped_by_process(tmp_path: Path, public_trace: Callable[[str], Path]) -> None:
     src = public_trace("nsys-ai/h100_2gpu_1s.sqlite")
