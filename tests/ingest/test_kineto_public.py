@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from public_data import available
 
 from taxbreak.ingest import Lake, ingest_file
 
@@ -136,11 +137,71 @@ def test_triton_driver_launch(ingested):
     assert (kernel["pid"], kernel["correlation_id"]) == (driver["pid"], driver["correlation_id"])
 
 
-def test_ns_resolution_trace_is_exact(ingested, public_traces):
-    lake, results = ingested
-    if NS_RESOLUTION not in results:
-        pytest.skip(f"breadth test: {NS_RESOLUTION} is not vendored in tests/data/public (1.1 MB)")
-    res = results[NS_RESOLUTION]
+# A trace built here in the ns-resolution file's form (the real one, 1.1 MB, is not vendored: tests/data/SOURCES.md):
+# Kineto JSON whose timestamps are epoch microseconds with three decimals, where float64 keeps only quarter
+# microseconds.  It carries the real file's origin and ConvolutionBackward0 times, so the hand arithmetic below holds
+# for both, and one of each event form the real file has (metadata, instant, flow start/end, X of every category).
+NS_GENERATED = "generated/ns_resolution.pt.trace.json.gz"
+NS_GENERATED_TEXT = """{
+  "schemaVersion": 1,
+  "deviceProperties": [{"id": 0, "name": "Tesla V100-SXM2-32GB", "totalGlobalMem": 34079637504,
+                        "computeMajor": 7, "computeMinor": 0, "numSms": 80}],
+  "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+  "traceEvents": [
+  {"name": "process_name", "ph": "M", "ts": 1712195495501688.612, "pid": 1102, "tid": 0, "args": {"name": "python"}},
+  {"name": "thread_name", "ph": "M", "ts": 1712195495501688.612, "pid": 1102, "tid": 1262,
+   "args": {"name": "thread 1262 (pt_autograd_0)"}},
+  {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": 1102, "tid": 1262,
+   "ts": 1712195495520882.922, "dur": 22.545, "args": {"External id": 2100}},
+  {"ph": "s", "id": 13, "pid": 1102, "tid": 1102, "ts": 1712195495507783.055, "cat": "fwdbwd", "name": "fwdbwd"},
+  {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: ConvolutionBackward0", "pid": 1102,
+   "tid": 1262, "ts": 1712195495521130.028, "dur": 141.489, "args": {"External id": 2136}},
+  {"ph": "X", "cat": "cpu_op", "name": "ConvolutionBackward0", "pid": 1102, "tid": 1262,
+   "ts": 1712195495521131.125, "dur": 135.162, "args": {"External id": 2137}},
+  {"ph": "f", "id": 13, "pid": 1102, "tid": 1262, "ts": 1712195495521131.125, "cat": "fwdbwd", "name": "fwdbwd",
+   "bp": "e"},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1102, "tid": 1262,
+   "ts": 1712195495521140.140, "dur": 41.768, "args": {"External id": 2137, "cbid": 211, "correlation": 135071}},
+  {"ph": "s", "id": 135071, "pid": 1102, "tid": 1262, "ts": 1712195495521140.140, "cat": "ac2g", "name": "ac2g"},
+  {"ph": "X", "cat": "kernel", "name": "void cudnn::cnn::wgrad_alg0_engine<float, 128, 6>(int, int, int)",
+   "pid": 0, "tid": 7, "ts": 1712195495521182.988, "dur": 4.928,
+   "args": {"External id": 2137, "device": 0, "context": 1, "stream": 7, "correlation": 135071,
+            "grid": [4, 106, 1], "block": [128, 1, 1]}},
+  {"ph": "f", "id": 135071, "pid": 0, "tid": 7, "ts": 1712195495521182.988, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "pid": 0, "tid": 7,
+   "ts": 1712195495521190.288, "dur": 1.280, "args": {"device": 0, "stream": 7, "correlation": 135139, "bytes": 256}},
+  {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7, "ts": 1712195495533164.141,
+   "dur": 15.776, "args": {"device": 0, "stream": 7, "correlation": 139861, "bytes": 12845056}},
+  {"ph": "X", "cat": "gpu_user_annotation", "name": "Optimizer.step#SGD.step", "pid": 0, "tid": 7,
+   "ts": 1712195495521182.001, "dur": 1111.035, "args": {"External id": 21222}},
+  {"ph": "X", "cat": "Trace", "ts": 1712195495406752.797, "dur": 578888.534, "pid": "Spans",
+   "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}},
+  {"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",
+   "tid": "Trace PyTorch Profiler", "ts": 1712195495406752.797}
+  ],
+  "traceName": "rank-0.pt.trace.json",
+  "displayTimeUnit": "ns"
+}
+"""
+
+
+@pytest.mark.parametrize("rel", available([NS_RESOLUTION]) + [NS_GENERATED])
+def test_ns_resolution_trace_is_exact(rel, public_traces, tmp_path, request):
+    if rel == NS_GENERATED:
+        folder = tmp_path / "in"
+        (folder / rel).parent.mkdir(parents=True)
+        (folder / rel).write_bytes(gzip.compress(NS_GENERATED_TEXT.encode()))
+        lake = Lake(tmp_path / "lake")
+        res = ingest_file(folder / rel, lake)
+        assert res.status == "ingested", res.error
+        # the file needs the exact reading: float64 would put the origin 47 ns early (.797 us -> .75 us)
+        assert float("1712195495406752.797") == 1712195495406752.75
+        # the cuDNN kernel: 521182.988 - 406752.797 = 114430.191 us after the origin, 4.928 us long
+        (kernel,) = [r for r in lake.read_events(res.trace_id).to_pylist() if r["kind"] == "kernel"]
+        assert (kernel["ts_ns"], kernel["dur_ns"], kernel["correlation_id"]) == (114_430_191, 4_928, 135071)
+    else:
+        lake, results = request.getfixturevalue("ingested")
+        folder, res = public_traces, results[rel]
     table = lake.read_events(res.trace_id)
     # by hand: origin = the earliest timed event, 1712195495406752.797 µs; ConvolutionBackward0 starts at
     # 1712195495521131.125 µs -> 521131125 - 406752797 = 114378328 ns after it, and lasts 135.162 µs.
@@ -148,7 +209,7 @@ def test_ns_resolution_trace_is_exact(ingested, public_traces):
     conv = [r for r in table.to_pylist() if r["name"] == "ConvolutionBackward0" and r["ts_ns"] == 114_378_328]
     assert len(conv) == 1 and conv[0]["dur_ns"] == 135_162
     # and every timestamp of the file, computed from its decimal text
-    doc = _load_source(public_traces, NS_RESOLUTION)
+    doc = _load_source(folder, rel)
     origin = min(Decimal(e["ts"]) for e in doc["traceEvents"] if "ts" in e and e.get("ph") != "M")
     expected = sorted(int((Decimal(e["ts"]) - origin) * 1000) for e in doc["traceEvents"] if "ts" in e)
     assert sorted(table.column("ts_ns").to_pylist()) == expected
