@@ -1,8 +1,15 @@
 """Ingest: one adapter per input format, each turning a file into events of the common schema.
 
+``ADAPTERS`` is the registry: one line per format (its name, file suffixes, how its bytes are recognised, its
+opener; ``base.Adapter``).  Detection, folder and bucket listings and dispatch all read it, so a new trace format is
+its adapter module plus one line there.
+
 ``ingest_file`` is the single entry point used by the CLI and the pipeline: it hashes the file (the
 hash is the trace id), skips content already in the lake, picks the adapter from the file's bytes,
-streams the adapter's batches into the lake and records the outcome in the catalogue.  A file that
+streams the adapter's batches into the lake and records the outcome in the catalogue.  The trace's sidecar
+``<trace>.meta.json`` (``taxbreak.meta``) is read at the same time into the catalogue row's ``metadata_json``, so
+the analysis reads the lake alone; a sidecar found beside content already stored updates that row (the events are
+not read again).  A file that
 fails is recorded as failed with its reason and never raises past this function; a file that is no trace
 at all (not JSON, JSON without ``traceEvents``, empty) is recorded as 'not_a_trace'.
 
@@ -17,43 +24,73 @@ recovers the lake (``Lake.recover``).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 import pyarrow as pa
 
 from taxbreak.ingest.base import (
+    SNIFF_BYTES,
+    Adapter,
     AdapterOutput,
     IngestError,
     NotATraceError,
+    OpenContext,
     TraceInfo,
     clean_dead,
     file_identity,
+    json_or_gzip,
     make_owned_dir,
     open_regular,
+    starts_with,
 )
 from taxbreak.ingest.lake import Lake
+from taxbreak.meta import SIDECAR_CHECKED_KEY, SIDECAR_KEYS, SIDECAR_SOURCE_KEY, SIDECAR_SUFFIX, sidecar_update
 
 __all__ = [
+    "ADAPTERS",
+    "Adapter",
     "AdapterOutput",
     "IngestError",
     "IngestResult",
     "Lake",
     "NotATraceError",
+    "OpenContext",
+    "Sidecar",
     "TraceInfo",
+    "adapter_for",
     "detect_format",
     "file_sha256",
     "ingest_file",
     "iter_trace_files",
+    "trace_suffixes",
 ]
 
-SIDECAR_SUFFIX = ".meta.json"
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".db", ".nsys-rep", ".qdrep")
+# The registry: one line per trace format (base.Adapter says what each field means).  Signatures are tried before
+# sniffs, so Kineto's loose JSON/gzip test never takes a file an Nsight signature recognises.
+ADAPTERS: tuple[Adapter, ...] = (
+    Adapter("kineto", "Kineto JSON", (".json", ".json.gz"), "taxbreak.ingest.kineto:open_trace", sniff=json_or_gzip,
+            misnamed="not JSON (the file does not start with '{' or '[')"),
+    Adapter("nsys-sqlite", "Nsight SQLite", (".sqlite", ".db"), "taxbreak.ingest.nsys_sqlite:open_trace",
+            signature=starts_with(b"SQLite format 3\x00"),
+            misnamed="named like a SQLite export but is not a SQLite database"),
+    Adapter("nsys-rep", ".nsys-rep", (".nsys-rep", ".qdrep"), "taxbreak.ingest.nsys_rep:open_trace",
+            signature=lambda head: head.startswith(b"NVIDIA Tegra Profiler Report") or b"Nsight" in head[:32]),
+)
+
+
+def trace_suffixes() -> tuple[str, ...]:
+    """Every registered adapter's file name suffixes."""
+    return tuple(s for a in ADAPTERS for s in a.suffixes)
+
+
+TRACE_SUFFIXES = trace_suffixes()  # the registry's suffixes when this module loaded (listings call trace_suffixes)
 WORK_PREFIX = "taxbreak-ingest-"
 
 
@@ -79,36 +116,39 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
         return _sha256_of(fh)
 
 
-def detect_format(path: str | os.PathLike[str]) -> str:
-    """'kineto', 'nsys-sqlite' or 'nsys-rep', from the file's first bytes (then its name)."""
+def adapter_for(path: str | os.PathLike[str]) -> Adapter:
+    """The registered adapter for the file at ``path``: from its first bytes (signatures, then sniffs), then its
+    name (``base.Adapter``); NotATraceError naming the file when none fits."""
     with open(path, "rb") as fh:
-        head = fh.read(64)
+        head = fh.read(SNIFF_BYTES)
     if not head:
         raise NotATraceError(f"{path}: the file is empty")
-    if head.startswith(b"SQLite format 3\x00"):
-        return "nsys-sqlite"
-    if head.startswith(b"NVIDIA Tegra Profiler Report") or b"Nsight" in head[:32]:
-        return "nsys-rep"
-    if head[:2] == b"\x1f\x8b":
-        return "kineto"
-    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if stripped[:1] in (b"{", b"["):
-        return "kineto"
+    for test in ("signature", "sniff"):
+        for adapter in ADAPTERS:
+            matches = getattr(adapter, test)
+            if matches is not None and matches(head):
+                return adapter
     name = str(path).lower()
-    if name.endswith((".nsys-rep", ".qdrep")):
-        return "nsys-rep"
-    if name.endswith((".sqlite", ".db")):
-        raise NotATraceError(f"{path}: named like a SQLite export but is not a SQLite database")
-    if name.endswith((".json", ".json.gz")):
-        raise NotATraceError(f"{path}: not JSON (the file does not start with '{{' or '[')")
-    raise NotATraceError(f"{path}: unrecognised format (expected Kineto JSON, Nsight SQLite or .nsys-rep)")
+    for adapter in ADAPTERS:
+        if name.endswith(adapter.suffixes):
+            if adapter.misnamed is None:
+                return adapter
+            raise NotATraceError(f"{path}: {adapter.misnamed}")
+    labels = [a.label for a in ADAPTERS]
+    expected = ", ".join(labels[:-1]) + " or " + labels[-1] if len(labels) > 1 else labels[0]
+    raise NotATraceError(f"{path}: unrecognised format (expected {expected})")
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """The name of the registered adapter for ``path`` ('kineto', 'nsys-sqlite', 'nsys-rep', ...)."""
+    return adapter_for(path).name
 
 
 def is_trace_file(path: Path) -> bool:
     """A trace file by name, and a regular file (not a link: folders are expanded without following links)."""
     name = path.name.lower()
     return (path.is_file() and not path.is_symlink() and not name.startswith(".")
-            and not name.endswith(SIDECAR_SUFFIX) and name.endswith(TRACE_SUFFIXES))
+            and not name.endswith(SIDECAR_SUFFIX) and name.endswith(trace_suffixes()))
 
 
 def iter_trace_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
@@ -168,22 +208,58 @@ def _scrub(message: str, path: Path, shown: str, work: Path | None) -> str:
 
 
 def _open_adapter(
-    fmt: str, path: Path, trace_id: str, workdir: Path, cache_dir: Path | None,
+    adapter: Adapter, path: Path, trace_id: str, workdir: Path, cache_dir: Path | None,
     progress: Callable[[int, int], None] | None,
 ) -> AdapterOutput:
-    if fmt == "kineto":
-        from taxbreak.ingest.kineto import read_kineto
+    out = adapter.open(path, trace_id, OpenContext(workdir=workdir, cache_dir=cache_dir, progress=progress))
+    out.info.source_format = adapter.name  # the catalogue's source_format is the registry's name
+    return out
 
-        return read_kineto(path, trace_id, workdir=workdir, progress=progress)
-    if fmt == "nsys-sqlite":
-        from taxbreak.ingest.nsys_sqlite import read_nsys_sqlite
 
-        return read_nsys_sqlite(path, trace_id)
-    if fmt == "nsys-rep":
-        from taxbreak.ingest.nsys_rep import read_nsys_rep
+# -- the sidecar, read with its trace ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sidecar:
+    """Where a trace's sidecar is: ``open()`` (FileNotFoundError when there is none) and ``where``, its name in
+    the catalogue and messages.  ``Sidecar.beside(path, shown)``: the file ``<path>.meta.json``."""
 
-        return read_nsys_rep(path, trace_id, cache_dir=cache_dir)
-    raise IngestError(f"{path}: no adapter for format {fmt!r}")
+    open: Callable[[], IO[bytes]]
+    where: str
+
+    @classmethod
+    def beside(cls, path: Path, shown: str) -> Sidecar:
+        side = path.with_name(path.name + SIDECAR_SUFFIX)
+
+        def opener() -> IO[bytes]:
+            if not os.path.lexists(side):
+                raise FileNotFoundError(str(side))
+            try:
+                return open_regular(side)  # a FIFO or a device is refused, never waited on
+            except IngestError as exc:
+                raise OSError(str(exc).removeprefix(f"{side}: ")) from None
+
+        return cls(opener, shown + SIDECAR_SUFFIX)
+
+
+def _with_sidecar(batches: Iterator[pa.RecordBatch], info: TraceInfo, update: dict) -> Iterator[pa.RecordBatch]:
+    """``batches``, then the sidecar's keys merged into ``info.metadata`` (an adapter fills its metadata while its
+    batches are read; the catalogue row is made from ``info`` after the last one)."""
+    yield from batches
+    for key in SIDECAR_KEYS:  # the trace's own top-level keys never pass for a sidecar
+        info.metadata.pop(key, None)
+    info.metadata.update({k: v for k, v in update.items() if v is not None})
+
+
+def _refresh_sidecar(lake: Lake, row: dict, sidecar: Sidecar, shown: str) -> dict:
+    """A stored trace met again: record its sidecar when it differs from the catalogue's (events not read).  No
+    sidecar beside this copy clears the recorded one only when this copy is the recorded source (another copy of
+    the same bytes without a sidecar says nothing about it)."""
+    update = sidecar_update(sidecar.open, sidecar.where)
+    meta = json.loads(row.get("metadata_json") or "{}")
+    if update[SIDECAR_SOURCE_KEY] is None and meta.get(SIDECAR_CHECKED_KEY) and row.get("source_path") != shown:
+        return row
+    if all(meta.get(k) == v for k, v in update.items() if k in SIDECAR_KEYS):
+        return row
+    return lake.update_metadata(row["trace_id"], update) or row
 
 
 def ingest_file(
@@ -196,17 +272,21 @@ def ingest_file(
     progress: Callable[[int, int], None] | None = None,
     source_path: str | None = None,
     file_name: str | None = None,
+    sidecar: Sidecar | None = None,
 ) -> IngestResult:
     """Ingest one file into ``lake``; never raises for a bad file (the catalogue records why).
 
     ``source_path`` / ``file_name``: what the catalogue and messages call the file when ``path`` is a local
-    copy (an object downloaded from S3); default ``path`` and its name."""
+    copy (an object downloaded from S3); default ``path`` and its name.  ``sidecar``: where the trace's sidecar
+    is (an object beside the trace's object); default the file beside ``path``, named after ``source_path``.
+    An invalid or unreadable sidecar never fails the trace: the catalogue records why (``taxbreak.meta``)."""
     p = Path(path)
     shown = source_path or str(p)
     name = file_name or p.name
+    side = sidecar or Sidecar.beside(p, shown)
     _recover_once(lake, tmp_dir)
     for attempt in (1, 2):
-        result = _ingest_once(p, lake, force, cache_dir, tmp_dir, progress, shown, name, last=attempt == 2)
+        result = _ingest_once(p, lake, force, cache_dir, tmp_dir, progress, shown, name, side, last=attempt == 2)
         if result is not None:
             return result
     raise AssertionError("unreachable")
@@ -214,7 +294,7 @@ def ingest_file(
 
 def _ingest_once(
     p: Path, lake: Lake, force: bool, cache_dir: Path | None, tmp_dir: Path | None,
-    progress: Callable[[int, int], None] | None, shown: str, name: str, *, last: bool,
+    progress: Callable[[int, int], None] | None, shown: str, name: str, sidecar: Sidecar, *, last: bool,
 ) -> IngestResult | None:
     """One attempt; None when the file changed while it was read and ``last`` is False (the caller retries)."""
     try:
@@ -232,7 +312,7 @@ def _ingest_once(
     size = identity[2]
     existing = lake.catalogue_row(trace_id)
     if not force and existing is not None and existing["status"] == "ingested" and lake.has_events(trace_id):
-        return IngestResult(shown, trace_id, "unchanged", existing)
+        return IngestResult(shown, trace_id, "unchanged", _refresh_sidecar(lake, existing, sidecar, shown))
     if not force and existing is not None and existing["status"] in ("failed", "not_a_trace"):
         # Failed content is retried only when it changes (a new hash) or on explicit request.
         return IngestResult(shown, trace_id, existing["status"], existing, existing["error"])
@@ -240,12 +320,14 @@ def _ingest_once(
     status = "failed"
     work: Path | None = None
     try:
-        fmt = detect_format(p)
+        adapter = adapter_for(p)
+        fmt = adapter.name
+        side = sidecar_update(sidecar.open, sidecar.where)
         work = make_owned_dir(WORK_PREFIX, tmp_dir)
-        out = _open_adapter(fmt, p, trace_id, work, cache_dir, progress)
+        out = _open_adapter(adapter, p, trace_id, work, cache_dir, progress)
+        batches = _with_sidecar(_checked(out.batches, p, identity, shown), out.info, side)
         row, published = lake.publish_events(
-            trace_id, _checked(out.batches, p, identity, shown), out.info, file_name=name, source_path=shown,
-            file_bytes=size, replace=force,
+            trace_id, batches, out.info, file_name=name, source_path=shown, file_bytes=size, replace=force,
         )
         # not published: a concurrent ingest of the same bytes stored them first -- success all the same
         return IngestResult(shown, trace_id, "ingested" if published else "unchanged", row)

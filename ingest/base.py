@@ -1,7 +1,22 @@
-"""What every adapter returns, and the errors it raises."""
+"""What every adapter is, returns and raises, and the schema conventions they share.
+
+An adapter is one module with an opener ``open_trace(path, trace_id, ctx: OpenContext) -> AdapterOutput`` and one
+``Adapter`` line in the registry (``taxbreak.ingest.ADAPTERS``): its name (the catalogue's ``source_format``), file
+name suffixes and how its bytes are recognised.  Conventions every adapter follows (docs/architecture.md):
+
+- batches are built by ``event_batch``: the common event schema's columns in order (``EVENT_SCHEMA``; each field's
+  unit in its metadata), ``trace_id`` and ``source_format`` filled, fields the source lacks NULL, every column cast
+  to its field's type; times are int64 ns, ``ts_ns`` counted from the trace origin (the earliest timed event);
+- ``AdapterOutput.info`` is complete once the batches are exhausted; the catalogue's ``source_format`` is the
+  registry name, set by ``ingest_file``, not by the adapter;
+- versions are stamped in one place, the lake: the events file carries ``EVENT_SCHEMA``'s name and version in its
+  metadata, the catalogue row ``schema_version`` (``lake.catalogue_row``), never an adapter;
+- errors are ``IngestError`` (``NotATraceError`` for a file that is no trace at all) naming the file and the problem.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import socket
@@ -9,12 +24,14 @@ import stat
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+
+from taxbreak.schemas import EVENT_SCHEMA
 
 
 class IngestError(Exception):
@@ -46,6 +63,80 @@ class AdapterOutput:
 class NotATraceError(IngestError):
     """The file is not a trace at all (no traceEvents, not JSON, not a SQLite database): recorded with the status
     'not_a_trace', so it is neither analysed nor offered for retry as a failed trace."""
+
+
+# -- the common event schema, as every adapter builds it ------------------------------------------------------
+def event_batch(columns: Mapping[str, pa.Array], n_rows: int, *, trace_id: str, source_format: str) -> pa.RecordBatch:
+    """``n_rows`` events of the common schema from ``columns`` (arrays named after ``EVENT_SCHEMA`` fields; other
+    names are ignored): ``trace_id`` and ``source_format`` are filled here, a field not given is NULL, and each
+    column is cast to its field's type when it differs."""
+    arrays = []
+    for f in EVENT_SCHEMA:
+        if f.name == "trace_id":
+            a = pa.repeat(pa.scalar(trace_id, pa.string()), n_rows)
+        elif f.name == "source_format":
+            a = pa.repeat(pa.scalar(source_format, pa.string()), n_rows)
+        else:
+            a = columns.get(f.name)
+            if a is None:
+                a = pa.nulls(n_rows, f.type)
+        arrays.append(a if a.type == f.type else a.cast(f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=EVENT_SCHEMA)
+
+
+# -- the adapter registry's entries -----------------------------------------------------------------------------
+SNIFF_BYTES = 64  # how much of a file's start the signatures and sniffs see
+
+
+@dataclass(frozen=True)
+class OpenContext:
+    """What ``ingest_file`` hands every opener: ``workdir``, a temporary folder of this ingest (removed after it);
+    ``cache_dir``, conversions kept across ingests (nsys exports); ``progress(done, total)`` for bytes read."""
+
+    workdir: Path
+    cache_dir: Path | None = None
+    progress: Callable[[int, int], None] | None = None
+
+
+Opener = Callable[[Path, str, OpenContext], AdapterOutput]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One trace format of the registry (``taxbreak.ingest.ADAPTERS``).
+
+    ``name``: the catalogue's ``source_format``; ``label``: how messages name the format; ``suffixes``: lower-case
+    file name endings (folders and buckets list these); ``opener``: ``"module:function"`` (imported on first use, so
+    listing a folder never imports a parser) or the function itself.  Recognising a file, by its first
+    ``SNIFF_BYTES``: every adapter's ``signature`` (bytes only this format starts with) first, in registry order,
+    then every ``sniff`` (a looser shape test: JSON, gzip), then the name: a file named with one of ``suffixes``
+    whose bytes matched nothing is this format when ``misnamed`` is None, else not a trace, for the reason
+    ``misnamed`` gives."""
+
+    name: str
+    label: str
+    suffixes: tuple[str, ...]
+    opener: str | Opener
+    signature: Callable[[bytes], bool] | None = None
+    sniff: Callable[[bytes], bool] | None = None
+    misnamed: str | None = None
+
+    def open(self, path: Path, trace_id: str, ctx: OpenContext) -> AdapterOutput:
+        opener = self.opener
+        if isinstance(opener, str):
+            module, _, function = opener.partition(":")
+            opener = getattr(importlib.import_module(module), function)
+        return opener(path, trace_id, ctx)
+
+
+def starts_with(*magic: bytes) -> Callable[[bytes], bool]:
+    """A signature: the file starts with one of ``magic``."""
+    return lambda head: head.startswith(magic)
+
+
+def json_or_gzip(head: bytes) -> bool:
+    """A sniff: gzip-compressed, or JSON text (an object or array after an optional BOM and whitespace)."""
+    return head[:2] == b"\x1f\x8b" or head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
 
 
 # -- files: regular files only, temporary folders owned by a process -------------------------------------------

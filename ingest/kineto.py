@@ -52,9 +52,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from taxbreak.config import setting
-from taxbreak.ingest.base import AdapterOutput, IngestError, NotATraceError, TraceInfo
+from taxbreak.ingest.base import AdapterOutput, IngestError, NotATraceError, OpenContext, TraceInfo, event_batch
 from taxbreak.ingest.redact import redact
-from taxbreak.schemas import EVENT_SCHEMA, LAUNCH_KINDS
+from taxbreak.schemas import LAUNCH_KINDS
 
 SOURCE_FORMAT = "kineto"
 CHUNK_BYTES = 1 << 20
@@ -809,13 +809,8 @@ def _finish_batch(
             pid = pc.if_else(rewrite, new_pid, pid)
     # staged columns carry the schema's names; the columns no Kineto event fills are NULL
     cols = dict(zip(batch.schema.names, batch.columns, strict=True))
-    cols.update(trace_id=pa.repeat(pa.scalar(trace_id), n), source_format=pa.repeat(pa.scalar(SOURCE_FORMAT), n),
-                ts_ns=_relative(cols["ts_ns"], origin_ns), pid=pid, args_json=args)
-    arrays = [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in EVENT_SCHEMA]
-    return pa.RecordBatch.from_arrays(
-        [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, EVENT_SCHEMA, strict=True)],
-        schema=EVENT_SCHEMA,
-    )
+    cols.update(ts_ns=_relative(cols["ts_ns"], origin_ns), pid=pid, args_json=args)
+    return event_batch(cols, n, trace_id=trace_id, source_format=SOURCE_FORMAT)
 
 
 def _relative(ts: pa.Array, origin_ns: int) -> pa.Array:
@@ -893,3 +888,8 @@ def read_kineto(
             con.close()
 
     return AdapterOutput(info=info, batches=batches())
+
+
+def open_trace(path: Path, trace_id: str, ctx: OpenContext) -> AdapterOutput:
+    """The registry's opener (``taxbreak.ingest.ADAPTERS``)."""
+    return read_kineto(path, trace_id, workdir=ctx.workdir, progress=ctx.progress)

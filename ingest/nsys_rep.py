@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from taxbreak.ingest.base import AdapterOutput, IngestError
+from taxbreak.ingest.base import AdapterOutput, IngestError, OpenContext
 
 if TYPE_CHECKING:
     from taxbreak.ingest.lake import Lake
@@ -171,12 +171,16 @@ def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None) -> Adapt
     path = Path(path)
     export = convert_report(path, cache_dir, content_hash=trace_id)
     out = read_nsys_sqlite(export, trace_id, source_name=str(path))  # errors name the report, not the cache
-    out.info.source_format = "nsys-rep"
     out.info.metadata["converted_export"] = str(export)
     rep_v = report_version(path)
     if rep_v is not None:
         out.info.tool_versions["nsys_report"] = _fmt(rep_v)
     return out
+
+
+def open_trace(path: Path, trace_id: str, ctx: OpenContext) -> AdapterOutput:
+    """The registry's opener (``taxbreak.ingest.ADAPTERS``)."""
+    return read_nsys_rep(path, trace_id, cache_dir=ctx.cache_dir)
 
 
 # -- nsys-check --------------------------------------------------------------------------------------------------

@@ -55,8 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from taxbreak.ingest import nsys_schema as S
-from taxbreak.ingest.base import AdapterOutput, IngestError, TraceInfo
-from taxbreak.schemas import EVENT_SCHEMA
+from taxbreak.ingest.base import AdapterOutput, IngestError, OpenContext, TraceInfo, event_batch
 
 SOURCE_FORMAT = "nsys-sqlite"
 BATCH_ROWS = 32768
@@ -849,6 +848,11 @@ def read_nsys_sqlite(path: Path, trace_id: str, *, include_osrt: bool | None = N
     return AdapterOutput(info=info, batches=_batches(db, name, trace_id, tables, read_tables, info, osrt))
 
 
+def open_trace(path: Path, trace_id: str, ctx: OpenContext) -> AdapterOutput:
+    """The registry's opener (``taxbreak.ingest.ADAPTERS``)."""
+    return read_nsys_sqlite(path, trace_id)
+
+
 def _note_repairs(info: TraceInfo, repairs: _Tally) -> None:
     """Say in the catalogue (``metadata_json``) which text values had undecodable bytes replaced."""
     if not repairs.counts:
@@ -941,8 +945,6 @@ def _events(plan: _TablePlan, src: _Source, batch: pa.RecordBatch, lookups: dict
     start = c.int("start")
     out.setdefault("ts_ns", pc.subtract_checked(start, origin))
     out.setdefault("dur_ns", pc.subtract_checked(c.int("end"), start))
-    out["trace_id"] = c.const(trace_id)
-    out["source_format"] = c.const(SOURCE_FORMAT)
     out["category"] = c.const(plan.table)
     if src.raw_args:
         out["args_json"] = _duck_args(duck(), src, batch)
@@ -950,9 +952,7 @@ def _events(plan: _TablePlan, src: _Source, batch: pa.RecordBatch, lookups: dict
         out["args_json"] = batch.column("__args")
     else:
         out["args_json"] = c.const("{}")
-    return pa.RecordBatch.from_arrays(
-        [out[f.name].cast(f.type) if f.name in out else pa.nulls(c.n, f.type) for f in EVENT_SCHEMA],
-        schema=EVENT_SCHEMA)
+    return event_batch(out, c.n, trace_id=trace_id, source_format=SOURCE_FORMAT)
 
 
 def _duck_args(con: duckdb.DuckDBPyConnection, src: _Source, batch: pa.RecordBatch) -> pa.Array:

@@ -14,8 +14,10 @@ Nothing in a bucket can stop the others: a local bucket lists regular files only
 a link leaving the bucket is left out and named in ``LocalBucket.rejected``), a link is followed only to a
 regular file inside the bucket, and opening never blocks.  Object keys are used exactly as stored (an empty
 segment ``inbox//x.json``, a ``..`` segment, a 300-character name): the local copy of an object has a short
-name of its own, and the catalogue and every message name the object's URL.  A sidecar dropped after its trace
-was ingested updates the trace's catalogue row (``apply_sidecar``) without reading its events again.
+name of its own, and the catalogue and every message name the object's URL.  A trace's sidecar
+``<trace>.meta.json`` is read with the trace, from the same bucket (a local folder or S3), into its catalogue row
+(``ingest_from``); one dropped after its trace was ingested updates that row (``apply_sidecar``) without reading
+the events again.  The analysis then reads the lake alone: moving or emptying the bucket loses nothing.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from taxbreak.config import S3Settings
-from taxbreak.ingest import SIDECAR_SUFFIX, TRACE_SUFFIXES, IngestError, IngestResult, Lake, ingest_file
+from taxbreak.ingest import IngestError, IngestResult, Lake, Sidecar, ingest_file, trace_suffixes
 from taxbreak.ingest.base import clean_dead, make_owned_dir, open_regular
+from taxbreak.meta import SIDECAR_SUFFIX, sidecar_update
 
 HASH_CHUNK_BYTES = 1 << 20
 DOWNLOAD_PREFIX = "taxbreak-dl-"
-SIDECAR_MAX_BYTES = 1 << 20  # a sidecar is a few hundred bytes; larger is refused, not read
 LOCAL_NAME_MAX_BYTES = 160  # longer object names get a short local copy name (file systems allow 255)
 
 
@@ -68,7 +70,7 @@ def is_bucket_trace_name(name: str) -> bool:
     base = name.rsplit("/", 1)[-1].lower()
     if base.startswith(".") or any(_hidden(part) for part in name.split("/")[:-1]):
         return False
-    return base.endswith(SIDECAR_SUFFIX) or base.endswith(TRACE_SUFFIXES)
+    return base.endswith(SIDECAR_SUFFIX) or base.endswith(trace_suffixes())
 
 
 def local_copy_name(name: str) -> str:
@@ -78,7 +80,7 @@ def local_copy_name(name: str) -> str:
     if base not in ("", ".", "..") and len(base.encode("utf-8", "surrogateescape")) <= LOCAL_NAME_MAX_BYTES:
         return base
     lower = base.lower()
-    suffix = max((s for s in (*TRACE_SUFFIXES, SIDECAR_SUFFIX) if lower.endswith(s)), key=len, default="")
+    suffix = max((s for s in (*trace_suffixes(), SIDECAR_SUFFIX) if lower.endswith(s)), key=len, default="")
     return "object" + suffix
 
 
@@ -144,8 +146,11 @@ class LocalBucket:
         return target
 
     def open(self, name: str) -> IO[bytes]:
+        path = self.resolve(name)
+        if not os.path.lexists(path):  # FileNotFoundError, as an object store says it (no sidecar, a trace gone)
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(self.root / name))
         try:
-            return open_regular(self.resolve(name))
+            return open_regular(path)
         except IngestError as exc:
             raise OSError(errno.EINVAL, str(exc)) from None
 
@@ -213,19 +218,27 @@ def bucket_for_url(url: str, s3: S3Settings | None = None) -> tuple[Bucket, str]
     return LocalBucket(path.parent), path.name
 
 
+def bucket_sidecar(b: Bucket, trace_name: str) -> Sidecar:
+    """The sidecar of bucket object ``trace_name``: the object ``<trace_name>.meta.json`` of the same bucket."""
+    side = trace_name + SIDECAR_SUFFIX
+    return Sidecar(lambda: b.open(side), b.describe(side))
+
+
 def ingest_from(b: Bucket, name: str, store: Lake, *, force: bool, cache_dir: Path | None) -> IngestResult:
     """``ingest_file`` on a bucket object: in place for a local folder; object storage is downloaded to a
     temporary file first (named like the object, or ``object<suffix>`` when that name is too long) and the
-    catalogue and messages name the object's URL.  Never raises for one object: what cannot be read is a
+    catalogue and messages name the object's URL.  The object's sidecar is read from the bucket with it (one GET
+    on S3) into the catalogue row.  Never raises for one object: what cannot be read is a
     failed result with the reason (no catalogue row: its content, hence its trace id, is unknown)."""
     url = b.describe(name)
+    sidecar = bucket_sidecar(b, name)
     try:
         local = b.local_path(name)
     except OSError as exc:
         return IngestResult(url, "", "failed", None, f"{url}: not ingested: {exc.strerror or exc}")
     if local is not None:
         return ingest_file(local, store, force=force, cache_dir=cache_dir, source_path=url,
-                           file_name=name.rsplit("/", 1)[-1])
+                           file_name=name.rsplit("/", 1)[-1], sidecar=sidecar)
     clean_dead(None, DOWNLOAD_PREFIX)
     tmp = make_owned_dir(DOWNLOAD_PREFIX)
     try:
@@ -235,17 +248,16 @@ def ingest_from(b: Bucket, name: str, store: Lake, *, force: bool, cache_dir: Pa
         except Exception as exc:  # noqa: BLE001 - a store error (gone, denied, network) fails this object only
             return IngestResult(url, "", "failed", None, f"{url}: cannot download the object ({exc})")
         return ingest_file(dest, store, force=force, cache_dir=cache_dir, source_path=url,
-                           file_name=name.rsplit("/", 1)[-1])
+                           file_name=name.rsplit("/", 1)[-1], sidecar=sidecar)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def apply_sidecar(b: Bucket, trace_name: str, store: Lake, *, cache_dir: Path | None) -> IngestResult:
     """The sidecar ``<trace_name>.meta.json`` changed: record it in the trace's catalogue row (metadata key
-    ``taxbreak_sidecar``, or ``taxbreak_sidecar_error`` when it is invalid) without reading the events again.
-    A trace not stored yet is ingested instead.  Status 'meta_updated' (or what ``ingest_from`` returns)."""
-    from taxbreak.meta import MetaError, validate_meta
-
+    ``taxbreak_sidecar``, or ``taxbreak_sidecar_error`` when it is invalid; ``taxbreak.meta.sidecar_update``) without
+    reading the events again, from a local folder or S3 alike.  A trace not stored yet is ingested instead (its
+    sidecar with it).  Status 'meta_updated' (or what ``ingest_from`` returns)."""
     url = b.describe(trace_name)
     try:
         trace_id = sha256_of(b, trace_name)
@@ -253,24 +265,8 @@ def apply_sidecar(b: Bucket, trace_name: str, store: Lake, *, cache_dir: Path | 
         return IngestResult(url, "", "failed", None, f"{url}: cannot read the trace ({exc.strerror or exc})")
     if store.is_stored(trace_id) is None:
         return ingest_from(b, trace_name, store, force=False, cache_dir=cache_dir)
-    side = trace_name + SIDECAR_SUFFIX
-    side_url = b.describe(side)
-    update: dict[str, object] = {"taxbreak_sidecar": None, "taxbreak_sidecar_error": None,
-                                 "taxbreak_sidecar_source": side_url}
-    try:
-        with b.open(side) as fh:
-            raw = fh.read(SIDECAR_MAX_BYTES + 1)
-        if len(raw) > SIDECAR_MAX_BYTES:
-            raise MetaError(f"{side_url}: larger than {SIDECAR_MAX_BYTES} bytes; not read")
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            raise MetaError(f"{side_url}: not valid JSON ({exc})") from None
-        update["taxbreak_sidecar"] = validate_meta(obj, side_url)
-    except FileNotFoundError:
-        update["taxbreak_sidecar_source"] = None  # removed: the stored copy goes with it
-    except (OSError, MetaError) as exc:
-        update["taxbreak_sidecar_error"] = str(exc)
+    sidecar = bucket_sidecar(b, trace_name)
+    update = sidecar_update(sidecar.open, sidecar.where)  # removed: the stored copy goes with it
     row = store.update_metadata(trace_id, update)
     if row is None:  # removed meanwhile
         return ingest_from(b, trace_name, store, force=False, cache_dir=cache_dir)

@@ -11,17 +11,30 @@ Schema (version 1; documented in docs/sidecar.md)::
      "synthetic": bool, "kind": "generation" | "null_kernel" | "sweep_point", "sweep": {...}}
 
 Every key but ``taxbreak_meta_version`` is optional; unknown keys are kept (forward compatible).
+
+The sidecar enters the lake with its trace: ``sidecar_update`` makes the catalogue keys (``SIDECAR_KEYS``) that
+``taxbreak.ingest.ingest_file`` writes into the trace's ``metadata_json`` when it ingests the trace (a local file or
+an S3 object) and ``taxbreak.pipeline.bucket.apply_sidecar`` when a sidecar arrives later; ``find_meta`` reads them
+back, so the analysis reads the lake alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 META_VERSION = 1
 SIDECAR_SUFFIX = ".meta.json"
+SIDECAR_MAX_BYTES = 1 << 20  # a sidecar is a few hundred bytes; larger is refused, not read
+# Keys of the catalogue's metadata_json that hold what the ingest found beside the trace:
+SIDECAR_KEY = "taxbreak_sidecar"  # the sidecar object, validated
+SIDECAR_ERROR_KEY = "taxbreak_sidecar_error"  # why a sidecar found was not used (invalid, unreadable)
+SIDECAR_SOURCE_KEY = "taxbreak_sidecar_source"  # the sidecar's path or URL
+SIDECAR_CHECKED_KEY = "taxbreak_sidecar_checked"  # true: the ingest looked; the catalogue holds what it found
+SIDECAR_KEYS = (SIDECAR_KEY, SIDECAR_ERROR_KEY, SIDECAR_SOURCE_KEY, SIDECAR_CHECKED_KEY)
 KINDS = ("generation", "null_kernel", "sweep_point")
 PHASES = ("prefill", "decode", "mixed", "other")
 MODEL_KINDS = ("dense", "moe")
@@ -132,11 +145,43 @@ def write_sidecar(trace_path: str | os.PathLike[str], meta: dict[str, Any]) -> P
     return out
 
 
+def sidecar_update(open_sidecar: Callable[[], IO[bytes]], where: str) -> dict[str, Any]:
+    """The catalogue metadata keys (``SIDECAR_KEYS``) for the sidecar ``open_sidecar()`` reads, named ``where``:
+    the object when valid, else the reason (too large, not JSON, not the schema, unreadable) in
+    ``taxbreak_sidecar_error``; no sidecar (FileNotFoundError) leaves the object and its source None.  Never raises:
+    a bad sidecar never fails its trace.  ``taxbreak_sidecar_checked`` is always true (a None value removes a key
+    where ``Lake.update_metadata`` merges these)."""
+    update: dict[str, Any] = {SIDECAR_KEY: None, SIDECAR_ERROR_KEY: None, SIDECAR_SOURCE_KEY: where,
+                              SIDECAR_CHECKED_KEY: True}
+    try:
+        with open_sidecar() as fh:
+            raw = fh.read(SIDECAR_MAX_BYTES + 1)
+        if len(raw) > SIDECAR_MAX_BYTES:
+            raise MetaError(f"{where}: larger than {SIDECAR_MAX_BYTES} bytes; not read")
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise MetaError(f"{where}: not valid JSON ({exc})") from None
+        update[SIDECAR_KEY] = validate_meta(obj, where)
+    except FileNotFoundError:
+        update[SIDECAR_SOURCE_KEY] = None  # none there (or removed: a stored copy goes with it)
+    except MetaError as exc:
+        update[SIDECAR_ERROR_KEY] = str(exc)
+    except OSError as exc:
+        update[SIDECAR_ERROR_KEY] = f"{where}: cannot read the sidecar ({exc.strerror or exc})"
+    except Exception as exc:  # noqa: BLE001 - a store's own error (denied, network) must not fail the trace
+        update[SIDECAR_ERROR_KEY] = f"{where}: cannot read the sidecar ({type(exc).__name__}: {exc})"
+    return update
+
+
 def find_meta(metadata_json: str | None, source_path: str | None) -> tuple[dict[str, Any] | None, str | None, str]:
-    """The trace's taxbreak metadata and where it came from: the catalogue's ``metadata_json -> 'taxbreak'``
-    first, then a sidecar beside the (local) source file, then the sidecar recorded in the catalogue when it
-    arrived (``metadata_json -> 'taxbreak_sidecar'``).  Returns (meta or None, source or None, note); an invalid
-    object is not used and the note says why."""
+    """The trace's taxbreak metadata and where it came from, from its catalogue row: ``metadata_json ->
+    'taxbreak'`` (embedded in the trace) first, then the sidecar recorded with the trace (``'taxbreak_sidecar'``:
+    read when the trace was ingested, or when the sidecar arrived later).  Returns (meta or None, source or None,
+    note); an invalid object is not used and the note says why.
+
+    Only rows written before sidecars entered at ingest (no ``taxbreak_sidecar_checked``) fall back to a sidecar
+    beside the local ``source_path``; ``taxbreak ingest`` of the same file again records it in the row."""
     notes = []
     top = None
     if metadata_json:
@@ -149,21 +194,21 @@ def find_meta(metadata_json: str | None, source_path: str | None) -> tuple[dict[
                 return validate_meta(top["taxbreak"], "trace metadata 'taxbreak'"), "trace_metadata", ""
             except MetaError as exc:
                 notes.append(str(exc))
-    if source_path and "://" not in source_path:
+    stored = top.get(SIDECAR_KEY) if isinstance(top, dict) else None
+    if stored is not None:
+        try:
+            return validate_meta(stored, "the sidecar recorded in the catalogue"), "sidecar", ""
+        except MetaError as exc:
+            notes.append(str(exc))
+    checked = isinstance(top, dict) and bool(top.get(SIDECAR_CHECKED_KEY))
+    if not checked and source_path and "://" not in source_path:  # a row from before sidecars entered at ingest
         side = sidecar_path(source_path)
         if side.is_file():
             try:
                 return read_sidecar(side), "sidecar", ""
             except MetaError as exc:
                 notes.append(str(exc))
-    # a sidecar recorded in the catalogue when it arrived (taxbreak.pipeline.bucket.apply_sidecar; the only way
-    # for an object-store bucket, whose sidecar is not beside a local path)
-    stored = top.get("taxbreak_sidecar") if isinstance(top, dict) else None
-    if stored is not None:
-        try:
-            return validate_meta(stored, "the sidecar recorded in the catalogue"), "sidecar", ""
-        except MetaError as exc:
-            notes.append(str(exc))
-    if isinstance(top, dict) and top.get("taxbreak_sidecar_error"):
-        notes.append(str(top["taxbreak_sidecar_error"]))
-    return None, None, "; ".join(notes) or "no taxbreak metadata in the trace and no sidecar beside it"
+    if isinstance(top, dict) and top.get(SIDECAR_ERROR_KEY):
+        notes.append(str(top[SIDECAR_ERROR_KEY]))
+    when = " when it was ingested" if checked else ""
+    return None, None, "; ".join(notes) or f"no taxbreak metadata in the trace and no sidecar beside it{when}"
