@@ -1,5 +1,5 @@
 """Builders for the per-request attribution tests: tiny lakes written by code, serving tables straight into an
-in-memory DuckDB, and where the real SGLang / vLLM traces are found (tests/data first, then ../shared)."""
+in-memory DuckDB, and where the real SGLang / vLLM traces are found (../shared first, then tests/data/public)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
+from public_data import find
 
 from taxbreak.ingest.base import TraceInfo
 from taxbreak.ingest.lake import Lake
 from taxbreak.schemas import EVENT_SCHEMA
-
-REPO = Path(__file__).resolve().parents[2]
-PUBLIC = REPO / ".." / "shared" / "traces" / "public"
 
 
 def ev(trace_id: str, kind: str, name: str, ts: int, dur: int | None, pid: str = "100", tid: str = "1",
@@ -61,19 +59,14 @@ def serving_con(steps: pa.Table, reqs: pa.Table) -> duckdb.DuckDBPyConnection:
 
 @pytest.fixture(scope="session")
 def real_trace() -> Callable[[str], Path]:
-    """real_trace('tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz'): the vendored copy under
-    tests/data (any folder there, by file name) when present, else ../shared/traces/public; skips when neither."""
+    """real_trace('tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz'): ../shared/traces/public first,
+    then the vendored copy in tests/data/public (tests/public_data.py; TAXBREAK_TESTS_VENDORED_ONLY=1 runs as a fresh
+    clone); skips, naming the file, when neither has it (the tests parametrise over what is here instead)."""
 
-    def find(rel: str) -> Path:
-        data = REPO / "tests" / "data"
-        if data.is_dir():
-            hits = sorted(data.rglob(Path(rel).name))
-            if hits:
-                return hits[0]
-        p = PUBLIC / rel
-        if p.is_file():
-            return p
-        pytest.skip(f"needs the public trace {Path(rel).name} (tests/data or ../shared/traces/public/{rel}); "
-                    "third-party traces are not always beside the checkout")
+    def resolve(rel: str) -> Path:
+        path = find(rel)
+        if path is None:
+            pytest.skip(f"needs the public trace {rel} (tests/data/public or ../shared/traces/public)")
+        return path
 
-    return find
+    return resolve

@@ -3,11 +3,14 @@ the sidecar's steps[].requests[]) with hand-computed sums, then the real public 
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import duckdb
 import pytest
 from conftest import ev
+from public_data import available
 
 from taxbreak import analysis
 from taxbreak.ingest import Lake, ingest_file
@@ -105,20 +108,70 @@ REAL = {
 }
 
 
-@pytest.mark.parametrize("rel", sorted(REAL))
+# A trace built here in the form of the SGLang prefill trace (not vendored, 1.2 MB: tests/data/SOURCES.md), so the
+# EXTEND (prefill) variant runs on a fresh clone too: one engine process (pid 251) on ROCm, an execute_... annotation
+# [100, 700) us after B holding step[EXTEND bs=3 toks=96] [200.250, 500.375) us; prompts of 10, 30 and 56 tokens
+# (sum 96, squares 100 + 900 + 3136 = 4136, no cached context: sk = sq). Three launches: hipLaunchKernel at 155 us
+# (inside execute_, before the step), hipExtModuleLaunchKernel at 255 us and hipLaunchKernel at 305 us (in the step),
+# each with its kernel (3, 40 and 10 us) on device 0.
+SGLANG_GENERATED = "generated/sglang_extend.json.gz"
+B_US = 4909913690000
+
+
+def _sglang_extend_trace() -> dict:
+    host = {"pid": 251, "tid": 251}
+    events = [
+        {"ph": "X", "cat": "user_annotation", **host, "ts": B_US + 100, "dur": 600, "args": {"External id": 1},
+         "name": "execute_96_context_3(sq96sk96sqsq4136sqsk4136)_generation_0(sq0sk0sqsq0sqsk0)"},
+        {"ph": "X", "cat": "user_annotation", **host, "ts": B_US + 200.25, "dur": 300.125,
+         "name": "step[EXTEND bs=3 toks=96]", "args": {"External id": 2}},
+    ]
+    for corr, (op, api, t_us, k_us, dur_us) in enumerate((("aten::arange", "hipLaunchKernel", 155, 170, 3),
+                                                         ("aten::mm", "hipExtModuleLaunchKernel", 255, 270, 40),
+                                                         ("aten::add", "hipLaunchKernel", 305, 320, 10)), start=1):
+        ext = {"External id": 10 + corr}
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": op, **host, "ts": B_US + t_us - 5, "dur": 12, "args": ext},
+            {"ph": "X", "cat": "cuda_runtime", "name": api, **host, "ts": B_US + t_us, "dur": 5,
+             "args": {**ext, "correlation": corr}},
+            {"ph": "s", "id": corr, **host, "ts": B_US + t_us, "cat": "ac2g", "name": "ac2g"},
+            {"ph": "X", "cat": "kernel", "name": f"kernel_{op[6:]}", "pid": 0, "tid": 2, "ts": B_US + k_us,
+             "dur": dur_us, "args": {**ext, "device": 0, "stream": 2, "correlation": corr, "kind": "Dispatch Kernel"}},
+            {"ph": "f", "id": corr, "pid": 0, "tid": 2, "ts": B_US + k_us, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        ]
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "AMD Instinct MI300X"}],
+            "roctracer_version": 4.1, "traceEvents": events, "displayTimeUnit": "ms"}
+
+
+# file: (source, phase, |B|, prefill, decode, sum p, sum p^2, sum c, step duration ns, kernels in the step or None)
+EXPECTED = {**{rel: (*row, None) for rel, row in REAL.items()},
+            SGLANG_GENERATED: ("vllm_execute", "prefill", 3, 3, 0, 96, 4136, 0, 300_125, 2)}
+
+
+@pytest.mark.parametrize("rel", available(REAL) + [SGLANG_GENERATED])
 def test_real_annotations_parse(rel: str, real_trace, tmp_path: Path) -> None:
     """The public AMD-AGI/TraceLens inference traces (MIT): each holds one execute_... annotation (and the SGLang
-    ones a step[EXTEND bs=15 toks=15360] / step[DECODE bs=32] range inside it, which gives the step's time)."""
-    path = real_trace(rel)
+    ones a step[EXTEND bs=15 toks=15360] / step[DECODE bs=32] range inside it, which gives the step's time); and the
+    SGLang prefill form built here, where the step's kernels are known: those launched in the step range (2), not
+    the one launched in execute_... before it."""
+    if rel == SGLANG_GENERATED:
+        path = tmp_path / "in" / "sglang_extend.json.gz"
+        path.parent.mkdir()
+        path.write_bytes(gzip.compress(json.dumps(_sglang_extend_trace()).encode()))
+    else:
+        path = real_trace(rel)
     lake = Lake(tmp_path / "lake")
     assert ingest_file(path, lake).status == "ingested"
     analysis.materialize(tmp_path / "wh.duckdb", lake.root, tables=["serving_steps"])
     con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
     rows = con.execute("SELECT composition_source, phase, batch_requests, prefill_requests, decode_requests, "
-                       "tokens_sum, tokens_sq_sum, context_sum, step_end_ns - step_ts_ns, fit_ready, kernels > 0 "
-                       "FROM serving_steps").fetchall()
+                       "tokens_sum, tokens_sq_sum, context_sum, step_end_ns - step_ts_ns, fit_ready, kernels > 0, "
+                       "kernels, device_active_ns FROM serving_steps").fetchall()
     con.close()
-    assert rows == [(*REAL[rel], True, True)]
+    *want, kernels = EXPECTED[rel]
+    assert [r[:11] for r in rows] == [(*want, True, True)]
+    if kernels is not None:  # 40 + 10 us of device time
+        assert [r[11:] for r in rows] == [(kernels, 50_000)]
 
 
 def test_trace_without_fit_says_what_to_do(wh) -> None:
