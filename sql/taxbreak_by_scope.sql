@@ -136,16 +136,16 @@ contrib AS (
     WHERE k.is_charged
 ),
 top_trace AS (
-    SELECT trace_id, list({'kernel_seq': kernel_seq, 'kernel_name': kernel_name, 'op_name': op_name,
-                           'py_name': py_name, 'orchestrate_ns': orchestrate_ns} ORDER BY orchestrate_ns DESC, kernel_seq)
-                         [1:3] AS top_kernels
+    SELECT trace_id, max_by({'kernel_seq': kernel_seq, 'kernel_name': kernel_name, 'op_name': op_name,
+                             'py_name': py_name, 'orchestrate_ns': orchestrate_ns}, (orchestrate_ns, -kernel_seq), 3)
+                         AS top_kernels
     FROM contrib GROUP BY trace_id
 ),
 top_step AS (
     SELECT trace_id, CAST(step_id AS VARCHAR) AS scope_key,
-           list({'kernel_seq': kernel_seq, 'kernel_name': kernel_name, 'op_name': op_name,
-                 'py_name': py_name, 'orchestrate_ns': orchestrate_ns} ORDER BY orchestrate_ns DESC, kernel_seq)
-               [1:3] AS top_kernels
+           max_by({'kernel_seq': kernel_seq, 'kernel_name': kernel_name, 'op_name': op_name,
+                   'py_name': py_name, 'orchestrate_ns': orchestrate_ns}, (orchestrate_ns, -kernel_seq), 3)
+               AS top_kernels
     FROM contrib WHERE step_id IS NOT NULL GROUP BY trace_id, step_id
 ),
 outl AS (
