@@ -29,7 +29,8 @@ def load_defs() -> dg.Definitions:
 class TickResult:
     cursor: str | None
     runs: list[dg.ExecuteInProcessResult] = field(default_factory=list)
-    partition_keys: list[str] = field(default_factory=list)
+    partition_keys: list[str] = field(default_factory=list)  # `traces` keys: `<file stem>-<12 hex>` (or 64 hex)
+    trace_ids: list[str] = field(default_factory=list)  # the full trace id of each run, in the same order
     skip_reason: str | None = None
 
 
@@ -57,6 +58,8 @@ def evaluate_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: 
 
 
 def tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None = None) -> TickResult:
+    from taxbreak.pipeline.defs.ingest_assets import TRACE_ID_TAG
+
     data = evaluate_sensor(defs, instance, cursor)
     for req in data.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
@@ -68,6 +71,7 @@ def tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None 
         seen.add(request.run_key or "")
         out.runs.append(execute_request(defs, instance, request))
         out.partition_keys.append(request.partition_key or "")
+        out.trace_ids.append(request.tags.get(TRACE_ID_TAG) or request.partition_key or "")
     return out
 
 
@@ -130,7 +134,7 @@ def run_inbox_pipeline(paths: Paths | None = None, settle_s: float = 0.0) -> lis
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    ran = {k for t in ticks for k in t.partition_keys} - known_before
+    ran = {k for t in ticks for k in t.trace_ids} - known_before
     out: list[IngestResult] = []
     for f in iter_trace_files([paths.inbox]):
         trace_id = file_sha256(f)

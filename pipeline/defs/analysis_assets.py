@@ -17,7 +17,7 @@ import dagster as dg
 
 from taxbreak.analysis import settings_tables
 from taxbreak.pipeline.defs.checks import check_specs, evaluate, markdown_preview
-from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST
+from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, run_trace_id
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
 POOL = "duckdb_writer"
@@ -78,12 +78,13 @@ def needed_files(selected: set[str]) -> list[str]:
 
 
 def trace_ids_for_run(context: dg.AssetExecutionContext, full_rebuild: bool) -> list[str] | None:
-    key = context.run.tags.get("dagster/partition")
     batch = context.run.tags.get(TRACES_TAG)  # several traces dropped together: one run analyses them at once
     if full_rebuild:
         return None
     if batch:
         return sorted({t for t in batch.split(",") if t})
+    # the partition's trace id: the run's taxbreak/trace_id tag, or its key mapped through the catalogue
+    key = run_trace_id(context.run.tags, lambda: context.resources.lake.get())
     return [key] if key else None
 
 

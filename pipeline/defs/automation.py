@@ -13,13 +13,13 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dagster as dg
 
 from taxbreak.pipeline.bucket import TICK_MAX_BYTES, Bucket, Cursor, Entry, select_new, sha256_of
 from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS, TABLE_SPECS
-from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES
+from taxbreak.pipeline.defs.ingest_assets import TRACE_ID_TAG, TRACE_INGEST, TRACES, PartitionIndex, partition_key_for
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
 from taxbreak.pipeline.defs.whatif_assets import WHATIF_KEYS
 
@@ -41,6 +41,21 @@ class Planned:
     name: str  # bucket-relative name of the trace file
     reason: str  # "new" or "sidecar"
     run_key: str
+    partition_key: str = ""  # the trace's `traces` key (set by with_keys)
+
+
+def with_keys(planned: list[Planned], index: PartitionIndex) -> tuple[list[Planned], list[str]]:
+    """Each planned trace with its partition key: the one already registered for its content (a 64-hex key
+    registered before readable keys, or a readable key from an earlier name of the same content), else a new
+    readable key ``<file stem>-<12 hex>``; and the new keys to register."""
+    out, new_keys = [], []
+    for p in planned:
+        key = index.key_of(p.trace_id)
+        if key is None:
+            key = partition_key_for(p.name, p.trace_id)
+            new_keys.append(key)
+        out.append(replace(p, partition_key=key))
+    return out, new_keys
 
 
 def plan_requests(
@@ -80,8 +95,10 @@ def _run_request(p: Planned) -> dg.RunRequest:
     # A changed sidecar is recorded in its trace's catalogue row (events not read again); the tables follow.
     config = {"source": p.name, "force": False, "sidecar": p.reason == "sidecar"}
     return dg.RunRequest(
-        run_key=p.run_key, partition_key=p.trace_id, run_config={"ops": {"trace_ingest": {"config": config}}},
-        tags={"taxbreak/source": p.name, "taxbreak/reason": p.reason},
+        run_key=p.run_key, partition_key=p.partition_key or p.trace_id,
+        run_config={"ops": {"trace_ingest": {"config": config}}},
+        # the runs list shows the tags beside the partition: the file, and the full trace id the steps analyse
+        tags={"taxbreak/source": p.name, "taxbreak/reason": p.reason, TRACE_ID_TAG: p.trace_id},
     )
 
 
@@ -94,9 +111,10 @@ def bucket_sensor(context: dg.SensorEvaluationContext, bucket: BucketResource, l
         b.list(), cursor, now_ns=time.time_ns(), settle_s=bucket.resolved_settle_s(),
         max_files=bucket.max_files_per_tick, max_bytes=TICK_MAX_BYTES,  # bounded hashing per tick
     )
-    known = set(context.instance.get_dynamic_partitions(TRACES.name)) if batch else set()  # one query per tick
+    # one query per tick
+    known = PartitionIndex(context.instance.get_dynamic_partitions(TRACES.name) if batch else [])
     planned = plan_requests(b, lake.get(), batch, log=context.log, has_partition=known.__contains__)
-    new_keys = [p.trace_id for p in planned if p.trace_id not in known]
+    planned, new_keys = with_keys(planned, known)
     skip = None
     if not planned:
         skip = f"{len(batch)} settled file(s), nothing new" + (f"; {waiting} still settling" if waiting else "")
@@ -125,9 +143,9 @@ def sweep(bucket: BucketResource, lake: LakeResource, instance: dg.DagsterInstan
         if row and row["file_bytes"] == e.size_bytes and row["ingested_at_ns"] >= e.changed_ns:
             continue
         todo.append(e)
-    known_keys = set(instance.get_dynamic_partitions(TRACES.name)) if todo else set()
+    known_keys = PartitionIndex(instance.get_dynamic_partitions(TRACES.name) if todo else [])
     planned = plan_requests(b, store, todo, log=log, has_partition=known_keys.__contains__)
-    new_keys = [p.trace_id for p in planned if p.trace_id not in known_keys]
+    planned, new_keys = with_keys(planned, known_keys)
     if new_keys:
         instance.add_dynamic_partitions(TRACES.name, new_keys)
     return planned

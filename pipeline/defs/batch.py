@@ -18,13 +18,15 @@ from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
        "(registered as partitions), one dynamic output each.")
 def pending_traces(context: dg.OpExecutionContext, bucket: BucketResource, lake: LakeResource):  # noqa: ANN201
     for p in sweep(bucket, lake, context.instance, log=context.log):
-        yield dg.DynamicOutput({"trace_id": p.trace_id, "name": p.name}, mapping_key=p.trace_id[:16])
+        yield dg.DynamicOutput({"trace_id": p.trace_id, "name": p.name, "partition_key": p.partition_key},
+                               mapping_key=p.trace_id[:16])
 
 
 @dg.op(description="Ingest one trace; reports the trace_ingest partition it materialised.")
 def ingest_one(context: dg.OpExecutionContext, item: dict, bucket: BucketResource, lake: LakeResource) -> str:
-    status, meta = ingest_source(bucket, lake, item["trace_id"], item["name"], False, context.log)
-    context.log_event(dg.AssetMaterialization(asset_key=TRACE_INGEST, partition=item["trace_id"], metadata=meta))
+    key = item.get("partition_key") or item["trace_id"]
+    status, meta = ingest_source(bucket, lake, key, item["name"], False, context.log)
+    context.log_event(dg.AssetMaterialization(asset_key=TRACE_INGEST, partition=key, metadata=meta))
     return status
 
 

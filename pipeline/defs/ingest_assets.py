@@ -1,7 +1,16 @@
-"""Per-trace ingest: one dynamic partition per trace, keyed by the content hash of the file."""
+"""Per-trace ingest: one dynamic partition per trace, keyed so a person recognises the file.
+
+A partition key is ``<file stem>-<first 12 hex of the trace id>`` (``partition_key_for``: ``good.pt.trace-3f2a…``),
+the file name a person dropped beside the content hash that identifies the trace; the full trace id (the sha256
+of the file, the lake's key) travels with the run as the tag ``taxbreak/trace_id``. Keys registered before, the
+64-hex trace id itself, keep working: ``trace_id_of_key`` maps either form to the trace id, a readable key through
+the lake catalogue (its file names are the trace ids) when the run carries no tag (a materialisation from the UI).
+"""
 
 
 import json
+import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -11,6 +20,88 @@ from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
 
 TRACES = dg.DynamicPartitionsDefinition(name="traces")
 TRACE_INGEST = dg.AssetKey("trace_ingest")
+TRACE_ID_TAG = "taxbreak/trace_id"  # run tag: the full trace id of the run's partition
+KEY_HEX_CHARS = 12  # hex digits of the trace id in a readable key: 48 bits, a clash between two traces ~N^2 / 2^49
+KEY_STEM_CHARS = 48
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_READABLE = re.compile(rf"-([0-9a-f]{{{KEY_HEX_CHARS}}})$")
+
+
+def partition_key_for(name: str, trace_id: str) -> str:
+    """``<sanitised file stem>-<first 12 hex of trace_id>`` for the bucket-relative file ``name``.
+
+    The stem is the base name without its trace suffix (``.json``, ``.json.gz``, ``.nsys-rep`` ...), letters, digits,
+    ``_``, ``-`` and single dots kept, anything else ``_``, at most 48 characters (Dagster refuses ``...`` in keys).
+    """
+    from taxbreak.ingest import trace_suffixes
+
+    base = name.rsplit("/", 1)[-1]
+    for suffix in sorted(trace_suffixes(), key=len, reverse=True):
+        if base.lower().endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    stem = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9._-]+", "_", base))[:KEY_STEM_CHARS].strip("._-")
+    return f"{stem or 'trace'}-{trace_id[:KEY_HEX_CHARS]}"
+
+
+def key_matches(key: str, trace_id: str) -> bool:
+    """Whether partition ``key`` (readable or 64-hex) names the content ``trace_id``."""
+    if _HEX64.fullmatch(key):
+        return key == trace_id
+    m = _READABLE.search(key)
+    return m is not None and trace_id.startswith(m.group(1))
+
+
+class PartitionIndex:
+    """The registered ``traces`` keys, looked up by trace id (one instance query per sensor tick)."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self.keys = set(keys)
+        self._by_prefix: dict[str, str] = {}
+        for k in self.keys:
+            m = _READABLE.search(k)
+            if m is not None and not _HEX64.fullmatch(k):
+                self._by_prefix.setdefault(m.group(1), k)
+
+    def key_of(self, trace_id: str) -> str | None:
+        """The key registered for ``trace_id``: its 64-hex id (registered before readable keys) or its readable key."""
+        if trace_id in self.keys:
+            return trace_id
+        return self._by_prefix.get(trace_id[:KEY_HEX_CHARS])
+
+    def __contains__(self, trace_id: str) -> bool:
+        return self.key_of(trace_id) is not None
+
+
+def trace_id_of_key(key: str, lake) -> str | None:  # noqa: ANN001 - taxbreak.ingest.Lake (or a callable giving one)
+    """The trace id partition ``key`` names: the key itself when it is 64 hex, else the one catalogue file whose name
+    starts with the key's 12 hex (None when the catalogue has none; an error when it has several)."""
+    if _HEX64.fullmatch(key):
+        return key
+    m = _READABLE.search(key)
+    if m is None:
+        return None
+    store = lake() if callable(lake) else lake
+    found = sorted({p.name.removesuffix(".parquet") for p in store.catalogue_paths() if p.name.startswith(m.group(1))})
+    if len(found) > 1:
+        raise dg.Failure(f"partition {key}: {len(found)} traces in the catalogue start with {m.group(1)} "
+                         f"({', '.join(t[:16] for t in found)}); run it by its 64-hex trace id")
+    return found[0] if found else None
+
+
+def run_trace_id(tags: Mapping[str, str], lake: Callable[[], object]) -> str | None:
+    """The trace id of a run's partition: the ``taxbreak/trace_id`` tag, else mapped from ``dagster/partition``
+    (``lake`` is only called when the catalogue must be read); None for a run without a partition."""
+    if tags.get(TRACE_ID_TAG):
+        return tags[TRACE_ID_TAG]
+    key = tags.get("dagster/partition")
+    if not key:
+        return None
+    trace_id = trace_id_of_key(key, lake)
+    if trace_id is None:
+        raise dg.Failure(f"partition {key}: no trace in the catalogue starts with {key[-KEY_HEX_CHARS:]} "
+                         "(not ingested yet: run it from the bucket sensor, or give `source`)")
+    return trace_id
 
 
 class IngestConfig(dg.Config):
@@ -27,6 +118,7 @@ def ingest_metadata(row: dict | None, status: str, error: str | None, source: st
     skipped = json.loads(row.get("skipped_counts_json") or "{}")
     meta: dict[str, object] = {
         "status": status,
+        "trace_id": row.get("trace_id") or "",
         "source": source,
         "file_name": row.get("file_name") or Path(source).name,
         "source_format": row.get("source_format") or "",
@@ -43,7 +135,8 @@ def ingest_source(
     bucket: BucketResource, lake: LakeResource, key: str, source: str, force: bool, log,  # noqa: ANN001
     sidecar: bool = False,
 ) -> tuple[str, dict]:
-    """Ingest the bucket object ``source`` registered as partition ``key``; returns (status, metadata).
+    """Ingest the bucket object ``source`` registered as partition ``key`` (a readable key or a 64-hex trace id);
+    returns (status, metadata).
 
     An empty ``source`` means the source recorded in the catalogue (retries).
     """
@@ -51,9 +144,10 @@ def ingest_source(
     if source:
         b, name = bucket.get(), source
     else:  # a retry from the UI or the CLI: the path or URL the catalogue recorded
-        row = store.catalogue_row(key)
+        trace_id = trace_id_of_key(key, store)
+        row = store.catalogue_row(trace_id) if trace_id else None
         if row is None:
-            raise dg.Failure(f"trace {key[:16]}: no source given and no catalogue row to find it in")
+            raise dg.Failure(f"partition {key}: no source given and no catalogue row to find it in")
         b, name = bucket.for_url(row["source_path"])
         source = row["source_path"]
     if sidecar:
@@ -61,14 +155,17 @@ def ingest_source(
     else:
         result = ingest_from(b, name, store, force=force, cache_dir=lake.cache_path())
     status = result.status
-    if result.trace_id and result.trace_id != key:
+    if result.trace_id and not key_matches(key, result.trace_id):
         # The file changed between the sensor's look and this run: the new content went in under its own
         # hash (the sensor registers that partition on its next tick); this partition saw none of it.
         status = "source_changed"
         log.warning(f"{source} changed since it was registered: content now {result.trace_id[:16]}")
     if status == "failed":
         log.warning(f"trace {key[:16]} ({source}) failed: {result.error}")
-    return status, ingest_metadata(result.row, status, result.error, source)
+    meta = ingest_metadata(result.row, status, result.error, source)
+    if result.trace_id:
+        meta["trace_id"] = result.trace_id  # type: ignore[assignment]
+    return status, meta
 
 
 @dg.asset(
@@ -93,7 +190,7 @@ def trace_ingest(
                 "event: event_count + skipped = source_event_count, from the catalogue.")
 def ingest_completeness(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
     store = lake.get()
-    key = context.run.tags.get("dagster/partition")  # a per-trace run checks its trace only: flat cost per trace
+    key = run_trace_id(context.run.tags, lambda: store)  # a per-trace run checks its trace only: flat cost per trace
     if key:
         row = store.catalogue_row(key)
         rows = [row] if row is not None and row["status"] == "ingested" else []

@@ -37,15 +37,19 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     defs = load_defs()
 
     t1 = tick(defs, instance)
-    keys = {_sha(good), _sha(nsight), _sha(inbox / "corrupt.json")}
-    assert set(t1.partition_keys) == keys and len(t1.runs) == 3
+    ids = {_sha(good), _sha(nsight), _sha(inbox / "corrupt.json")}
+    # the partition keys a person reads in the UI: the file stem, then the first 12 hex of the content hash
+    keys = {f"good.pt.trace-{_sha(good)[:12]}", f"nsight-{_sha(nsight)[:12]}",
+            f"corrupt-{_sha(inbox / 'corrupt.json')[:12]}"}
+    assert set(t1.partition_keys) == keys and set(t1.trace_ids) == ids and len(t1.runs) == 3
     assert all(r.success for r in t1.runs)
     assert set(instance.get_dynamic_partitions("traces")) == keys
     statuses = {}
     for run in t1.runs:
         (mat,) = [e for e in run.get_asset_materialization_events() if e.asset_key.to_user_string() == "trace_ingest"]
         meta = mat.materialization.metadata
-        statuses[mat.partition] = meta["status"].value
+        assert mat.partition == run.dagster_run.tags["dagster/partition"] in keys
+        statuses[meta["trace_id"].value] = meta["status"].value
     assert statuses == {_sha(good): "ingested", _sha(nsight): "ingested", _sha(inbox / "corrupt.json"): "failed"}
     cat = {r["trace_id"]: r for r in Lake(env["lake"]).catalogue().to_pylist()}
     assert cat[_sha(inbox / "corrupt.json")]["status"] == "failed" and cat[_sha(inbox / "corrupt.json")]["error"]
@@ -59,7 +63,7 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     for run in t1.runs:  # every check ran and passed; a failed file's run checks the ingest only
         evals = run.get_asset_check_evaluations()
         assert all(e.passed for e in evals), [(e.check_name, e.metadata) for e in evals if not e.passed]
-        failed_run = run.dagster_run.tags["dagster/partition"] == _sha(inbox / "corrupt.json")
+        failed_run = run.dagster_run.tags["taxbreak/trace_id"] == _sha(inbox / "corrupt.json")
         assert {e.check_name for e in evals} == ({"ingest_completeness"} if failed_run else every_check)
         assert "kernel_taxbreak" not in _materialized(run) if failed_run else "kernel_taxbreak" in _materialized(run)
     # the readers' copy: one Parquet partition per trace and table (taxbreak.marts), and the snapshot's views
@@ -86,14 +90,15 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     # the good Kineto file changes (4 kernels now): one run, for its new content
     write_kineto(good, 4)
     t3 = tick(defs, instance, t2.cursor)
-    assert t3.partition_keys == [_sha(good)] and t3.runs[0].success
+    assert t3.trace_ids == [_sha(good)] and t3.partition_keys == [f"good.pt.trace-{_sha(good)[:12]}"]
+    assert t3.runs[0].success
     assert _kernels_per_trace(env["warehouse"])[_sha(good)] == 4
 
     # a fourth file: only its partition runs, and the tables are rebuilt for it alone
     fourth = write_kineto(inbox / "fourth.json", 2, base_us=50.0)
     before = {p: p.stat().st_mtime_ns for p in marts.parent.glob("*/trace_id=*/part-0.parquet")}
     t4 = tick(defs, instance, t3.cursor)
-    assert t4.partition_keys == [_sha(fourth)]
+    assert t4.trace_ids == [_sha(fourth)] and t4.partition_keys == [f"fourth-{_sha(fourth)[:12]}"]
     run = t4.runs[0]
     assert run.success and "trace_ingest" in _materialized(run)
     (ktx,) = [e for e in run.get_asset_materialization_events() if e.asset_key.to_user_string() == "kernel_taxbreak"]
@@ -110,7 +115,7 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     # a sidecar written (or changed) beside a trace: its trace runs again, forced, so new metadata is read
     (inbox / "fourth.json.meta.json").write_text('{"taxbreak_meta_version": 1, "batch_size": 4}')
     t5 = tick(defs, instance, t4.cursor)
-    assert t5.partition_keys == [_sha(fourth)] and t5.runs[0].success
+    assert t5.partition_keys == t4.partition_keys and t5.trace_ids == [_sha(fourth)] and t5.runs[0].success
     assert t5.runs[0].dagster_run.tags["taxbreak/reason"] == "sidecar"
     assert len(instance.get_dynamic_partitions("traces")) == 5
 
