@@ -488,7 +488,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"trace_ids": ids, "warehouse_rows_deleted": {}, "lake_removed": []}
     try:
         if Path(paths.warehouse).exists():  # the tables first: a trace still in the lake can be analysed again
-            with writer(paths.warehouse, on_wait=lambda m: note(args, m)) as con:
+            # the marts of those traces only (taxbreak.marts removes every file holding them)
+            with writer(paths.warehouse, traces=ids, on_wait=lambda m: note(args, m)) as con:
                 out["warehouse_rows_deleted"] = forget_traces(con, ids)
     except WarehouseBusy as exc:
         emit(f"forget: {exc}", err=True)

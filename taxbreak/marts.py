@@ -1,27 +1,43 @@
-"""Per-trace Parquet marts of the warehouse tables, and the readers' snapshot: views over them.
+"""Per-trace Parquet marts of the warehouse tables, compacted into few files, and the readers' snapshot over them.
 
 The DuckDB file stays the writers' database (``taxbreak.warehouse.writer``: one lock, one transaction per
-publication).  What readers open is built from it after each write, and only for what the write changed:
+publication).  What readers open is built from it after each write, and only for what the write changed.
 
-- ``<warehouse dir>/marts/<table>/trace_id=<id>/part-0.parquet``: the rows of one trace of every per-trace table
-  (a table with a ``trace_id`` column whose SQL file is not ``-- scope: cross_trace``).  A write for some traces
-  rewrites those traces' partitions only, so the cost of a run does not grow with the traces already analysed.
-  Every file is written under a temporary name first and renamed into place once all of the run's files are
-  written (a reader sees a partition's old file or its new one; the renames of one run follow each other within
-  milliseconds).  A trace without rows in a table has no partition there.  ``marts/<table>/_columns.json``
-  records the columns the partitions were written with: a table whose columns changed (new code) is rewritten
-  for every trace; ``marts/<table>/_empty.parquet`` holds no rows, only the columns (readers of a table no trace
-  has rows in).  The other tables (cross-trace: sweeps, fits; small) are written whole: ``marts/<table>.parquet``.
-- ``<warehouse dir>/exports/snapshot.duckdb``: a small DuckDB file holding, per per-trace table, a view over its
-  partitions (every column cast to the warehouse's type, the table's and columns' comments), and a copy of every
-  other table (the cross-trace ones: sweeps, fits; small).  Written beside its place and renamed into it, so a
-  reader sees the old snapshot or the new one; its size and the time to write it do not grow with the traces.
+Layout of ``<warehouse dir>/marts/`` (the per-trace tables: a ``trace_id`` column, SQL file not
+``-- scope: cross_trace``):
 
-A writer that dies between its commit and the end of this leaves a ``marts/.pending-*.json`` marker (written when
-it took the lock) naming its traces: the next writer exports them too.  Which traces a write touched is told by
-its caller (``writer(db, traces=...)``); ``None`` means every trace (``taxbreak analyze`` over everything,
-``forget``, a refresh): then each table is rewritten whole, partitions of traces no longer in it removed.
-The views name the marts by absolute path: a moved warehouse folder gets a working snapshot at its next write.
+- ``<table>/trace_id=<id>/part-0.parquet``: a *loose* partition, the rows of one trace written since the last
+  compaction.  A write for some traces writes those traces' partitions only.
+- ``<table>/seg-<segment>.parquet``: a *segment*, the rows of many traces in one file sorted by ``trace_id``.
+  When the loose traces reach ``marts.compact_loose`` (taxbreak.config) they are compacted into one segment;
+  when ``marts.compact_fanout`` segments of one tier accumulate they are merged into one of the next tier (tiered,
+  as in a log-structured merge tree: a trace's rows are rewritten once per tier, so the amortised cost of a new
+  trace grows with the logarithm of the traces, and a reader opens at most ``compact_loose - 1`` loose files plus
+  ``compact_fanout - 1`` segments per tier).  A whole rewrite (``traces=None``: ``taxbreak analyze`` over every
+  trace, a refresh, new columns) writes one segment when there are at least ``compact_loose`` traces, else loose
+  partitions.  A trace written again while its rows are in a segment gets a loose partition that *supersedes*
+  them: the segment's rows of that trace are left out by the readers' views (and dropped by the next merge; a
+  segment with half its traces superseded is rewritten alone).  A trace that no longer has rows anywhere
+  (``taxbreak forget``) is removed from disk by the same write: its loose partitions and every segment holding
+  it are rewritten without it.
+- ``_manifest.json``: the writers' record of the layout: the per-trace tables and their columns, every segment
+  (tier, traces, files), for every trace where its rows are (a segment or loose) and in which tables, and the
+  files the layout no longer uses with the time they were replaced.  Replaced files stay for
+  ``marts.keep_replaced_s`` (a reader of the previous snapshot may still read them), then a writer deletes them
+  (those of a forgotten trace: at once).
+- ``<table>/_empty.parquet``: no rows, the columns (readers of a table no trace has rows in);
+  ``<table>.parquet``: a cross-trace table (sweeps, fits; small), written whole.
+
+Every file is written under ``.staging-*`` first; once all of a write's files are written they are renamed into
+place, then the manifest is replaced (the writers' commit point), then ``exports/snapshot.duckdb`` (the readers'
+commit point, ``build_snapshot``): per per-trace table a view reading exactly the files of the manifest
+(``read_parquet`` of an explicit list, no glob, no hive partitioning; the segments' superseded traces left out;
+a column cast only where Parquet cannot hold the warehouse's type), and a copy of every cross-trace table.  A
+writer killed anywhere leaves readers the previous snapshot and the files it names; its pending marker
+(``marts/.pending-*.json``, written when it took the lock) makes the next writer export its traces again; a
+segment it renamed into place but never recorded is deleted by the next writer.  Which traces a write touched
+is told by its caller (``writer(db, traces=...)``); ``None`` means every trace.  The views name the marts by
+absolute path: a moved warehouse folder gets a working snapshot at its next write.
 """
 
 from __future__ import annotations
@@ -30,16 +46,20 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
 MARTS_DIR = "marts"
 PART = "part-0.parquet"
-COLUMNS_FILE = "_columns.json"
+MANIFEST = "_manifest.json"
 EMPTY = "_empty.parquet"  # no rows, the columns
+LEGACY_COLUMNS = "_columns.json"  # written by the layout before the manifest; removed when met
 _ID = re.compile(r"[A-Za-z0-9_.:-]+")  # a trace id as a partition folder name (sha256 hex in practice)
+_VERSION = 1
 
 
 def marts_dir(warehouse: str | os.PathLike[str]) -> Path:
@@ -51,21 +71,62 @@ def _q(ident: str) -> str:
 
 
 def _lit(text: str) -> str:
-    """A SQL string literal for DDL (DuckDB binds no parameters in CREATE VIEW / COMMENT ON / ATTACH); the texts
-    are this module's own paths, the warehouse's type names and the sql/ headers' comments."""
+    """A SQL string literal for DDL (DuckDB binds no parameters in CREATE VIEW / COMMENT ON / ATTACH / COPY); the
+    texts are this module's own paths, trace ids checked against ``_ID``, the warehouse's type names and the sql/
+    headers' comments."""
     return "'" + text.replace("'", "''") + "'"
 
 
-def _partition(table_dir: Path, trace_id: str) -> Path:
+def _check_id(trace_id: str) -> str:
     if not _ID.fullmatch(trace_id):
         raise ValueError(f"trace id {trace_id!r} cannot name a partition folder")
-    return table_dir / f"trace_id={trace_id}"
+    return trace_id
+
+
+def _partition(table_dir: Path, trace_id: str) -> Path:
+    return table_dir / f"trace_id={_check_id(trace_id)}"
+
+
+def _loose_rel(table: str, trace_id: str) -> str:
+    return f"{table}/trace_id={trace_id}"
+
+
+def _segment_rel(table: str, segment: str) -> str:
+    return f"{table}/seg-{segment}.parquet"
 
 
 def _cross_trace_names() -> set[str]:
     from taxbreak.analysis import sql_files
 
     return {f.name for f in sql_files() if f.scope == "cross_trace"}
+
+
+def policy(compact_loose: int | None = None, fanout: int | None = None) -> tuple[int, int]:
+    """(loose traces that trigger a compaction, segments of one tier that are merged): the arguments, else the
+    ``marts.compact_loose`` and ``marts.compact_fanout`` settings."""
+    from taxbreak.config import ConfigError, setting
+
+    loose = int(setting("marts.compact_loose").value if compact_loose is None else compact_loose)
+    fan = int(setting("marts.compact_fanout").value if fanout is None else fanout)
+    if loose < 1 or fan < 2:
+        raise ConfigError(f"marts.compact_loose must be at least 1 and marts.compact_fanout at least 2 "
+                          f"(got {loose} and {fan})")
+    return loose, fan
+
+
+def _keep_replaced_s() -> float:
+    from taxbreak.config import setting
+
+    return float(setting("marts.keep_replaced_s").value)
+
+
+def tier(traces: int, compact_loose: int, fanout: int) -> int:
+    """The tier of a segment of ``traces`` traces: 0 below ``compact_loose * fanout``, k when it holds at least
+    ``compact_loose * fanout**k``."""
+    k = 0
+    while traces >= compact_loose * fanout ** (k + 1):
+        k += 1
+    return k
 
 
 def warehouse_tables(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str, str | None]]]:
@@ -87,12 +148,106 @@ def per_trace_tables(tables: dict[str, list[tuple[str, str, str | None]]]) -> li
     return sorted(t for t, cols in tables.items() if t not in cross and any(c == "trace_id" for c, _, _ in cols))
 
 
+# -- the manifest ----------------------------------------------------------------------------------------------------
+@dataclass
+class Manifest:
+    """The layout of the marts (module doc).  ``traces``: trace id -> [segment id, or "" when loose; bit i set when
+    the trace has rows in ``tables[i]``].  ``segments``: id -> {"tier", "seq", "traces" (sorted), "files"
+    (table -> file name)}.  ``replaced``: [path relative to the marts folder, unix time replaced (0: delete at
+    once)]."""
+
+    tables: list[str]
+    columns: dict[str, list[list[str]]]
+    segments: dict[str, dict] = field(default_factory=dict)
+    traces: dict[str, list] = field(default_factory=dict)
+    replaced: list[list] = field(default_factory=list)
+    seq: int = 0
+
+    def bit(self, table: str) -> int:
+        return 1 << self.tables.index(table)
+
+    def loose(self) -> list[str]:
+        return sorted(t for t, (where, _) in self.traces.items() if where == "")
+
+    def superseded(self, segment: str) -> list[str]:
+        """The traces of a segment whose rows there are no longer current (written again, or gone)."""
+        return [t for t in self.segments[segment]["traces"] if self.traces.get(t, ("", 0))[0] != segment]
+
+    def live_files(self) -> set[str]:
+        """Every file (segment) and folder (loose partition) the layout reads, relative to the marts folder."""
+        out = {_segment_rel(t, sid) for sid, s in self.segments.items() for t in s["files"]}
+        for tid, (where, mask) in self.traces.items():
+            if where == "":
+                out |= {_loose_rel(t, tid) for i, t in enumerate(self.tables) if mask >> i & 1}
+        return out
+
+    def sources(self, table: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+        """What a reader of ``table`` reads: the files to read whole (segments without superseded traces, then the
+        loose partitions) and the segments to read without some traces; paths relative to the marts folder."""
+        whole: list[str] = []
+        partial: list[tuple[str, list[str]]] = []
+        for sid, s in sorted(self.segments.items(), key=lambda kv: kv[1]["seq"]):
+            if table not in s["files"]:
+                continue
+            gone = self.superseded(sid)
+            if gone:
+                partial.append((f"{table}/{s['files'][table]}", gone))
+            else:
+                whole.append(f"{table}/{s['files'][table]}")
+        if table in self.tables:
+            bit = self.bit(table)
+            whole += [f"{_loose_rel(table, t)}/{PART}" for t, (where, mask) in sorted(self.traces.items())
+                      if where == "" and mask & bit]
+        return whole, partial
+
+    def to_json(self) -> str:
+        return json.dumps({"version": _VERSION, "tables": self.tables, "columns": self.columns, "seq": self.seq,
+                           "segments": self.segments, "traces": self.traces, "replaced": self.replaced},
+                          separators=(",", ":"))
+
+
+def load_manifest(root: Path) -> Manifest | None:
+    """The manifest of the marts folder ``root``; None when there is none (or it cannot be read: the next writer
+    then rewrites the marts whole)."""
+    try:
+        data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        if data.get("version") != _VERSION:
+            return None
+        return Manifest(tables=list(data["tables"]), columns=dict(data["columns"]), segments=dict(data["segments"]),
+                        traces=dict(data["traces"]), replaced=list(data["replaced"]), seq=int(data["seq"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save_manifest(root: Path, manifest: Manifest) -> None:
+    tmp = root / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
+    tmp.write_text(manifest.to_json(), encoding="utf-8")
+    os.replace(tmp, root / MANIFEST)
+
+
 def partitions(table_dir: Path) -> dict[str, Path]:
-    """trace id -> partition folder, for the published partitions of one table."""
-    if not table_dir.is_dir():
+    """trace id -> the file or folder holding its published rows of one table (its segment file, or its loose
+    partition's folder), from the manifest: no listing of the traces' folders."""
+    manifest = load_manifest(table_dir.parent)
+    table = table_dir.name
+    if manifest is None:  # a marts folder no writer of this layout has published yet
+        if not table_dir.is_dir():
+            return {}
+        return {p.name.split("=", 1)[1]: p for p in table_dir.iterdir()
+                if p.is_dir() and p.name.startswith("trace_id=") and any(p.glob("*.parquet"))}
+    if table not in manifest.tables:
         return {}
-    return {p.name.split("=", 1)[1]: p for p in table_dir.iterdir()
-            if p.is_dir() and p.name.startswith("trace_id=") and any(p.glob("*.parquet"))}
+    bit = manifest.bit(table)
+    return {t: table_dir / (f"trace_id={t}" if where == "" else manifest.segments[where]["files"][table])
+            for t, (where, mask) in manifest.traces.items() if mask & bit}
+
+
+def trace_counts(warehouse: str | os.PathLike[str]) -> dict[str, int]:
+    """Per per-trace table, the traces with published rows in it (from the manifest, nothing listed)."""
+    manifest = load_manifest(marts_dir(warehouse))
+    if manifest is None:
+        return {}
+    return {t: sum(1 for _, mask in manifest.traces.values() if mask & manifest.bit(t)) for t in manifest.tables}
 
 
 # -- pending markers -------------------------------------------------------------------------------------------------
@@ -125,80 +280,245 @@ def pending(warehouse: str | os.PathLike[str]) -> tuple[list[Path], list[str] | 
 
 
 # -- export ----------------------------------------------------------------------------------------------------------
+class _Write:
+    """One export's staged files: place (absolute) -> the temporary file to rename there."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, root: Path) -> None:
+        self.con = con
+        self.root = root
+        self.stage = root / f".staging-{uuid.uuid4().hex}"
+        self.staged: dict[Path, Path] = {}
+        self.written: dict[str, int] = {}
+
+    def tmp(self, table: str, name: str) -> Path:
+        path = self.stage / table / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def put(self, tmp: Path, place: Path, table: str | None = None) -> None:
+        self.staged[place] = tmp
+        if table is not None:
+            self.written[table] = self.written.get(table, 0) + 1
+
+    def copy(self, select: str, tmp: Path) -> None:
+        self.con.execute(f"COPY ({select}) TO {_lit(str(tmp))} (FORMAT parquet, COMPRESSION zstd)")
+
+    def current(self, rel: str) -> Path:
+        """A file of the layout where it is now: staged by this write, else in place."""
+        place = self.root / rel
+        return self.staged.get(place, place)
+
+
 def export(
-    con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str], traces: list[str] | None,
+    con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str], traces: list[str] | None, *,
+    compact_loose: int | None = None, fanout: int | None = None,
 ) -> dict[str, int]:
-    """Write the partitions of ``traces`` (None: every trace) of every per-trace table; returns files written per
-    table.  Call it holding the writer lock, after the write committed."""
+    """Publish the marts of ``traces`` (None: every trace) of every per-trace table and compact them when due
+    (module doc); returns the files written per table.  Call it holding the writer lock, after the write
+    committed; then ``build_snapshot`` (the readers' commit point) and ``collect``."""
+    from taxbreak.warehouse import fault_point
+
+    loose_at, fan = policy(compact_loose, fanout)
     root = marts_dir(warehouse)
     root.mkdir(parents=True, exist_ok=True)
     tables = warehouse_tables(con)
     db = con.execute("SELECT current_database()").fetchall()[0][0]
-
-    def rel(table: str) -> duckdb.DuckDBPyRelation:
-        # the warehouse's table, never a temporary table of the same name (a run's own rows) on this connection
-        return con.sql(f"SELECT * FROM {_q(db)}.main.{_q(table)}")
-
-    staged: list[tuple[Path, Path]] = []  # (temporary file, its place)
-    removals: list[Path] = []
-    written: dict[str, int] = {}
+    per_trace = per_trace_tables(tables)
+    columns = {t: [[c, typ] for c, typ, _ in tables[t]] for t in per_trace}
     for stale in root.glob(".staging-*"):  # left by a killed writer (this one holds the lock)
         shutil.rmtree(stale, ignore_errors=True)
-    stage_root = root / f".staging-{uuid.uuid4().hex}"
+    for stale in root.glob(f".{MANIFEST}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    old = load_manifest(root)
+    w = _Write(con, root)
+    now = time.time()
     try:
-        for table in per_trace_tables(tables):
-            tdir = root / table
-            columns = [[c, t] for c, t, _ in tables[table]]
-            cols_file = tdir / COLUMNS_FILE
-            try:
-                same_columns = json.loads(cols_file.read_text(encoding="utf-8")) == columns
-            except (OSError, ValueError):
-                same_columns = False
-            if traces is None or not same_columns:
-                have = partitions(tdir)
-                staged_here = _stage_whole(con, f"{_q(db)}.main.{_q(table)}", stage_root / table, tdir)
-                keep = {place.parent.name.split("=", 1)[1] for _, place in staged_here}
-                removals += [p for t, p in have.items() if t not in keep]
-            else:
-                staged_here = []
-                for tid in traces:
-                    place = _partition(tdir, tid) / PART
-                    tmp = stage_root / table / f"{place.parent.name}.parquet"
-                    tmp.parent.mkdir(parents=True, exist_ok=True)
-                    rows = rel(table).filter(duckdb.ColumnExpression("trace_id") == duckdb.ConstantExpression(tid))
-                    rows.write_parquet(str(tmp), compression="zstd")
-                    if _rows(tmp):
-                        staged_here.append((tmp, place))
-                    elif place.parent.exists():  # no rows any more: no partition (only this trace's folder looked at)
-                        removals.append(place.parent)
-            staged += staged_here
-            written[table] = len(staged_here)
-            cols_tmp = stage_root / table / COLUMNS_FILE
-            cols_tmp.parent.mkdir(parents=True, exist_ok=True)
-            cols_tmp.write_text(json.dumps(columns), encoding="utf-8")
-            staged.append((cols_tmp, cols_file))
-            empty = stage_root / table / EMPTY  # the table's columns for readers when no trace has rows
-            rel(table).limit(0).write_parquet(str(empty))
-            staged.append((empty, tdir / EMPTY))
-        per_trace = set(per_trace_tables(tables))
-        for table in sorted(set(tables) - per_trace):  # the cross-trace tables, whole (small)
-            tmp = stage_root / f"{table}.parquet"
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            rel(table).write_parquet(str(tmp), compression="zstd")
-            staged.append((tmp, root / f"{table}.parquet"))
-        # every file of the run is written: now put them in place, one rename each
-        for tmp, place in staged:
+        whole = traces is None or old is None or old.columns != columns or old.tables != per_trace
+        if whole:
+            new = _whole(w, db, per_trace, columns, old, loose_at, fan)
+            at_once: set[str] = set()
+        else:
+            new, at_once = _traces(w, db, old, sorted(set(traces)))
+            _compact(w, new, loose_at, fan, at_once)
+        for table in per_trace:  # the table's columns for readers when no trace has rows
+            place = root / table / EMPTY
+            if whole or not place.exists():
+                tmp = w.tmp(table, EMPTY)
+                con.sql(f"SELECT * FROM {_q(db)}.main.{_q(table)} LIMIT 0").write_parquet(str(tmp))
+                w.put(tmp, place)
+        for table in sorted(set(tables) - set(per_trace)):  # the cross-trace tables, whole (small)
+            tmp = w.tmp(".cross", f"{table}.parquet")
+            w.copy(f"SELECT * FROM {_q(db)}.main.{_q(table)}", tmp)
+            w.put(tmp, root / f"{table}.parquet")
+        # what the previous layout read and this one does not: kept for the readers of the previous snapshot; all
+        # of it deleted after this write's snapshot when a trace was forgotten (it may be in any of them)
+        before = old.live_files() if old is not None else _legacy_files(root)
+        after = new.live_files()
+        new.replaced += [[rel, now] for rel in sorted(before - after)]
+        if old is not None and set(old.traces) - set(new.traces):  # a trace forgotten: no copy of it stays
+            new.replaced = [[rel, 0] for rel, _ in new.replaced]
+        fault_point("marts_staged")
+        # every file of the write is staged: put them in place, one rename each, then the manifest
+        for place, tmp in w.staged.items():
             place.parent.mkdir(parents=True, exist_ok=True)
             if place.parent.name.startswith("trace_id="):
                 for extra in place.parent.glob("*.parquet"):  # a partition is one file
                     if extra.name != place.name:
                         extra.unlink(missing_ok=True)
             os.replace(tmp, place)
-        for p in removals:
-            shutil.rmtree(p, ignore_errors=True)
+        fault_point("marts_renamed")
+        _save_manifest(root, new)
+        fault_point("marts_committed")
     finally:
-        shutil.rmtree(stage_root, ignore_errors=True)
-    return written
+        shutil.rmtree(w.stage, ignore_errors=True)
+    return w.written
+
+
+def _legacy_files(root: Path) -> set[str]:
+    """The files of a marts folder without a manifest (the layout before it: one folder per trace), to replace."""
+    out = set()
+    for d in root.iterdir() if root.is_dir() else []:
+        if d.is_dir() and d.name[0] not in "._":
+            out |= {f"{d.name}/{p.name}" for p in d.iterdir()
+                    if p.name.startswith("trace_id=") or p.name.startswith("seg-") or p.name == LEGACY_COLUMNS}
+    return out
+
+
+def _whole(w: _Write, db: str, per_trace: list[str], columns: dict[str, list[list[str]]], old: Manifest | None,
+           loose_at: int, fan: int) -> Manifest:
+    """Every trace of every per-trace table, from the warehouse: one segment when there are at least
+    ``loose_at`` traces, else one loose partition per trace and table."""
+    new = Manifest(tables=per_trace, columns=columns, seq=(old.seq if old is not None else 0) + 1,
+                   replaced=[list(r) for r in old.replaced] if old is not None else [])
+    masks: dict[str, int] = {}
+    for i, table in enumerate(per_trace):
+        for (tid,) in w.con.execute(f"SELECT DISTINCT trace_id FROM {_q(db)}.main.{_q(table)} "
+                                    "WHERE trace_id IS NOT NULL").fetchall():
+            masks[_check_id(tid)] = masks.get(tid, 0) | 1 << i
+    if len(masks) >= loose_at:
+        sid = f"{new.seq:06d}-{uuid.uuid4().hex[:8]}"
+        files = {}
+        for i, table in enumerate(per_trace):
+            if not any(m >> i & 1 for m in masks.values()):
+                continue
+            name = f"seg-{sid}.parquet"
+            tmp = w.tmp(table, name)
+            w.copy(f"SELECT * FROM {_q(db)}.main.{_q(table)} ORDER BY trace_id", tmp)
+            w.put(tmp, w.root / table / name, table)
+            files[table] = name
+        new.segments[sid] = {"tier": tier(len(masks), loose_at, fan), "seq": new.seq, "traces": sorted(masks),
+                             "files": files}
+        new.traces = {t: [sid, masks[t]] for t in sorted(masks)}
+    else:
+        for table in per_trace:
+            for tmp, place in _stage_whole(w.con, f"{_q(db)}.main.{_q(table)}", w.stage / table, w.root / table):
+                w.put(tmp, place, table)
+        new.traces = {t: ["", masks[t]] for t in sorted(masks)}
+    return new
+
+
+def _traces(w: _Write, db: str, old: Manifest, traces: list[str]) -> tuple[Manifest, set[str]]:
+    """The partitions of ``traces``, from the warehouse, as loose partitions; the new manifest and the files to
+    delete after this write's snapshot (those of traces with no rows any more: forgotten)."""
+    new = Manifest(tables=list(old.tables), columns=old.columns, segments={k: dict(v) for k, v in old.segments.items()},
+                   traces={k: list(v) for k, v in old.traces.items()}, replaced=[list(r) for r in old.replaced],
+                   seq=old.seq)
+    at_once: set[str] = set()
+    for tid in traces:
+        _check_id(tid)
+        mask = 0
+        for i, table in enumerate(new.tables):
+            tmp = w.tmp(table, f"trace_id={tid}.parquet")
+            rows = w.con.sql(f"SELECT * FROM {_q(db)}.main.{_q(table)}").filter(
+                duckdb.ColumnExpression("trace_id") == duckdb.ConstantExpression(tid))
+            rows.write_parquet(str(tmp), compression="zstd")
+            if _rows(tmp):
+                mask |= 1 << i
+                w.put(tmp, _partition(w.root / table, tid) / PART, table)
+            else:
+                tmp.unlink()
+        where, old_mask = new.traces.get(tid, ("", 0))
+        if mask:
+            new.traces[tid] = ["", mask]
+            continue
+        new.traces.pop(tid, None)  # no rows anywhere (forgotten): nothing of it stays on disk
+        at_once |= {_loose_rel(t, tid) for i, t in enumerate(new.tables) if where == "" and old_mask >> i & 1}
+        for sid, s in old.segments.items():
+            if tid in s["traces"]:
+                at_once |= {_segment_rel(t, sid) for t in s["files"]}
+    return new, at_once
+
+
+def _new_segment(w: _Write, manifest: Manifest, sources: dict[str, list[str]], traces: list[str], loose_at: int,
+                 fan: int) -> str:
+    """A segment of ``traces`` written from ``sources`` (table -> SELECTs of its rows, unioned and sorted by
+    trace), recorded in ``manifest``; returns its id."""
+    manifest.seq += 1
+    sid = f"{manifest.seq:06d}-{uuid.uuid4().hex[:8]}"
+    files = {}
+    for table, selects in sources.items():
+        if not selects:
+            continue
+        name = f"seg-{sid}.parquet"
+        tmp = w.tmp(table, name)
+        w.copy(f"SELECT * FROM ({' UNION ALL '.join(selects)}) ORDER BY trace_id", tmp)
+        w.put(tmp, w.root / table / name, table)
+        files[table] = name
+    manifest.segments[sid] = {"tier": tier(len(traces), loose_at, fan), "seq": manifest.seq,
+                              "traces": sorted(traces), "files": files}
+    for t in traces:
+        manifest.traces[t][0] = sid
+    return sid
+
+
+def _read(path: Path, without: list[str] | None = None) -> str:
+    where = f" WHERE trace_id NOT IN ({', '.join(_lit(_check_id(t)) for t in without)})" if without else ""
+    return f"SELECT * FROM read_parquet({_lit(str(path))}){where}"
+
+
+def _compact(w: _Write, m: Manifest, loose_at: int, fan: int, at_once: set[str]) -> None:
+    """Compact ``m`` in place (module doc): the loose traces into a segment once there are ``loose_at`` of them;
+    ``fan`` segments of one tier into one; a segment holding a forgotten trace, or with half its traces
+    superseded, rewritten alone."""
+    loose = m.loose()
+    if len(loose) >= loose_at:
+        sources = {table: [_read(w.current(f"{_loose_rel(table, t)}/{PART}")) for t in loose
+                           if m.traces[t][1] & m.bit(table)] for table in m.tables}
+        _new_segment(w, m, sources, loose, loose_at, fan)
+        for t in loose:  # partitions this write staged and compacted at once are never put in place
+            for table in m.tables:
+                place = w.root / _loose_rel(table, t) / PART
+                if place in w.staged:
+                    w.staged.pop(place)
+                    w.written[table] -= 1
+
+    def rewrite(group: list[str]) -> None:
+        live = sorted({t for sid in group for t in m.segments[sid]["traces"] if m.traces.get(t, ("",))[0] == sid})
+        if live:
+            sources = {table: [_read(w.current(_segment_rel(table, sid)), m.superseded(sid)) for sid in group
+                               if table in m.segments[sid]["files"]] for table in m.tables}
+        if live:
+            _new_segment(w, m, sources, live, loose_at, fan)
+        for sid in group:  # a segment staged by this write and merged at once is never put in place
+            for table in m.segments.pop(sid)["files"]:
+                place = w.root / _segment_rel(table, sid)
+                if place in w.staged:
+                    w.staged.pop(place)
+                    w.written[table] -= 1
+
+    for sid in [s for s in m.segments if any(_segment_rel(t, s) in at_once for t in m.segments[s]["files"])]:
+        rewrite([sid])  # it holds a forgotten trace
+    for sid in list(m.segments):
+        if sid in m.segments and 2 * len(m.superseded(sid)) >= len(m.segments[sid]["traces"]):
+            rewrite([sid])  # half of it superseded
+    while True:
+        by_tier: dict[int, list[str]] = {}
+        for sid, s in sorted(m.segments.items(), key=lambda kv: kv[1]["seq"]):
+            by_tier.setdefault(s["tier"], []).append(sid)
+        full = [sids for _, sids in sorted(by_tier.items()) if len(sids) >= fan]
+        if not full:
+            return
+        rewrite(full[0][:fan])
 
 
 def _rows(path: Path) -> int:
@@ -230,13 +550,83 @@ def _stage_whole(con: duckdb.DuckDBPyConnection, target: str, stage: Path, tdir:
     return out
 
 
-# -- snapshot --------------------------------------------------------------------------------------------------------
-def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str], tmp: Path) -> None:
-    """Write the readers' snapshot to ``tmp`` (renamed into place by the caller): views over the marts for the
-    per-trace tables, copies of the others, with the warehouse's comments."""
-    tables = warehouse_tables(con)
-    per_trace = set(per_trace_tables(tables))
+# -- after the snapshot: replaced files ------------------------------------------------------------------------------
+def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None) -> list[str]:
+    """Delete the files the layout replaced more than ``keep_s`` (default: the ``marts.keep_replaced_s`` setting)
+    ago, those of forgotten traces at once, and segments a killed writer put in place but never recorded; returns
+    what was deleted (relative to the marts folder).  Call it holding the writer lock, after the snapshot."""
+    root = marts_dir(warehouse)
+    manifest = load_manifest(root)
+    if manifest is None:
+        return []
+    keep_s = _keep_replaced_s() if keep_s is None else keep_s
+    now = time.time()
+    live = manifest.live_files()
+    kept: list[list] = []
+    deleted: list[str] = []
+    for rel, since in manifest.replaced:
+        if rel in live:
+            continue  # in use again (a trace written loose again after its partition was compacted)
+        if since and now - since < keep_s:
+            kept.append([rel, since])
+            continue
+        _remove(root / rel)
+        deleted.append(rel)
+    waiting = {rel for rel, _ in kept}
+    for table in manifest.tables:  # segments a killed writer renamed into place before its manifest
+        tdir = root / table
+        for p in tdir.glob("seg-*.parquet") if tdir.is_dir() else []:
+            rel = f"{table}/{p.name}"
+            if rel not in live and rel not in waiting:
+                _remove(p)
+                deleted.append(rel)
+    if deleted or len(kept) != len(manifest.replaced):
+        manifest.replaced = kept
+        _save_manifest(root, manifest)
+    return deleted
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+# -- readers ---------------------------------------------------------------------------------------------------------
+def view_select(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str], table: str,
+                manifest: Manifest | None = None) -> str | None:
+    """The SELECT a reader runs for the per-trace ``table``: ``read_parquet`` of the manifest's files (absolute
+    paths, no glob, no hive partitioning), the segments' superseded traces left out, each column cast to the
+    warehouse's type where Parquet holds another (HUGEINT is written as DOUBLE); None when no trace has rows."""
     root = marts_dir(warehouse).resolve()
+    manifest = manifest if manifest is not None else load_manifest(root)
+    if manifest is None or table not in manifest.columns:
+        return None
+    whole, partial = manifest.sources(table)
+    if not whole and not partial:
+        return None
+    first = root / (whole[0] if whole else partial[0][0])
+    stored = dict((r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({_lit(str(first))})")
+                  .fetchall())
+    select = ", ".join(_q(c) if stored.get(c) == typ else f"CAST({_q(c)} AS {typ}) AS {_q(c)}"
+                       for c, typ in manifest.columns[table])
+
+    def read(paths: list[str]) -> str:
+        files = "[" + ", ".join(_lit(str(root / p)) for p in paths) + "]"
+        return f"SELECT {select} FROM read_parquet({files}, hive_partitioning = false)"
+
+    branches = [read(whole)] if whole else []
+    for path, gone in partial:
+        branches.append(read([path]) + f" WHERE trace_id NOT IN ({', '.join(_lit(t) for t in gone)})")
+    return " UNION ALL ".join(branches)
+
+
+def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str], tmp: Path) -> None:
+    """Write the readers' snapshot to ``tmp`` (renamed into place by the caller): views over the marts' files for
+    the per-trace tables (``view_select``), copies of the others, with the warehouse's comments."""
+    tables = warehouse_tables(con)
+    manifest = load_manifest(marts_dir(warehouse))
     db = con.execute("SELECT current_database()").fetchall()[0][0]
     comments = dict(con.execute(
         "SELECT table_name, comment FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'main'",
@@ -246,11 +636,9 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
     try:
         for table, cols in tables.items():
             target = f"{_q(alias)}.main.{_q(table)}"
-            if table in per_trace and next((root / table).glob("trace_id=*/*.parquet"), None) is not None:
-                select = ", ".join(f"CAST({_q(c)} AS {t}) AS {_q(c)}" for c, t, _ in cols)
-                glob = str(root / table / "trace_id=*" / "*.parquet")
-                con.execute(f"CREATE VIEW {target} AS SELECT {select} FROM read_parquet({_lit(glob)}, "
-                            "hive_partitioning = false)")
+            select = view_select(con, warehouse, table, manifest) if manifest is not None else None
+            if select is not None and manifest.columns[table] == [[c, t] for c, t, _ in cols]:
+                con.execute(f"CREATE VIEW {target} AS {select}")
                 kind = "VIEW"
             else:  # a small cross-trace table, or a per-trace table without rows: a copy
                 con.execute(f"CREATE TABLE {target} AS SELECT * FROM {_q(db)}.main.{_q(table)}")
@@ -262,3 +650,25 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
                     con.execute(f"COMMENT ON COLUMN {target}.{_q(c)} IS {_lit(comment)}")
     finally:
         con.execute(f"DETACH {_q(alias)}")
+
+
+def reader_sources(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str]) -> dict[str, str]:
+    """Table name -> a SELECT over the marts, for a reader without the snapshot (``taxbreak.query``): the per-trace
+    tables as ``view_select`` (their columns only, when no trace has rows), the cross-trace tables' files."""
+    root = marts_dir(warehouse).resolve()
+    manifest = load_manifest(root)
+    out: dict[str, str] = {}
+    for p in sorted(root.glob("*.parquet")) if root.is_dir() else []:
+        if p.name[0] not in "._":
+            out[p.stem] = f"SELECT * FROM read_parquet({_lit(str(p))})"
+    if manifest is None:  # marts no writer of this layout has published yet: one folder per trace
+        for d in sorted(root.iterdir()) if root.is_dir() else []:
+            if d.is_dir() and d.name[0] not in "._" and any(d.glob("trace_id=*/*.parquet")):
+                out[d.name] = f"SELECT * FROM read_parquet({_lit(str(d / 'trace_id=*' / '*.parquet'))})"
+    for table in manifest.tables if manifest is not None else []:
+        select = view_select(con, warehouse, table, manifest)
+        if select is None and (root / table / EMPTY).is_file():
+            select = f"SELECT * FROM read_parquet({_lit(str(root / table / EMPTY))})"
+        if select is not None:
+            out[table] = select
+    return out

@@ -7,7 +7,7 @@ Opening order (``open_readonly``; the writer side is ``taxbreak.warehouse``):
 2. else the DuckDB warehouse file, read-only;
 3. when a writer holds it (DuckDB lets no other process open a file one process holds read-write), the older
    snapshot, read-only;
-4. else views over the Parquet marts (``marts/<table>/trace_id=*/``, ``taxbreak.marts``).
+4. else views over the Parquet marts (the files ``marts/_manifest.json`` names, ``taxbreak.marts``).
 In every case the lake is attached as views ``events`` and ``catalogue`` when it exists.
 
 ``taxbreak sql`` runs the user's SQL in a sandbox unless ``--unrestricted`` (or the ``sql.unrestricted`` setting)
@@ -30,7 +30,7 @@ from pathlib import Path
 import duckdb
 
 from taxbreak.config import Paths, add_path_args, is_s3_url, setting
-from taxbreak.marts import marts_dir
+from taxbreak.marts import marts_dir, reader_sources
 from taxbreak.warehouse import SNAPSHOT_NAME, _is_lock_error, exports_dir, snapshot_is_current
 
 __all__ = ["SNAPSHOT_NAME", "Opened", "WarehouseUnavailable", "exports_dir", "open_readonly", "printable"]
@@ -180,25 +180,18 @@ def _open_readonly(warehouse: Path, lake: Path | None, prefer: str, sandbox: boo
             _attach_lake(opened.con, lake)
             return opened
         errors.append(f"{snap} does not exist" if not snap.exists() else f"{snap} was built for another folder")
-    parquet = {p.stem: str(p) for p in sorted(exp.glob("*.parquet")) if not p.name.startswith(".")}
-    marts = marts_dir(warehouse)  # the per-trace marts (taxbreak.marts), read directly
-    if marts.is_dir():
-        for d in sorted(marts.iterdir()):
-            if d.name.startswith(".") or d.name.startswith("_"):
-                continue
-            if d.is_file() and d.suffix == ".parquet":  # a cross-trace table
-                parquet[d.stem] = str(d)
-            elif any(d.glob("trace_id=*/*.parquet")):
-                parquet[d.name] = str(d / "trace_id=*" / "*.parquet")
-            elif (d / "_empty.parquet").is_file():  # no trace has rows in it: its columns
-                parquet[d.name] = str(d / "_empty.parquet")
+    parquet = {p.stem: f"SELECT * FROM read_parquet({_sq(str(p))})"
+               for p in sorted(exp.glob("*.parquet")) if not p.name.startswith(".")}
     if prefer in ("auto", "exports"):
+        con = duckdb.connect(":memory:")
+        # the marts (taxbreak.marts), read directly: the files their manifest names
+        parquet.update(reader_sources(con, warehouse))
         if parquet:
-            con = duckdb.connect(":memory:")
-            for name, p in parquet.items():
-                con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet({_sq(p)})')
+            for name, select in parquet.items():
+                con.execute(f'CREATE VIEW "{name}" AS {select}')
             _attach_lake(con, lake)
             return Opened(con, "exports", exp, "; ".join(errors) or None)
+        con.close()
         errors.append(f"no Parquet exports in {exp}")
     raise WarehouseUnavailable(
         "no warehouse to query: " + "; ".join(errors)

@@ -8,12 +8,14 @@ through ``writer(db)``:
    another process has open);
 3. the work runs; each publication inside it is one transaction (``taxbreak.analysis.publication``), so a killed
    writer leaves the tables as they were before it or as they are after it, never a mix;
-4. on success it writes the Parquet marts of the traces the write touched (``taxbreak.marts``:
-   ``marts/<table>/trace_id=<id>/``; the caller says which traces, ``traces=None`` meaning all) and publishes
-   ``exports/snapshot.duckdb``, a small file of views over the marts plus copies of the cross-trace tables,
-   written beside its place and renamed into it, so a reader sees the old snapshot or the new one; neither grows
-   with the traces already analysed;
-5. it releases the lock.
+4. on success it writes the Parquet marts of the traces the write touched (``taxbreak.marts``: loose
+   ``marts/<table>/trace_id=<id>/`` partitions, compacted into few segment files when enough accumulate; the
+   caller says which traces, ``traces=None`` meaning all), replaces ``marts/_manifest.json`` and publishes
+   ``exports/snapshot.duckdb``, a small file of views over exactly the manifest's files plus copies of the
+   cross-trace tables, written beside its place and renamed into it, so a reader sees the old snapshot or the new
+   one (the commit point readers see); neither grows with the traces already analysed;
+5. it deletes the marts files the layout replaced long enough ago (``taxbreak.marts.collect``);
+6. it releases the lock.
 
 A writer that dies after its commit leaves a pending marker (``marts/.pending-*.json``, written when it took the
 lock): the next writer exports its traces too.
@@ -63,7 +65,10 @@ def lock_path(warehouse: str | os.PathLike[str]) -> Path:
 def fault_point(name: str) -> None:
     """Crash-test hook: SIGKILL this process at the named point when ``$TAXBREAK_FAULT_POINT`` lists it
     (comma-separated).  Points: ``publish:<table>`` (a table written, its transaction open), ``before_commit``,
-    ``after_commit`` (before the snapshot), ``snapshot_copied`` (the copy written, not yet renamed into place)."""
+    ``after_commit`` (before the marts), ``marts_staged`` (every marts file of the write staged, none renamed into
+    place), ``marts_renamed`` (renamed, the marts manifest not yet replaced), ``marts_committed`` (the manifest
+    replaced, the snapshot not yet built), ``snapshot_copied`` (the snapshot written, not yet renamed into place),
+    ``snapshot_published`` (renamed, replaced marts files not yet deleted)."""
     wanted = os.environ.get(FAULT_ENV)
     if wanted and name in {w.strip() for w in wanted.split(",")}:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -194,6 +199,8 @@ def writer(
         marts.export(con, db, todo)
         con.execute("CHECKPOINT")
         publish_snapshot(db, con)  # closes con
+        fault_point("snapshot_published")
+        marts.collect(db)  # files the layout replaced: kept a while for readers of the previous snapshot
         for m in [*markers, marker]:
             m.unlink(missing_ok=True)
 

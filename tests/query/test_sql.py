@@ -16,6 +16,7 @@ import pytest
 from taxbreak import marts
 from taxbreak.cli import main
 from taxbreak.query import WarehouseUnavailable, interactive, open_readonly
+from taxbreak.warehouse import publish_snapshot
 
 
 def _count_sql(trace_id: str) -> str:
@@ -123,10 +124,10 @@ def test_readme_query_runs_on_plain_duckdb(wh: dict, tmp_path) -> None:  # noqa:
     (tmp_path / "warehouse").mkdir()
     shutil.copyfile(wh["warehouse"], tmp_path / "warehouse" / "taxbreak.duckdb")
     con = duckdb.connect(str(tmp_path / "warehouse" / "taxbreak.duckdb"))
-    try:  # the per-trace Parquet marts a writer publishes beside the warehouse (taxbreak.marts)
-        marts.export(con, tmp_path / "warehouse" / "taxbreak.duckdb", None)
+    try:  # the per-trace Parquet marts and the snapshot a writer publishes beside the warehouse (taxbreak.marts)
+        marts.export(con, tmp_path / "warehouse" / "taxbreak.duckdb", None, compact_loose=2)  # one segment
     finally:
-        con.close()
+        publish_snapshot(tmp_path / "warehouse" / "taxbreak.duckdb", con)  # closes con
     code = "import duckdb, sys; print(duckdb.sql(sys.stdin.read()).fetchall())"  # no taxbreak import
     proc = subprocess.run([sys.executable, "-I", "-c", code], input=sql, cwd=tmp_path, capture_output=True, text=True,
                           timeout=60)
