@@ -75,9 +75,13 @@ def generate() -> str:
         "(an interactive prompt). It opens `warehouse/taxbreak.duckdb` read-only; while a pipeline run holds the "
         "file for writing it reads the snapshot `warehouse/exports/snapshot.duckdb` (views over the per-trace "
         "Parquet marts), else the marts themselves. The lake is there too, as views `events` and `catalogue`.",
-        "- Any Parquet engine without this project: `warehouse/marts/<table>/trace_id=*/part-0.parquet` (the "
-        "per-trace tables below, one file per trace), `warehouse/marts/<table>.parquet` (the cross-trace ones) and "
-        "`warehouse/lake/events/trace_id=*/part-0.parquet` (raw events in the common schema).",
+        "- Any Parquet engine without this project: the per-trace tables below are in `warehouse/marts/<table>/`, "
+        "a few segment files `seg-*.parquet` holding many traces each (sorted by trace_id) plus one "
+        "`trace_id=<id>/part-0.parquet` per trace written since their last compaction; "
+        "`warehouse/marts/_manifest.json` names the current files and the traces a segment holds that a newer "
+        "file supersedes (read the files it names, or the snapshot's views, not a glob). The cross-trace tables "
+        "are `warehouse/marts/<table>.parquet`; raw events in the common schema "
+        "`warehouse/lake/events/trace_id=*/part-0.parquet`.",
         "- Times are int64 nanoseconds on each trace's own clock (0 = the trace's first event); every column name "
         "that holds a quantity ends in its unit.",
         "",
