@@ -288,28 +288,31 @@ def prepare(
 ) -> dict[str, Any]:
     """Load the run's inputs into temporary tables; returns the bound parameters of the statements.
 
-    Creates views ``events`` and ``catalogue`` over the whole lake (for ad-hoc queries) and temporary tables
-    ``selected_traces``, ``stg_catalogue``, ``stg_meta_raw``, ``run_config``, ``lib_kernel_rules``,
-    ``step_patterns`` and ``t_sys_defaults``."""
+    Creates temporary tables ``selected_traces``, ``stg_catalogue``, ``stg_meta_raw``, ``run_config``,
+    ``lib_kernel_rules``, ``step_patterns`` and ``t_sys_defaults``; in a run over every trace (``trace_ids`` None)
+    also a view ``events`` and a table ``catalogue`` over the whole lake (for ad-hoc queries; no statement reads
+    them)."""
     cfg = config or RunConfig.from_settings()
     lake = Lake(lake_root)
     lake.register_filesystem(con)  # an s3:// lake: DuckDB reads it through fsspec
-    cat = lake.catalogue()
+    # A run for some traces reads their catalogue files only: its cost does not grow with the traces in the lake.
+    cat = lake.catalogue() if trace_ids is None else _catalogue_of(lake, trace_ids)
     rows = [r for r in cat.to_pylist() if r["status"] == "ingested" and lake.has_events(r["trace_id"])]
-    if trace_ids is not None:
-        wanted = set(trace_ids)
-        rows = [r for r in rows if r["trace_id"] in wanted]
     ids = [r["trace_id"] for r in rows]
     for t in ids:  # a partition written by an unknown schema major is refused, not misread
         lake.check_events_version(t)
     files = [str(lake.events_path(t)) for t in ids]
-    if (lake.root / "events").exists():
-        con.execute(
-            "CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet("
-            + _lit(lake.events_glob()) + ", hive_partitioning = false, union_by_name = true)"
-        )
+    if trace_ids is None:
+        # the whole lake for ad-hoc queries on the run's connection (no statement reads them; binding the events
+        # view reads every partition's footer, so a run for some traces leaves both out)
+        if (lake.root / "events").exists():
+            con.execute(
+                "CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet("
+                + _lit(lake.events_glob()) + ", hive_partitioning = false, union_by_name = true)"
+            )
     con.register("_catalogue_arrow", cat)
-    con.execute("CREATE OR REPLACE TEMP TABLE catalogue AS SELECT * FROM _catalogue_arrow")
+    if trace_ids is None:
+        con.execute("CREATE OR REPLACE TEMP TABLE catalogue AS SELECT * FROM _catalogue_arrow")
     con.execute(
         "CREATE OR REPLACE TEMP TABLE stg_catalogue AS SELECT * FROM _catalogue_arrow "
         "WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))", {"ids": ids},
@@ -343,6 +346,16 @@ def prepare(
         {"ids": ids, "files": files, "root": str(lake_root), "all": trace_ids is None},
     )
     return {"event_files": files, "trace_ids": ids}
+
+
+def _catalogue_of(lake: Lake, trace_ids: list[str]) -> pa.Table:
+    """The catalogue rows of ``trace_ids`` (sorted, as ``Lake.catalogue`` orders them), read from their own files."""
+    from taxbreak.ingest.lake import _to_catalogue_schema
+    from taxbreak.schemas import CATALOGUE_SCHEMA
+
+    paths = [lake.catalogue_path(t) for t in sorted(set(trace_ids))]
+    tables = [_to_catalogue_schema(lake._read(p)) for p in paths if lake._is_file(p)]
+    return pa.concat_tables(tables) if tables else CATALOGUE_SCHEMA.empty_table()
 
 
 def _columns(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> list[tuple[str, str]]:

@@ -1149,8 +1149,9 @@ def write_tables(con: duckdb.DuckDBPyConnection, results: list[dict[str, Any]]) 
         for name, tbl in (("whatif_results", res_t), ("critical_path", cp_t)):
             con.register("_wi_rows", tbl)
             con.execute(f"CREATE TABLE IF NOT EXISTS main.{_q(name)} AS SELECT * FROM _wi_rows LIMIT 0")
-            for tid, scn in keys:
-                con.execute(f"DELETE FROM main.{_q(name)} WHERE trace_id = $t AND scenario = $s", {"t": tid, "s": scn})
+            for tid in sorted({t for t, _ in keys}):  # one pass over the table per trace, not one per scenario
+                con.execute(f"DELETE FROM main.{_q(name)} WHERE trace_id = $t AND scenario IN "
+                            "(SELECT unnest($s::VARCHAR[]))", {"t": tid, "s": [s for t, s in keys if t == tid]})
             con.execute(f"INSERT INTO main.{_q(name)} SELECT * FROM _wi_rows")
             con.unregister("_wi_rows")
             _comment(con, f"main.{_q(name)}", docs[name], tbl.column_names)

@@ -35,8 +35,11 @@ def whatif_tables(
 
     trace_ids = trace_ids_for_run(context, config.full_rebuild)
     with warehouse.writer(traces=trace_ids) as con:  # marts of the run's trace only (None: every trace)
+        # the run's traces that have kernels (a run for some traces looks only at their rows)
         analysed = {r[0] for r in con.execute(
-            "SELECT trace_id FROM skip_by_trace WHERE kernels > 0").fetchall()} if _has(con, "skip_by_trace") else set()
+            "SELECT trace_id FROM skip_by_trace WHERE kernels > 0 AND ($all OR trace_id IN "
+            "(SELECT unnest($ids::VARCHAR[])))", {"all": trace_ids is None, "ids": trace_ids or []},
+        ).fetchall()} if _has(con, "skip_by_trace") else set()
         if trace_ids is None:
             done = {r[0] for r in con.execute("SELECT DISTINCT trace_id FROM whatif_results").fetchall()} if _has(
                 con, "whatif_results") else set()
