@@ -634,6 +634,7 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
     alias = f"_snapshot_{uuid.uuid4().hex[:8]}"
     con.execute(f"ATTACH {_lit(str(tmp))} AS {_q(alias)}")
     try:
+        con.execute("BEGIN TRANSACTION")  # one commit for every view, table and comment (not one each)
         for table, cols in tables.items():
             target = f"{_q(alias)}.main.{_q(table)}"
             select = view_select(con, warehouse, table, manifest) if manifest is not None else None
@@ -648,6 +649,10 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
             for c, _t, comment in cols:
                 if comment:
                     con.execute(f"COMMENT ON COLUMN {target}.{_q(c)} IS {_lit(comment)}")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
     finally:
         con.execute(f"DETACH {_q(alias)}")
 
