@@ -42,6 +42,7 @@ absolute path: a moved warehouse folder gets a working snapshot at its next writ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -225,10 +226,30 @@ def _save_manifest(root: Path, manifest: Manifest) -> None:
     os.replace(tmp, root / MANIFEST)
 
 
+_READ_CACHE: dict[Path, tuple[tuple[int, int, int], Manifest]] = {}
+
+
+def _read_manifest(root: Path) -> Manifest | None:
+    """``load_manifest`` for readers that do not change it, parsed once per version of the file."""
+    try:
+        st = (root / MANIFEST).stat()
+    except OSError:
+        return None
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    hit = _READ_CACHE.get(root)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    manifest = load_manifest(root)
+    if manifest is not None:
+        _READ_CACHE.clear()
+        _READ_CACHE[root] = (key, manifest)
+    return manifest
+
+
 def partitions(table_dir: Path) -> dict[str, Path]:
     """trace id -> the file or folder holding its published rows of one table (its segment file, or its loose
     partition's folder), from the manifest: no listing of the traces' folders."""
-    manifest = load_manifest(table_dir.parent)
+    manifest = _read_manifest(table_dir.parent)
     table = table_dir.name
     if manifest is None:  # a marts folder no writer of this layout has published yet
         if not table_dir.is_dir():
@@ -238,16 +259,18 @@ def partitions(table_dir: Path) -> dict[str, Path]:
     if table not in manifest.tables:
         return {}
     bit = manifest.bit(table)
-    return {t: table_dir / (f"trace_id={t}" if where == "" else manifest.segments[where]["files"][table])
+    segment = {sid: table_dir / s["files"][table] for sid, s in manifest.segments.items() if table in s["files"]}
+    return {t: table_dir / f"trace_id={t}" if where == "" else segment[where]
             for t, (where, mask) in manifest.traces.items() if mask & bit}
 
 
 def trace_counts(warehouse: str | os.PathLike[str]) -> dict[str, int]:
     """Per per-trace table, the traces with published rows in it (from the manifest, nothing listed)."""
-    manifest = load_manifest(marts_dir(warehouse))
+    manifest = _read_manifest(marts_dir(warehouse))
     if manifest is None:
         return {}
-    return {t: sum(1 for _, mask in manifest.traces.values() if mask & manifest.bit(t)) for t in manifest.tables}
+    masks = [mask for _, mask in manifest.traces.values()]
+    return {t: sum(1 for m in masks if m >> i & 1) for i, t in enumerate(manifest.tables)}
 
 
 # -- pending markers -------------------------------------------------------------------------------------------------
@@ -651,7 +674,8 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
                     con.execute(f"COMMENT ON COLUMN {target}.{_q(c)} IS {_lit(comment)}")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        with contextlib.suppress(duckdb.Error):  # (none left to roll back when the COMMIT itself failed)
+            con.execute("ROLLBACK")
         raise
     finally:
         con.execute(f"DETACH {_q(alias)}")
