@@ -12,46 +12,68 @@
 -- column: next_kind: kind of the event that ends the gap (kernel, memcpy, memset)
 -- column: next_name: name of the event that ends the gap
 WITH
+-- a trace's rows carry a small integer key through the ordered passes below instead of the trace id text
+traces AS (
+    SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk
+    FROM (SELECT DISTINCT trace_id FROM int_busy_intervals WHERE busy_set = 'device')
+),
 -- the GPU's merged busy intervals (int_busy_intervals, set 'device'); a gap lies between two consecutive ones
+b AS (
+    SELECT t.tk, b.device_id, b.busy_start_ns, b.first_event_id,
+           lag(b.busy_end_ns) OVER (PARTITION BY t.tk, b.device_id ORDER BY b.busy_start_ns) AS gap_start_ns
+    FROM int_busy_intervals b JOIN traces t USING (trace_id)
+    WHERE b.busy_set = 'device'
+),
 gaps2 AS (
-    SELECT b.gap_start_ns, b.busy_start_ns AS gap_end_ns, b.trace_id, b.device_id, e.kind AS next_kind,
-           e.name AS next_name, e.pid AS next_pid, e.correlation_id AS next_corr
-    FROM (
-        SELECT trace_id, device_id, busy_start_ns, first_event_id,
-               lag(busy_end_ns) OVER (PARTITION BY trace_id, device_id ORDER BY busy_start_ns) AS gap_start_ns
-        FROM int_busy_intervals WHERE busy_set = 'device'
-    ) b
-    JOIN stg_events e ON e.event_id = b.first_event_id
+    SELECT b.tk, b.device_id, b.gap_start_ns, b.busy_start_ns AS gap_end_ns, b.first_event_id,
+           e.proc_key AS next_proc_key, e.correlation_id AS next_corr, e.kind AS next_kind
+    FROM b JOIN stg_events e ON e.event_id = b.first_event_id
     WHERE b.gap_start_ns IS NOT NULL
 ),
+-- the first launch call (earliest start) of each (process, correlation id) that ends a gap
 launches AS (
-    SELECT trace_id, pid, correlation_id, min(ts_ns) AS launch_ts_ns
+    SELECT proc_key, correlation_id, min(ts_ns) AS launch_ts_ns
     FROM stg_events
     WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch') AND correlation_id IS NOT NULL
-    GROUP BY trace_id, pid, correlation_id
+      AND (proc_key, correlation_id) IN (SELECT next_proc_key, next_corr FROM gaps2)
+    GROUP BY proc_key, correlation_id
 ),
 syncs AS (
-    SELECT trace_id, end_ns FROM stg_events
-    WHERE (kind IN ('runtime_api', 'driver_api') AND name ILIKE '%synchronize%')
+    SELECT t.tk, s.end_ns
+    FROM stg_events s JOIN traces t USING (trace_id)
+    WHERE (s.kind IN ('runtime_api', 'driver_api') AND s.name ILIKE '%synchronize%')
 ),
 withsync AS (
     SELECT g.*, s.end_ns AS sync_end_ns
-    FROM gaps2 g ASOF LEFT JOIN syncs s ON g.trace_id = s.trace_id AND g.gap_end_ns >= s.end_ns
+    FROM gaps2 g ASOF LEFT JOIN syncs s ON g.tk = s.tk AND g.gap_end_ns >= s.end_ns
+),
+gaps AS (
+    SELECT
+        w.tk,
+        w.device_id,
+        row_number() OVER (PARTITION BY w.tk, w.device_id ORDER BY w.gap_start_ns) AS gap_seq,
+        w.gap_start_ns,
+        w.gap_end_ns,
+        w.first_event_id,
+        CASE
+            WHEN w.sync_end_ns IS NOT NULL AND w.sync_end_ns >= w.gap_start_ns THEN 'sync_drain'
+            WHEN w.next_kind IN ('memcpy', 'memset') THEN 'memcpy'
+            WHEN l.launch_ts_ns > w.gap_start_ns THEN 'launch_late'
+            ELSE 'other'
+        END AS cause
+    FROM withsync w
+    LEFT JOIN launches l ON l.proc_key = w.next_proc_key AND l.correlation_id = w.next_corr
 )
 SELECT
-    w.trace_id,
-    w.device_id,
-    row_number() OVER (PARTITION BY w.trace_id, w.device_id ORDER BY w.gap_start_ns) AS gap_seq,
-    w.gap_start_ns,
-    w.gap_end_ns,
-    w.gap_end_ns - w.gap_start_ns AS gap_ns,
-    CASE
-        WHEN w.sync_end_ns IS NOT NULL AND w.sync_end_ns >= w.gap_start_ns THEN 'sync_drain'
-        WHEN w.next_kind IN ('memcpy', 'memset') THEN 'memcpy'
-        WHEN l.launch_ts_ns > w.gap_start_ns THEN 'launch_late'
-        ELSE 'other'
-    END AS cause,
-    w.next_kind,
-    w.next_name
-FROM withsync w
-LEFT JOIN launches l ON l.trace_id = w.trace_id AND l.pid = w.next_pid AND l.correlation_id = w.next_corr
+    t.trace_id,
+    g.device_id,
+    g.gap_seq,
+    g.gap_start_ns,
+    g.gap_end_ns,
+    g.gap_end_ns - g.gap_start_ns AS gap_ns,
+    g.cause,
+    e.kind AS next_kind,
+    e.name AS next_name
+FROM gaps g
+JOIN traces t USING (tk)
+JOIN stg_events e ON e.event_id = g.first_event_id

@@ -15,32 +15,39 @@
 -- column: is_listed: the chain is in the trace's list of maximal, non-overlapping chains (METHOD.md section 7, ours): going down candidate_rank, a chain is listed unless its kernel names can overlap a listed chain's (contained in it, or the same chain shifted), so the savings of listed chains add up; decided among the run_config.fusion_list_pool (500) best candidates, false beyond
 -- column: rank: rank among the listed chains (1 = most host time saved); NULL for chains not listed. The one ranking every output uses
 WITH RECURSIVE
+-- the sweep carries small integer keys (trace, process), the kernel's position and its name's hash instead of the
+-- trace id, pid and kernel name text; the names of the few listed chains are looked up at the end
+procs AS (
+    SELECT trace_id, pid, dense_rank() OVER (ORDER BY trace_id) AS tk, row_number() OVER (ORDER BY trace_id, pid) AS pk
+    FROM (SELECT DISTINCT trace_id, pid FROM int_kernel_links)
+),
 kseq AS (
-    SELECT trace_id, pid, kernel_seq, kernel_name, coalesce(launch_ts_ns, kernel_ts_ns) AS order_ts
-    FROM int_kernel_links
+    SELECT p.tk, p.pk, k.kernel_seq, hash(k.kernel_name) AS h0, coalesce(k.launch_ts_ns, k.kernel_ts_ns) AS order_ts
+    FROM int_kernel_links k JOIN procs p ON p.trace_id = k.trace_id AND p.pid IS NOT DISTINCT FROM k.pid
 ),
 syncs AS (
-    SELECT trace_id, pid, ts_ns, row_number() OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, event_id) AS n
-    FROM stg_events WHERE host_call_class = 'sync'
+    SELECT p.pk, s.ts_ns, row_number() OVER (PARTITION BY p.pk ORDER BY s.ts_ns, s.event_id) AS n
+    FROM stg_events s JOIN procs p ON p.trace_id = s.trace_id AND p.pid = s.pid
+    WHERE s.host_call_class = 'sync'
 ),
 seg AS (
     SELECT k.*, coalesce(s.n, 0) AS segment
-    FROM kseq k ASOF LEFT JOIN syncs s ON k.trace_id = s.trace_id AND k.pid = s.pid AND k.order_ts >= s.ts_ns
+    FROM kseq k ASOF LEFT JOIN syncs s ON k.pk = s.pk AND k.order_ts >= s.ts_ns
 ),
 w AS (
     SELECT
-        trace_id, pid, segment, kernel_name,
+        tk, pk, segment, kernel_seq,
         row_number() OVER ws AS pos,
-        hash(kernel_name) AS h0,
-        lead(hash(kernel_name), 1) OVER ws AS h1, lead(hash(kernel_name), 2) OVER ws AS h2,
-        lead(hash(kernel_name), 3) OVER ws AS h3, lead(hash(kernel_name), 4) OVER ws AS h4,
-        lead(hash(kernel_name), 5) OVER ws AS h5, lead(hash(kernel_name), 6) OVER ws AS h6,
-        lead(hash(kernel_name), 7) OVER ws AS h7
+        h0,
+        lead(h0, 1) OVER ws AS h1, lead(h0, 2) OVER ws AS h2,
+        lead(h0, 3) OVER ws AS h3, lead(h0, 4) OVER ws AS h4,
+        lead(h0, 5) OVER ws AS h5, lead(h0, 6) OVER ws AS h6,
+        lead(h0, 7) OVER ws AS h7
     FROM seg
-    WINDOW ws AS (PARTITION BY trace_id, pid, segment ORDER BY order_ts, kernel_seq)
+    WINDOW ws AS (PARTITION BY pk, segment ORDER BY order_ts, kernel_seq)
 ),
 chains AS (
-    SELECT trace_id, pid, segment, pos, kernel_name, unnest([2, 3, 4, 5, 6, 7, 8]) AS chain_len,
+    SELECT tk, pk, segment, pos, h0, unnest([2, 3, 4, 5, 6, 7, 8]) AS chain_len,
            unnest([
                CASE WHEN h1 IS NOT NULL THEN hash(h0, h1) END,
                CASE WHEN h2 IS NOT NULL THEN hash(h0, h1, h2) END,
@@ -54,36 +61,39 @@ chains AS (
     WHERE h1 IS NOT NULL
 ),
 counted AS (
-    SELECT trace_id, chain_len, chain_hash, any_value(kernel_name) AS first_kernel, count(*) AS occurrences,
-           arg_min(pid, (segment, pos)) AS ex_pid, arg_min(segment, (segment, pos)) AS ex_segment,
+    SELECT tk, chain_len, chain_hash, any_value(h0) AS first_h, count(*) AS occurrences,
+           arg_min(pk, (segment, pos)) AS ex_pk, arg_min(segment, (segment, pos)) AS ex_segment,
            arg_min(pos, (segment, pos)) AS ex_pos
     FROM chains WHERE chain_hash IS NOT NULL
-    GROUP BY trace_id, chain_len, chain_hash
+    GROUP BY tk, chain_len, chain_hash
 ),
+-- the first kernel's invocations in the trace, by its name's hash (as the chains compare names)
 firsts AS (
-    SELECT trace_id, kernel_name AS first_kernel, count(*) AS first_kernel_count
-    FROM int_kernel_links GROUP BY trace_id, kernel_name
+    SELECT tk, h0 AS first_h, count(*) AS first_kernel_count FROM kseq GROUP BY tk, h0
 ),
 cand AS (
     SELECT c.*, f.first_kernel_count, c.occurrences / f.first_kernel_count AS proximity_score
-    FROM counted c JOIN firsts f USING (trace_id, first_kernel) CROSS JOIN run_config rc
+    FROM counted c JOIN firsts f USING (tk, first_h) CROSS JOIN run_config rc
     WHERE c.occurrences / f.first_kernel_count >= rc.fusion_ps_threshold AND c.occurrences >= rc.fusion_min_count
 ),
 named AS (
-    SELECT c.trace_id, c.chain_len, c.chain_hash, list(w.kernel_name ORDER BY w.pos) AS chain,
+    SELECT c.tk, c.chain_len, c.chain_hash, list(k.kernel_name ORDER BY w.pos) AS chain,
            list(w.h0 ORDER BY w.pos) AS chain_names_h
-    FROM cand c JOIN w
-      ON w.trace_id = c.trace_id AND w.pid = c.ex_pid AND w.segment = c.ex_segment
-     AND w.pos BETWEEN c.ex_pos AND c.ex_pos + c.chain_len - 1
-    GROUP BY c.trace_id, c.chain_len, c.chain_hash
+    FROM cand c
+    JOIN w ON w.pk = c.ex_pk AND w.segment = c.ex_segment AND w.pos BETWEEN c.ex_pos AND c.ex_pos + c.chain_len - 1
+    JOIN (SELECT DISTINCT trace_id, tk FROM procs) t ON t.tk = c.tk
+    JOIN int_kernel_links k ON k.trace_id = t.trace_id AND k.kernel_seq = w.kernel_seq
+    GROUP BY c.tk, c.chain_len, c.chain_hash
 ),
 ranked AS (
-    SELECT c.*, n.chain, n.chain_names_h,
+    SELECT t.trace_id, c.chain_len, c.chain_hash, n.chain[1] AS first_kernel, c.occurrences, c.first_kernel_count,
+           c.proximity_score, n.chain, n.chain_names_h,
            row_number() OVER (
-               PARTITION BY c.trace_id
+               PARTITION BY c.tk
                ORDER BY (c.chain_len - 1) * c.occurrences DESC, c.chain_len DESC, array_to_string(n.chain, ' ')
            ) AS candidate_rank
-    FROM cand c JOIN named n USING (trace_id, chain_len, chain_hash)
+    FROM cand c JOIN named n USING (tk, chain_len, chain_hash)
+    JOIN (SELECT DISTINCT trace_id, tk FROM procs) t ON t.tk = c.tk
 ),
 pool AS (SELECT r.* FROM ranked r CROSS JOIN run_config rc WHERE r.candidate_rank <= rc.fusion_list_pool),
 -- two chains can share a kernel invocation only if, at some offset d of the second against the first, their names

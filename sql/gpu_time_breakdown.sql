@@ -25,33 +25,41 @@
 -- column: memory_exposed_fraction: t_memory_exposed_ns / span_ns (fraction)
 -- column: idle_fraction: t_idle_ns / span_ns (fraction)
 WITH
+-- a trace's rows carry a small integer key through the sweep instead of the trace id text
+traces AS (
+    SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk FROM (SELECT DISTINCT trace_id FROM int_device_work)
+),
+work AS (
+    SELECT t.tk, w.device_id, w.kind, w.ts_ns, w.end_ns, w.work_class
+    FROM int_device_work w JOIN traces t USING (trace_id)
+),
 -- one +1 at each start and one -1 at each end, per class; a sweep over the GPU's change points
 pts AS (
-    SELECT trace_id, device_id, ts_ns AS t, work_class, 1 AS d FROM int_device_work
+    SELECT tk, device_id, ts_ns AS t, work_class, 1 AS d FROM work
     UNION ALL
-    SELECT trace_id, device_id, end_ns AS t, work_class, -1 AS d FROM int_device_work
+    SELECT tk, device_id, end_ns AS t, work_class, -1 AS d FROM work
 ),
 chg AS (
-    SELECT trace_id, device_id, t,
+    SELECT tk, device_id, t,
            coalesce(sum(d) FILTER (WHERE work_class = 'compute'), 0) AS d_compute,
            coalesce(sum(d) FILTER (WHERE work_class = 'communication'), 0) AS d_comm,
            coalesce(sum(d) FILTER (WHERE work_class = 'memcpy'), 0) AS d_memcpy,
            coalesce(sum(d) FILTER (WHERE work_class = 'memset'), 0) AS d_memset
-    FROM pts GROUP BY trace_id, device_id, t
+    FROM pts GROUP BY tk, device_id, t
 ),
 -- after each change point: how many events of each class run, and for how long until the next change point
 seg AS (
-    SELECT trace_id, device_id, t,
+    SELECT tk, device_id, t,
            sum(d_compute) OVER w AS n_compute,
            sum(d_comm) OVER w AS n_comm,
            sum(d_memcpy) OVER w AS n_memcpy,
            sum(d_memset) OVER w AS n_memset,
-           coalesce(lead(t) OVER (PARTITION BY trace_id, device_id ORDER BY t), t) - t AS seg_ns
+           coalesce(lead(t) OVER (PARTITION BY tk, device_id ORDER BY t), t) - t AS seg_ns
     FROM chg
-    WINDOW w AS (PARTITION BY trace_id, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
+    WINDOW w AS (PARTITION BY tk, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
 ),
 agg AS (
-    SELECT trace_id, device_id, min(t) AS first_start_ns, max(t) AS last_end_ns,
+    SELECT tk, device_id, min(t) AS first_start_ns, max(t) AS last_end_ns,
            coalesce(sum(seg_ns) FILTER (WHERE n_compute > 0), 0) AS t_compute_ns,
            coalesce(sum(seg_ns) FILTER (WHERE n_compute = 0 AND n_comm > 0), 0) AS t_comm_exposed_ns,
            coalesce(sum(seg_ns) FILTER (WHERE n_compute = 0 AND n_comm = 0 AND n_memcpy + n_memset > 0), 0)
@@ -62,15 +70,15 @@ agg AS (
            coalesce(sum(seg_ns) FILTER (WHERE n_memcpy > 0), 0) AS memcpy_busy_ns,
            coalesce(sum(seg_ns) FILTER (WHERE n_memset > 0), 0) AS memset_busy_ns,
            coalesce(sum(seg_ns) FILTER (WHERE n_comm > 0 AND n_compute > 0), 0) AS comm_compute_overlap_ns
-    FROM seg GROUP BY trace_id, device_id
+    FROM seg GROUP BY tk, device_id
 ),
 cnt AS (
-    SELECT trace_id, device_id, count(*) FILTER (WHERE kind = 'kernel') AS kernels,
+    SELECT tk, device_id, count(*) FILTER (WHERE kind = 'kernel') AS kernels,
            count(*) FILTER (WHERE work_class = 'communication') AS comm_kernels
-    FROM int_device_work GROUP BY trace_id, device_id
+    FROM work GROUP BY tk, device_id
 )
 SELECT
-    a.trace_id,
+    tr.trace_id,
     a.device_id,
     TRY_CAST(json_extract_string(c.metadata_json, '$.distributedInfo.rank') AS INTEGER) AS rank,
     a.first_start_ns,
@@ -93,5 +101,6 @@ SELECT
     a.t_memory_exposed_ns / nullif(a.last_end_ns - a.first_start_ns, 0) AS memory_exposed_fraction,
     a.t_idle_ns / nullif(a.last_end_ns - a.first_start_ns, 0) AS idle_fraction
 FROM agg a
-JOIN cnt n USING (trace_id, device_id)
-LEFT JOIN stg_catalogue c ON c.trace_id = a.trace_id
+JOIN cnt n USING (tk, device_id)
+JOIN traces tr USING (tk)
+LEFT JOIN stg_catalogue c ON c.trace_id = tr.trace_id

@@ -9,22 +9,34 @@
 -- column: queue_length: kernels launched and not yet ended after the change (kernels)
 -- column: held_ns: time until the stream's next change (ns)
 WITH
+-- a stream's rows carry a small integer key through the sweep instead of the trace id text
+traces AS (
+    SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk
+    FROM (SELECT DISTINCT trace_id FROM int_kernel_links WHERE launch_ts_ns IS NOT NULL)
+),
+k AS (
+    SELECT t.tk, k.device_id, k.stream_id, least(k.launch_ts_ns, k.kernel_ts_ns) AS enq_ns, k.kernel_end_ns
+    FROM int_kernel_links k JOIN traces t USING (trace_id)
+    WHERE k.launch_ts_ns IS NOT NULL
+),
 pts AS (
-    SELECT trace_id, device_id, stream_id, least(launch_ts_ns, kernel_ts_ns) AS t, 1 AS d
-    FROM int_kernel_links WHERE launch_ts_ns IS NOT NULL
+    SELECT tk, device_id, stream_id, enq_ns AS t, 1 AS d FROM k
     UNION ALL
-    SELECT trace_id, device_id, stream_id, kernel_end_ns AS t, -1 AS d
-    FROM int_kernel_links WHERE launch_ts_ns IS NOT NULL
+    SELECT tk, device_id, stream_id, kernel_end_ns AS t, -1 AS d FROM k
 ),
 chg AS (
-    SELECT trace_id, device_id, stream_id, t, sum(d) AS d FROM pts GROUP BY trace_id, device_id, stream_id, t
+    SELECT tk, device_id, stream_id, t, sum(d) AS d FROM pts GROUP BY tk, device_id, stream_id, t
+),
+q AS (
+    SELECT
+        tk,
+        device_id,
+        stream_id,
+        t AS ts_ns,
+        CAST(sum(d) OVER w AS BIGINT) AS queue_length,
+        coalesce(lead(t) OVER (PARTITION BY tk, device_id, stream_id ORDER BY t), t) - t AS held_ns
+    FROM chg
+    WINDOW w AS (PARTITION BY tk, device_id, stream_id ORDER BY t ROWS UNBOUNDED PRECEDING)
 )
-SELECT
-    trace_id,
-    device_id,
-    stream_id,
-    t AS ts_ns,
-    CAST(sum(d) OVER w AS BIGINT) AS queue_length,
-    coalesce(lead(t) OVER (PARTITION BY trace_id, device_id, stream_id ORDER BY t), t) - t AS held_ns
-FROM chg
-WINDOW w AS (PARTITION BY trace_id, device_id, stream_id ORDER BY t ROWS UNBOUNDED PRECEDING)
+SELECT t.trace_id, q.device_id, q.stream_id, q.ts_ns, q.queue_length, q.held_ns
+FROM q JOIN traces t USING (tk)
