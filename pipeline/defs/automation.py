@@ -21,13 +21,16 @@ from taxbreak.pipeline.bucket import TICK_MAX_BYTES, Bucket, Cursor, Entry, sele
 from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS, TABLE_SPECS
 from taxbreak.pipeline.defs.ingest_assets import TRACE_ID_TAG, TRACE_INGEST, TRACES, PartitionIndex, partition_key_for
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
+from taxbreak.pipeline.defs.trace_assets import TRACE_ANALYSIS
 from taxbreak.pipeline.defs.whatif_assets import WHATIF_KEYS
 
 SCHEDULE_CRON = os.environ.get("TAXBREAK_SCHEDULE_CRON", "0 * * * *")
 
 trace_job = dg.define_asset_job(
-    "trace_job", selection=dg.AssetSelection.assets(TRACE_INGEST, *ANALYSIS_KEYS, *WHATIF_KEYS), partitions_def=TRACES,
-    description="Ingest one trace (a `traces` partition) and rebuild the analysis tables for it.",
+    "trace_job", selection=dg.AssetSelection.assets(TRACE_INGEST, *ANALYSIS_KEYS, *WHATIF_KEYS, TRACE_ANALYSIS),
+    partitions_def=TRACES,
+    description="Ingest one trace (a `traces` partition), rebuild the analysis tables for it and record its "
+    "`trace_analysis` partition.",
 )
 refresh_job = dg.define_asset_job(
     "refresh_job", selection=dg.AssetSelection.assets(*ANALYSIS_KEYS, *WHATIF_KEYS),

@@ -30,7 +30,8 @@ def test_definitions_content() -> None:
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     tables = {f.name for f in sql_files() if f.materialize != "temp"}
     assert keys == {"trace_ingest", "warehouse_exports", "warehouse_report", "request_model_fit", "whatif_results",
-                    "critical_path"} | tables
+                    "critical_path", "trace_analysis"} | tables
+    assert graph.get(dg.AssetKey("trace_analysis")).partitions_def.name == "traces"  # per-trace status in the UI
     ingest = graph.get(dg.AssetKey("trace_ingest"))
     assert isinstance(ingest.partitions_def, dg.DynamicPartitionsDefinition)
     assert ingest.partitions_def.name == "traces"

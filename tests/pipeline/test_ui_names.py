@@ -105,12 +105,24 @@ def test_sensor_runs_under_readable_keys_and_old_hex_keys(env: dict[str, Path], 
     inbox = env["inbox"]
     new = write_kineto(inbox / "gpu-01" / "llama step.pt.trace.json", 2)
     old = write_kineto(inbox / "older.json", 3, base_us=50.0)
+    bad = inbox / "broken.json"
+    bad.write_bytes(b'{"traceEvents": [{"ph": "X", "name": ')
     instance.add_dynamic_partitions("traces", [_sha(old)])  # registered by an earlier version: the 64-hex id
     defs = load_defs()
     t1 = tick(defs, instance)
-    readable = f"llama_step.pt.trace-{_sha(new)[:12]}"
-    assert sorted(t1.partition_keys) == sorted([readable, _sha(old)]) and all(r.success for r in t1.runs)
-    assert set(instance.get_dynamic_partitions("traces")) == {readable, _sha(old)}  # no second key for `older`
+    readable, broken = f"llama_step.pt.trace-{_sha(new)[:12]}", f"broken-{_sha(bad)[:12]}"
+    assert sorted(t1.partition_keys) == sorted([readable, _sha(old), broken]) and all(r.success for r in t1.runs)
+    assert set(instance.get_dynamic_partitions("traces")) == {readable, _sha(old), broken}  # none again for `older`
+    # per-trace status: the analysed traces have a trace_analysis partition, the file that failed has none
+    assert instance.get_materialized_partitions(dg.AssetKey("trace_analysis")) == {readable, _sha(old)}
+    analysis = {e.partition: e.materialization.metadata for r in t1.runs for e in r.get_asset_materialization_events()
+                if e.asset_key == dg.AssetKey("trace_analysis")}
+    assert analysis[readable]["file_name"].value == "llama step.pt.trace.json"
+    assert (analysis[readable]["kernels"].value, analysis[_sha(old)]["kernels"].value) == (2, 3)
+    assert analysis[readable]["trace_id"].value == _sha(new)
+    figures = {k: analysis[readable][k].value
+               for k in ("t_orchestrate_ns", "delta_ft_ns", "delta_ct_ns", "delta_kt_ns")}
+    assert figures["t_orchestrate_ns"] == figures["delta_ft_ns"] + figures["delta_ct_ns"] + figures["delta_kt_ns"] > 0
     # what the runs list shows beside the partition: the file and the full trace id
     (rec,) = instance.get_run_records(dg.RunsFilter(tags={"dagster/partition": readable}))
     assert rec.dagster_run.tags["taxbreak/source"] == "gpu-01/llama step.pt.trace.json"
@@ -138,3 +150,5 @@ def test_sensor_runs_under_readable_keys_and_old_hex_keys(env: dict[str, Path], 
     assert ktx.materialization.metadata["rows_computed"].value == 2
     (ing,) = [e for e in ui.get_asset_materialization_events() if e.asset_key == dg.AssetKey("trace_ingest")]
     assert ing.partition == readable and ing.materialization.metadata["status"].value == "ingested"
+    (ana,) = [e for e in ui.get_asset_materialization_events() if e.asset_key == dg.AssetKey("trace_analysis")]
+    assert ana.partition == readable and ana.materialization.metadata["kernels"].value == 2

@@ -1,0 +1,76 @@
+"""``trace_analysis``: each trace's analysis as a ``traces`` partition, so the UI shows per-trace status.
+
+The analysis tables are one unpartitioned multi-asset (``analysis_assets``: a run prepares its traces' inputs once
+and holds the DuckDB writer once; the full refresh rebuilds every trace in one step). This asset, partitioned like
+``trace_ingest``, is materialised by ``trace_job`` for the run's trace after the tables committed, with the trace's
+headline figures (``taxbreak.readmodel.trace_headlines``, the read model every reader uses) as metadata: the asset's
+partitions page then shows which traces are analysed, and a trace whose file failed or whose invariants broke has
+no materialisation of it (its upstream step yielded nothing or failed, so this step did not run).
+It reads the warehouse under the one writer rule, read-only (``duckdb_writer`` pool), one trace's rows.
+"""
+
+import re
+
+import dagster as dg
+
+from taxbreak.pipeline.defs.analysis_assets import POOL, TABLE_NAMES
+from taxbreak.pipeline.defs.ingest_assets import TRACES, run_trace_id
+from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
+
+TRACE_ANALYSIS = dg.AssetKey("trace_analysis")
+_FIGURES = ("kernels", "linked_kernels", "hdbi", "hdbi_linked", "hdbi_wall", "linked_fraction", "t_orchestrate_ns",
+            "t_device_active_ns", "delta_ft_ns", "delta_ct_ns", "delta_kt_ns", "t_sys_ns", "kpt", "steps")
+
+
+def headline_tables() -> list[dg.AssetKey]:
+    """The kept tables the read model's headline query reads (named in its SQL)."""
+    from taxbreak import readmodel
+
+    sql = readmodel._HEADLINE_SQL  # noqa: SLF001 - the one headline query; its table names are its dependencies
+    return [dg.AssetKey(n) for n in TABLE_NAMES if re.search(rf"\b{n}\b", sql)]
+
+
+def headline_metadata(h: dict) -> dict[str, object]:
+    from taxbreak import readmodel
+
+    meta: dict[str, object] = {"file_name": h.get("file_name") or "", "trace_id": h["trace_id"],
+                               "source_format": h.get("source_format") or "", "model": h.get("model") or ""}
+    for k in _FIGURES:
+        v = h.get(k)
+        if v is not None:
+            meta[k] = float(v) if isinstance(v, float) else int(v)
+    meta["hdbi_text"] = readmodel.hdbi_text(h)
+    meta["flags"] = ", ".join(readmodel.flags(h)) or "none"
+    return meta
+
+
+@dg.asset(
+    key=TRACE_ANALYSIS, partitions_def=TRACES, deps=headline_tables(), group_name="analysis", kinds={"duckdb"},
+    pool=POOL,
+    description="One trace's analysis (a `traces` partition): its headline figures from the analysis tables "
+    "(HDBI, HDBI_linked, HDBI_wall, T_Orchestrate = ΔFT + ΔCT + ΔKT, device-active time, T_sys, kernels per token; "
+    "docs/method.md) and flags. Materialised by `trace_job` after the tables committed the trace, so the partitions "
+    "page shows which traces are analysed; `refresh_job` does not touch it.",
+)
+def trace_analysis(
+    context: dg.AssetExecutionContext, lake: LakeResource, warehouse: WarehouseResource,
+) -> dg.MaterializeResult:
+    from taxbreak import readmodel
+
+    trace_id = run_trace_id({"dagster/partition": context.partition_key, **context.run.tags}, lambda: lake.get())
+    with warehouse.writer(read_only=True) as con:
+        heads = readmodel.trace_headlines(con, [trace_id]) if _has(con, "trace_meta") else []
+    if not heads:
+        row = lake.get().catalogue_row(trace_id)
+        raise dg.Failure(f"partition {context.partition_key}: trace {trace_id[:16]} is not in the analysis tables "
+                         f"(catalogue status: {row['status'] if row else 'no row'})")
+    return dg.MaterializeResult(metadata=headline_metadata(heads[0]))
+
+
+def _has(con, table: str) -> bool:  # noqa: ANN001 - DuckDB connection
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $t", {"t": table}).fetchone()[0])
+
+
+@dg.definitions
+def trace_defs() -> dg.Definitions:
+    return dg.Definitions(assets=[trace_analysis])
