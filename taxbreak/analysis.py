@@ -208,9 +208,23 @@ def parse_sql_file(path: Path) -> SqlFile:
     return sf
 
 
+_PARSED: dict[tuple[tuple[str, int, int], ...], list[SqlFile]] = {}  # the last parse, by the files' versions
+
+
 def sql_files(sql_dir: Path | None = None) -> list[SqlFile]:
-    """Every SQL file, in dependency order (topological over '-- reads:', ties by name)."""
-    files = {p.stem: parse_sql_file(p) for p in sorted((sql_dir or SQL_DIR).glob("*.sql"))}
+    """Every SQL file, in dependency order (topological over '-- reads:', ties by name).
+
+    Parsed once per version of the files (path, size, modification time): a run asks for them at every table."""
+    paths = sorted((sql_dir or SQL_DIR).glob("*.sql"))
+    key = tuple((str(p), st.st_size, st.st_mtime_ns) for p in paths for st in (p.stat(),))
+    if key not in _PARSED:
+        order = _ordered({p.stem: parse_sql_file(p) for p in paths})
+        _PARSED.clear()
+        _PARSED[key] = order
+    return list(_PARSED[key])
+
+
+def _ordered(files: dict[str, SqlFile]) -> list[SqlFile]:
     order: list[SqlFile] = []
     state: dict[str, int] = {}
 
@@ -403,9 +417,19 @@ def materialize_table(
 
 
 def _comment(con: duckdb.DuckDBPyConnection, target: str, sf: SqlFile, columns: list[str]) -> None:
-    con.execute(f"COMMENT ON TABLE {target} IS {_lit(sf.grain + '. ' + sf.description)}")
+    """The table's and columns' comments from the SQL header; ``target``: ``[db.]schema.table``, each part a plain
+    identifier, quoted or not.  Comments the table already carries are not written again."""
+    *db, schema, table = [part.strip('"') for part in target.split(".")]
+    where = {"db": db[0] if db else _catalog(con), "s": schema, "t": table}
+    have = dict(con.execute(
+        "SELECT '', comment FROM duckdb_tables() WHERE database_name = $db AND schema_name = $s AND table_name = $t "
+        "UNION ALL SELECT column_name, comment FROM duckdb_columns() WHERE database_name = $db AND schema_name = $s "
+        "AND table_name = $t", where).fetchall())
+    text = sf.grain + ". " + sf.description
+    if have.get("") != text:
+        con.execute(f"COMMENT ON TABLE {target} IS {_lit(text)}")
     for col in columns:
-        if col in sf.columns:
+        if col in sf.columns and have.get(col) != sf.columns[col]:
             con.execute(f"COMMENT ON COLUMN {target}.{_q(col)} IS {_lit(sf.columns[col])}")
 
 
