@@ -1,16 +1,20 @@
 """Kineto (PyTorch profiler) Chrome-trace JSON -> events of the common schema.
 
-Route (see ``../shared/STACK.md``): the ``traceEvents`` array's bytes are streamed (gzip-decompressed when
-needed) into a temporary file in ``workdir``; the bytes around it (head + ``[]`` + tail) are parsed as JSON,
-which both validates the cut and yields the top-level metadata.  DuckDB then reads the array once, streaming,
-on the machine's cores (at most ``DUCKDB_MAX_THREADS``) within ``DUCKDB_MEMORY_LIMIT``, with a fixed column list
+Route (see ``../shared/STACK.md``): the bytes around the ``traceEvents`` array (head + ``[]`` + tail) are
+parsed as JSON, which both validates the byte range and yields the top-level metadata; the array's bytes are
+copied by the kernel (gzip: decompressed first) into temporary files in ``workdir``, pieces of about
+``PIECE_BYTES`` cut between two elements, each a JSON array, because DuckDB reads one JSON array file on one
+thread only.  A cut that fell inside an element (``},{`` in a string or an args array) leaves its piece invalid,
+so DuckDB's read fails and the array is read once more as one file.  DuckDB then reads the pieces once,
+streaming, in order, in parallel on the machine's cores (at most ``DUCKDB_MAX_THREADS``; small pieces keep the
+rows it holds back for order, and so the memory, small) within ``DUCKDB_MEMORY_LIMIT``, with a fixed column list
 (``ts``/``dur`` as ``DECIMAL(21,3)``: exact integer ns -- the decimal's unscaled value -- never through a binary
 float; sub-ns digits are rounded half away from zero), and the per-event SQL turns it into staged rows in
 absolute ns, written as Arrow record batches to an uncompressed IPC stream in ``workdir``; the trace origin, the
 row count and the processes of the launch calls are gathered from the batches on the way.  The stage is then
 read back batch by batch (ns made relative to the origin, device rows given their launching process) into the
 common schema.  Both passes run a producer thread one batch ahead of their consumer (``_prefetched``: DuckDB
-parses, or the next batch is finished, while this one is checked or written), so two cores work.  Memory stays
+parses, or the next batch is finished, while this one is checked or written).  Memory stays
 flat with the trace size; the workdir holds the array's bytes and then the stage (about the size of the JSON).
 When the byte-range check or DuckDB's read fails (an unexpected layout, an element that is not an object), the
 file is re-read with ``ijson``, streaming, into newline-delimited JSON and the same SQL runs on that.
@@ -59,6 +63,11 @@ from taxbreak.schemas import LAUNCH_KINDS
 SOURCE_FORMAT = "kineto"
 CHUNK_BYTES = 1 << 20
 COPY_RANGE_BYTES = 64 << 20
+# DuckDB reads one JSON array file on one thread: the events array is cut between elements into files of about
+# PIECE_BYTES (fewer when that gives each DuckDB thread one), not below PIECE_MIN_BYTES, read in parallel, in order
+PIECE_BYTES = 8 << 20
+PIECE_MIN_BYTES = 1 << 20
+BOUNDARY_WINDOW_BYTES = 64 << 10  # bytes searched for a cut at a time
 HEAD_SEARCH_LIMIT_BYTES = 64 << 20  # the traceEvents key must start within this many bytes for the fast path
 TAIL_WINDOWS_BYTES = (64 << 10, 1 << 20, 8 << 20, 64 << 20)
 ROWS_PER_BATCH = 65_536
@@ -74,6 +83,7 @@ MIN_TS_US = "-4611686018427387.904"
 GZIP_FREE_BYTES = 64 << 20  # any gzip file may expand to this much, whatever its ratio
 
 _HEAD_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_ELEMENT_BOUNDARY_RE = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")  # '}' ',' '{' between two elements
 # The closing bracket of an array of objects follows a '}' (or the '[' of an empty array).
 _TAIL_CANDIDATE_RE = re.compile(r"[}\[][ \t\r\n]*(\])[ \t\r\n]*[,}]")
 _DECODER = json.JSONDecoder()
@@ -301,15 +311,15 @@ def _is_object_rest(text: str, i: int) -> bool:
             return False
 
 
-def _find_array_end(fh: IO[bytes], size: int) -> int | None:
-    """Offset of the ``]`` closing the events array in ``fh`` (which starts at its ``[``), or None.
+def _find_array_end(fh: IO[bytes], size: int, lo: int = 0) -> int | None:
+    """Offset of the ``]`` closing the events array in ``fh`` (whose ``[`` is at offset ``lo``), or None.
 
     The first ``]`` (scanning forward in a tail window) after which the rest parses as the end of the top-level
     object is the closing one, provided the window starts inside the array; growing windows must agree.
     """
     previous: int | None = None
     for window in TAIL_WINDOWS_BYTES:
-        start = max(0, size - window)
+        start = max(lo, size - window)
         fh.seek(start)
         text = fh.read(size - start).decode("utf-8", "surrogateescape")
         found = None
@@ -317,7 +327,7 @@ def _find_array_end(fh: IO[bytes], size: int) -> int | None:
             if _is_object_rest(text, m.end(1)):
                 found = start + len(text[: m.start(1)].encode("utf-8", "surrogateescape"))
                 break
-        if start == 0:
+        if start == lo:
             return found
         if found is not None and found == previous:
             return found
@@ -325,74 +335,179 @@ def _find_array_end(fh: IO[bytes], size: int) -> int | None:
     return None
 
 
-def _copy_events_array(
-    path: Path, workdir: Path, progress: Callable[[int, int], None] | None
-) -> tuple[Path, dict[str, Any]] | None:
-    """Stream the traceEvents array's bytes into ``workdir/events.json``; return it and the top-level metadata.
+def _piece_bytes(array_bytes: int) -> int:
+    """About how many bytes of the array go to one piece: at most ``PIECE_BYTES``, and small enough that every
+    DuckDB thread gets one, but not below ``PIECE_MIN_BYTES``."""
+    return max(PIECE_MIN_BYTES, min(PIECE_BYTES, -(-array_bytes // _duckdb_threads())))
 
+
+def _piece_ranges(fh: IO[bytes], lo: int, hi: int, piece_bytes: int) -> list[tuple[int, int]]:
+    """The array ``fh[lo:hi]`` (``[`` ... ``]``) cut into byte ranges of about ``piece_bytes``.
+
+    Each cut is at a ``}`` ``,`` ``{`` (whitespace around the comma allowed): the range before it ends with the
+    ``}``, the next starts with the ``{``.  Such bytes may also lie inside an element (a string, or an array of
+    objects in args); a piece cut there, closed with ``]``, is not valid JSON (its last element is unfinished),
+    so DuckDB's read fails and the caller reads the array as one piece instead.
+    """
+    ranges = []
+    start, pos = lo, lo + piece_bytes
+    while hi - pos > piece_bytes // 2:
+        fh.seek(pos)
+        window = fh.read(min(BOUNDARY_WINDOW_BYTES, hi - pos))
+        if not window:
+            break
+        m = _ELEMENT_BOUNDARY_RE.search(window)
+        if m is None:  # one long element: look further on
+            pos += len(window)
+            continue
+        ranges.append((start, pos + m.start() + 1))
+        start = pos + m.end() - 1
+        pos = start + piece_bytes
+    ranges.append((start, hi))
+    return ranges
+
+
+def _copy_range(src_fd: int, dst_fd: int, start: int, end: int) -> None:
+    """``src[start:end]`` appended to ``dst`` by the kernel (no bytes through Python)."""
+    pos = start
+    while pos < end:
+        n = os.copy_file_range(src_fd, dst_fd, min(COPY_RANGE_BYTES, end - pos), pos)
+        if n == 0:  # the file shrank: the piece ends short, DuckDB's read fails, the file check names it
+            break
+        pos += n
+
+
+def _write_piece(src_fd: int, piece: Path, start: int, end: int, opened: bool, closed: bool) -> int:
+    """Piece file ``piece``: ``[`` unless the range opens the array, the range, ``]`` unless it closes it."""
+    fd = os.open(piece, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        if not opened:
+            os.write(fd, b"[")
+        _copy_range(src_fd, fd, start, end)
+        if not closed:
+            os.write(fd, b"]")
+    finally:
+        os.close(fd)
+    return end - start
+
+
+def _piece_path(workdir: Path, i: int) -> Path:
+    return workdir / f"events-{i:05d}.json"
+
+
+def _write_pieces(
+    src: IO[bytes], ranges: list[tuple[int, int]], workdir: Path, progress: Callable[[int], None] | None
+) -> list[Path]:
+    """Piece files of the source's ranges, copied on the machine's cores (``copy_file_range`` frees the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    last = len(ranges) - 1
+    pieces = [_piece_path(workdir, i) for i in range(len(ranges))]
+    done = 0
+    with ThreadPoolExecutor(max_workers=_duckdb_threads(), thread_name_prefix="taxbreak-kineto-copy") as pool:
+        futures = [pool.submit(_write_piece, src.fileno(), pieces[i], a, b, i == 0, i == last)
+                   for i, (a, b) in enumerate(ranges)]
+        for future in as_completed(futures):
+            done += future.result()
+            if progress is not None:
+                progress(done)
+    return pieces
+
+
+def _split_in_place(fh: IO[bytes], path: Path, ranges: list[tuple[int, int]], workdir: Path) -> list[Path]:
+    """Pieces of the array file ``path`` (``[`` at 0), made from the last range back, the file cut short after
+    each: the workdir holds the array's bytes once, plus one piece.  The first range is the file itself."""
+    pieces = [_piece_path(workdir, i) for i in range(len(ranges))]
+    last = len(ranges) - 1
+    for i in range(last, 0, -1):
+        a, b = ranges[i]
+        _write_piece(fh.fileno(), pieces[i], a, b, False, i == last)
+        fh.truncate(a)
+    fh.truncate(ranges[0][1])
+    if last > 0:
+        fh.seek(0, 2)
+        fh.write(b"]")
+    fh.flush()
+    os.replace(path, pieces[0])
+    return pieces
+
+
+def _copy_events_array(
+    path: Path, workdir: Path, progress: Callable[[int, int], None] | None, piece_bytes: int | None = None
+) -> tuple[list[Path], dict[str, Any]] | None:
+    """The traceEvents array's bytes as JSON-array files in ``workdir`` (pieces of about ``piece_bytes``, cut
+    between elements; default ``_piece_bytes``; one piece when 0), and the top-level metadata.
+
+    DuckDB reads one JSON array file on one thread; the pieces go to its threads in parallel, in order.  Plain
+    JSON is checked in place (head, array end, tail) and the pieces are copied by the kernel straight from it;
+    gzip data is decompressed to ``workdir/events.json`` first, then cut into pieces in place.
     Returns None when the byte-range layout check fails (the caller falls back to streaming JSON parsing).
     Raises IngestError for an empty file or broken gzip data.
     """
     total = _check_not_empty(path)
-    out_path = workdir / "events.json"
     src = _Source(path)
     buf = bytearray()
     head = b""
+    unpacked = workdir / "events.json"
+    fh: IO[bytes] | None = None
     try:
-        with open(out_path, "wb") as out:
-            while True:  # find the key; keep what precedes it
-                chunk = src.read(CHUNK_BYTES)
-                if not chunk:
-                    if not bytes(buf).strip(_WS):
-                        raise NotATraceError(f"{path}: the file is empty after decompression")
-                    return None
-                searched = max(0, len(buf) - 64)
-                buf += chunk
-                m = _HEAD_RE.search(buf, searched)
-                if m:
-                    out.write(buf[m.end() - 1 :])
-                    head = bytes(buf[: m.start()]) + b'"traceEvents": '
-                    break
-                if len(buf) > HEAD_SEARCH_LIMIT_BYTES:
-                    return None
-            del buf
-            if src.is_gzip:
+        while True:  # find the key; keep what precedes it
+            chunk = src.read(CHUNK_BYTES)
+            if not chunk:
+                if not bytes(buf).strip(_WS):
+                    raise NotATraceError(f"{path}: the file is empty after decompression")
+                return None
+            searched = max(0, len(buf) - 64)
+            buf += chunk
+            m = _HEAD_RE.search(buf, searched)
+            if m:
+                head = bytes(buf[: m.start()]) + b'"traceEvents": '
+                break
+            if len(buf) > HEAD_SEARCH_LIMIT_BYTES:
+                return None
+        if src.is_gzip:
+            with open(unpacked, "wb") as out:
+                out.write(buf[m.end() - 1 :])
+                del buf
                 while chunk := src.read(CHUNK_BYTES):
                     out.write(chunk)
                     if progress is not None:
                         progress(src.raw_pos(), total)
-            else:  # plain JSON: let the kernel copy the bytes
-                if total > src.limit_bytes:
-                    raise IngestError(f"{path}: {src.limit_note}; not ingested")
-                out.flush()
-                pos = src.raw_pos()
-                while pos < total:
-                    n = os.copy_file_range(src.raw.fileno(), out.fileno(), min(COPY_RANGE_BYTES, total - pos), pos)
-                    if n == 0:
-                        break
-                    pos += n
-                    if progress is not None:
-                        progress(pos, total)
-        if progress is not None:
-            progress(total, total)
-    finally:
-        src.close()
-    with open(out_path, "r+b") as fh:
-        size = fh.seek(0, 2)
-        end = _find_array_end(fh, size)
+            fh = open(unpacked, "r+b")  # noqa: SIM115 - closed below
+            lo = 0
+        else:  # plain JSON: the array is a byte range of the file itself
+            if total > src.limit_bytes:
+                raise IngestError(f"{path}: {src.limit_note}; not ingested")
+            fh, lo = src.raw, m.end() - 1
+            del buf
+        size = os.fstat(fh.fileno()).st_size
+        end = _find_array_end(fh, size, lo)
         if end is None:
             return None
         fh.seek(end + 1)
         tail = fh.read()
-        fh.truncate(end + 1)
-    try:
-        doc = json.loads(head + b"[]" + tail)
-    except (ValueError, RecursionError):  # the streaming parser says what is wrong (or how deep it nests)
-        return None
-    if not isinstance(doc, dict) or doc.get("traceEvents") != []:
-        return None
-    doc.pop("traceEvents")
-    return out_path, doc
+        try:
+            doc = json.loads(head + b"[]" + tail)
+        except (ValueError, RecursionError):  # the streaming parser says what is wrong (or how deep it nests)
+            return None
+        if not isinstance(doc, dict) or doc.get("traceEvents") != []:
+            return None
+        doc.pop("traceEvents")
+        if piece_bytes is None:
+            piece_bytes = _piece_bytes(end + 1 - lo)
+        ranges = _piece_ranges(fh, lo, end + 1, piece_bytes) if piece_bytes else [(lo, end + 1)]
+        if src.is_gzip:
+            pieces = _split_in_place(fh, unpacked, ranges, workdir)
+        else:
+            pieces = _write_pieces(fh, ranges, workdir, None if progress is None else (
+                lambda done: progress(lo + done, total)))
+        if progress is not None:
+            progress(total, total)
+    finally:
+        if fh is not None and fh is not src.raw:
+            fh.close()
+        src.close()
+    return pieces, doc
 
 
 # -- streaming fallback (ijson) ----------------------------------------------------------------------------
@@ -559,10 +674,14 @@ def _start_epoch_ns(meta: dict[str, Any], origin_abs_ns: int) -> int | None:
 
 
 # -- DuckDB ----------------------------------------------------------------------------------------------
+def _duckdb_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, DUCKDB_MAX_THREADS))
+
+
 def _connect(workdir: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET threads = $n", {"n": max(1, min(os.cpu_count() or 1, DUCKDB_MAX_THREADS))})
+    con.execute("SET threads = $n", {"n": _duckdb_threads()})
     con.execute("SET memory_limit = $m", {"m": DUCKDB_MEMORY_LIMIT})
     con.execute("SET temp_directory = $t", {"t": str(workdir / "duckdb_tmp")})
     return con
@@ -627,9 +746,26 @@ def _check_depth(args: pa.Array, max_depth: int) -> None:
             raise _TooDeep
 
 
-def _stage(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str, stage_path: Path) -> _Staged:
-    """The one JSON pass: staged rows -> an uncompressed Arrow IPC stream in the workdir; origin, counts, pids."""
-    src = {"path": str(events_path), "format": fmt, "columns": READ_COLUMNS}
+class _ReadError(Exception):
+    """DuckDB's read failed after its first batch (its error reaches Arrow's stream reader as an OSError)."""
+
+
+def _read_batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        except OSError as exc:
+            raise _ReadError(str(exc)) from None
+        yield batch
+
+
+def _stage(con: duckdb.DuckDBPyConnection, events_path: Path | list[Path], fmt: str, stage_path: Path) -> _Staged:
+    """The one JSON pass: staged rows -> an uncompressed Arrow IPC stream in the workdir; origin, counts, pids.
+    ``events_path``: one file, or the array's pieces (read in parallel, rows in the pieces' order)."""
+    paths = [str(p) for p in events_path] if isinstance(events_path, list) else str(events_path)
+    src = {"path": paths, "format": fmt, "columns": READ_COLUMNS}
     reader = con.sql(_STAGE_SQL, params=src).to_arrow_reader(ROWS_PER_BATCH)
     in_schema = reader.schema
     i_ts, i_dur = in_schema.get_field_index("ts_us"), in_schema.get_field_index("dur_us")
@@ -644,7 +780,8 @@ def _stage(con: duckdb.DuckDBPyConnection, events_path: Path, fmt: str, stage_pa
     lo_any: int | None = None
     host_pids: set[str] = set()
     with pa.OSFile(str(stage_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        for batch in _prefetched(reader):  # DuckDB parses the next batches while this one is checked and written
+        # DuckDB parses the next batches while this one is checked and written
+        for batch in _prefetched(_read_batches(reader)):
             columns = batch.columns
             _check_depth(columns[i_args], max_depth)
             ts = columns[i_ts] = _decimal_ns(columns[i_ts])
@@ -849,14 +986,22 @@ def read_kineto(
         con = _connect(workdir)
         try:
             staged = None
-            if copied is not None:
-                events_path, meta = copied
+            array = copied
+            while array is not None:
+                pieces, meta = array
+                array = None
                 skipped: dict[str, int] = {}
+                whole = False
                 try:
-                    staged = _stage(con, events_path, "array", stage_path)
-                except (duckdb.Error, pa.ArrowException, _TooDeep):
+                    staged = _stage(con, pieces, "array", stage_path)
+                except (duckdb.Error, _ReadError):
+                    whole = len(pieces) > 1  # maybe a cut inside an element: once more, as one file
+                except (pa.ArrowException, _TooDeep):
                     pass  # an unexpected element or layout: stream-parse instead (it names the problem)
-                events_path.unlink(missing_ok=True)
+                for piece in pieces:
+                    piece.unlink(missing_ok=True)
+                if whole:
+                    array = _copy_events_array(path, workdir, None, piece_bytes=0)
             if staged is None:
                 events_path, meta, skipped = _fallback_to_ndjson(path, workdir)
                 try:
@@ -864,7 +1009,7 @@ def read_kineto(
                 except _TooDeep:
                     raise IngestError(f"{path}: event args nested deeper than {_max_depth()} levels "
                                       "(setting ingest.max_json_depth, $TAXBREAK_MAX_JSON_DEPTH)") from None
-                except (duckdb.Error, pa.ArrowException) as exc:
+                except (duckdb.Error, _ReadError, pa.ArrowException) as exc:
                     text = str(exc).replace(str(events_path), "the trace events").replace(str(workdir), "")
                     raise IngestError(f"{path}: cannot read the trace events ({text})") from None
                 events_path.unlink(missing_ok=True)
