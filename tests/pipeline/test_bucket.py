@@ -112,9 +112,9 @@ def test_sweep_schedule_requests_only_unseen_traces(env: dict[str, Path], instan
                                    repository_def=defs.get_repository_def()) as context:
         data = schedule.evaluate_tick(context)
     new_id = hashlib.sha256(new.read_bytes()).hexdigest()
-    assert [(r.partition_key, r.run_config["ops"]["trace_ingest"]["config"]["source"]) for r in data.run_requests] \
-        == [(new_id, "sub/new.json")]
-    assert instance.get_dynamic_partitions("traces") == [new_id]
+    assert [(r.partition_key, r.tags["taxbreak/trace_id"], r.run_config["ops"]["trace_ingest"]["config"]["source"])
+            for r in data.run_requests] == [(f"new-{new_id[:12]}", new_id, "sub/new.json")]
+    assert instance.get_dynamic_partitions("traces") == [f"new-{new_id[:12]}"]
 
 
 # -- nothing in a bucket blocks the others (issue 13) -------------------------------------------------------------
