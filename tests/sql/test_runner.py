@@ -97,3 +97,34 @@ def test_sidecar_beside_the_trace(tmp_path: Path) -> None:
 def test_meta_validation(bad: dict, msg: str) -> None:
     with pytest.raises(MetaError, match=msg):
         validate_meta(bad)
+
+
+def test_a_run_for_one_trace_reads_only_its_catalogue_file(tmp_path: Path) -> None:
+    """A per-trace run's cost must not grow with the lake: it reads its own catalogue file only, so another trace's
+    unreadable catalogue file does not stop it, and it recomputes the same rows as the run over every trace."""
+    lake = build_mixed(tmp_path / "lake")
+    write_trace(lake, FUSION_ID, fusion_rows(), gpu="NVIDIA A100-SXM4-80GB", file_name="fusion.json")
+    wh = tmp_path / "wh.duckdb"
+    analysis.materialize(wh, tmp_path / "lake")
+    query = "SELECT * FROM taxbreak_by_scope WHERE trace_id = $t ORDER BY ALL"
+    with duckdb.connect(str(wh), read_only=True) as con:
+        before = con.execute(query, {"t": MIXED_ID}).fetchall()
+    lake.catalogue_path(FUSION_ID).write_bytes(b"not parquet")  # the lake's other trace: unreadable now
+    con = analysis.connect(wh)
+    try:
+        assert analysis.materialize(wh, tmp_path / "lake", trace_ids=[MIXED_ID], con=con)["taxbreak_by_scope"] > 0
+        assert con.execute("SELECT trace_id FROM stg_catalogue").fetchall() == [(MIXED_ID,)]
+        assert con.execute(query, {"t": MIXED_ID}).fetchall() == before
+    finally:
+        con.close()
+
+
+def test_sql_files_parsed_again_when_a_file_changes(tmp_path: Path) -> None:
+    (tmp_path / "a.sql").write_text("-- table: a\n-- grain: one row\n-- reads: b\nSELECT 1 AS x\n")
+    (tmp_path / "b.sql").write_text("-- table: b\n-- grain: one row\nSELECT 2 AS y\n")
+    assert [f.name for f in analysis.sql_files(tmp_path)] == ["b", "a"]
+    assert [f.name for f in analysis.sql_files(tmp_path)] == ["b", "a"]  # the parse kept
+    (tmp_path / "b.sql").write_text("-- table: b\n-- grain: one row per thing\n-- reads: c\nSELECT 2 AS y\n")
+    (tmp_path / "c.sql").write_text("-- table: c\n-- grain: one row\nSELECT 3 AS z\n")
+    files = analysis.sql_files(tmp_path)
+    assert [f.name for f in files] == ["c", "b", "a"] and files[1].grain == "one row per thing"
