@@ -21,18 +21,19 @@ ev AS (
 keyed AS (
     SELECT event_id, hash(trace_id, busy_set, device_id) AS pk, ts_ns, end_ns FROM ev
 ),
--- one ordered pass: a new interval starts where an event begins after every earlier event of its set ended
+-- one ordered pass per set: a new interval starts at the set's first event and where an event begins after every
+-- earlier event of its set ended; the running count of starts numbers the intervals within the set
 o AS (
     SELECT *,
-        max(end_ns) OVER w AS prev_max_end,
-        lag(pk) OVER (ORDER BY pk, ts_ns, end_ns, event_id) AS prev_pk
+        max(end_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max_end,
+        row_number() OVER w AS rn
     FROM keyed
-    WINDOW w AS (PARTITION BY pk ORDER BY ts_ns, end_ns, event_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    WINDOW w AS (PARTITION BY pk ORDER BY ts_ns, end_ns, event_id)
 ),
 g AS (
     SELECT pk, ts_ns, end_ns, event_id,
-        sum(CASE WHEN prev_pk IS DISTINCT FROM pk OR ts_ns > prev_max_end THEN 1 ELSE 0 END) OVER (
-            ORDER BY pk, ts_ns, end_ns, event_id ROWS UNBOUNDED PRECEDING
+        sum(CASE WHEN rn = 1 OR ts_ns > prev_max_end THEN 1 ELSE 0 END) OVER (
+            PARTITION BY pk ORDER BY ts_ns, end_ns, event_id ROWS UNBOUNDED PRECEDING
         ) AS grp
     FROM o
 ),

@@ -121,17 +121,17 @@ bq AS (
     SELECT trace_id, kernel_seq, hash(trace_id, pid, launch_tid) AS thread_key, op_ts_ns, launch_ts_ns
     FROM base0 WHERE is_charged
 ),
+-- the calls begun before the launch, then (on those rows) the calls begun before the op
 b_at_launch AS (
-    SELECT q.trace_id, q.kernel_seq, c.cum_ns - greatest(0, c.end_ns - q.launch_ts_ns) AS cum_ns
+    SELECT q.trace_id, q.kernel_seq, q.thread_key, q.op_ts_ns,
+           c.cum_ns - greatest(0, c.end_ns - q.launch_ts_ns) AS cum_launch_ns
     FROM bq q ASOF JOIN calls c ON q.thread_key = c.thread_key AND q.launch_ts_ns > c.ts_ns
 ),
-b_at_op AS (
-    SELECT q.trace_id, q.kernel_seq, c.cum_ns - greatest(0, c.end_ns - q.op_ts_ns) AS cum_ns
-    FROM bq q ASOF JOIN calls c ON q.thread_key = c.thread_key AND q.op_ts_ns > c.ts_ns
-),
 blocked AS (
-    SELECT bl.trace_id, bl.kernel_seq, CAST(bl.cum_ns - coalesce(bo.cum_ns, 0) AS BIGINT) AS t_dispatch_blocked_ns
-    FROM b_at_launch bl LEFT JOIN b_at_op bo USING (trace_id, kernel_seq)
+    SELECT q.trace_id, q.kernel_seq,
+           CAST(q.cum_launch_ns - coalesce(c.cum_ns - greatest(0, c.end_ns - q.op_ts_ns), 0) AS BIGINT)
+               AS t_dispatch_blocked_ns
+    FROM b_at_launch q ASOF LEFT JOIN calls c ON q.thread_key = c.thread_key AND q.op_ts_ns > c.ts_ns
 ),
 x AS (
     SELECT b0.*, b.t_dispatch_base_ns, f.t_sys_ns, bk.t_dispatch_blocked_ns
