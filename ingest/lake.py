@@ -278,9 +278,14 @@ class Lake:
         )
         return [self.root / CATALOGUE_DIR / name for name in names]
 
-    def catalogue(self) -> pa.Table:
-        """All catalogue rows (refusing files of an unknown schema major version)."""
-        tables = [_to_catalogue_schema(self._read(path)) for path in self.catalogue_paths()]
+    def catalogue(self, trace_ids: list[str] | None = None) -> pa.Table:
+        """All catalogue rows, or those of ``trace_ids`` (sorted; read from their own files only, so the cost does
+        not grow with the lake), refusing files of an unknown schema major version."""
+        if trace_ids is None:
+            paths = self.catalogue_paths()
+        else:
+            paths = [p for p in (self.catalogue_path(t) for t in sorted(set(trace_ids))) if self._is_file(p)]
+        tables = [_to_catalogue_schema(self._read(path)) for path in paths]
         if not tables:
             return CATALOGUE_SCHEMA.empty_table()
         return pa.concat_tables(tables)

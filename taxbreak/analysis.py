@@ -310,7 +310,7 @@ def prepare(
     lake = Lake(lake_root)
     lake.register_filesystem(con)  # an s3:// lake: DuckDB reads it through fsspec
     # A run for some traces reads their catalogue files only: its cost does not grow with the traces in the lake.
-    cat = lake.catalogue() if trace_ids is None else _catalogue_of(lake, trace_ids)
+    cat = lake.catalogue(trace_ids)
     rows = [r for r in cat.to_pylist() if r["status"] == "ingested" and lake.has_events(r["trace_id"])]
     ids = [r["trace_id"] for r in rows]
     for t in ids:  # a partition written by an unknown schema major is refused, not misread
@@ -360,16 +360,6 @@ def prepare(
         {"ids": ids, "files": files, "root": str(lake_root), "all": trace_ids is None},
     )
     return {"event_files": files, "trace_ids": ids}
-
-
-def _catalogue_of(lake: Lake, trace_ids: list[str]) -> pa.Table:
-    """The catalogue rows of ``trace_ids`` (sorted, as ``Lake.catalogue`` orders them), read from their own files."""
-    from taxbreak.ingest.lake import _to_catalogue_schema
-    from taxbreak.schemas import CATALOGUE_SCHEMA
-
-    paths = [lake.catalogue_path(t) for t in sorted(set(trace_ids))]
-    tables = [_to_catalogue_schema(lake._read(p)) for p in paths if lake._is_file(p)]
-    return pa.concat_tables(tables) if tables else CATALOGUE_SCHEMA.empty_table()
 
 
 def _columns(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> list[tuple[str, str]]:
