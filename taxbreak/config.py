@@ -62,7 +62,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("analysis.duckdb_memory", "TAXBREAK_DUCKDB_MEMORY", str, "512MB", "DuckDB memory_limit of the analyses"),
     Setting("analysis.writer_wait_s", "TAXBREAK_WRITER_WAIT_S", float, 600.0,
             "how long a writer waits for the warehouse (another writer, or a reader holding the file)"),
-    Setting("marts.compact_loose", "TAXBREAK_MARTS_COMPACT_LOOSE", int, 16,
+    # a reader pays about 1 ms per Parquet file per table it scans: 4 loose traces and tiers of 4 keep the docs/queries
+    # over 1,000 traces within 1.4x one DuckDB table (bench/bench_marts.py)
+    Setting("marts.compact_loose", "TAXBREAK_MARTS_COMPACT_LOOSE", int, 4,
             "loose per-trace partitions of the Parquet marts that trigger their compaction into one segment"),
     Setting("marts.compact_fanout", "TAXBREAK_MARTS_COMPACT_FANOUT", int, 4,
             "segments of one tier of the Parquet marts merged into one of the next tier"),
