@@ -1,7 +1,8 @@
 """Issue 12's figures: the cost of one more trace stays flat, traces dropped together run in parallel, and queries
 over the per-trace marts stay close to the same queries over one DuckDB table.
 
-    python bench/bench_marts.py [--traces 1000] [--small 10] [--kernels 1000] [--batch 8] [--out DIR]
+    python bench/bench_marts.py [--traces 1000] [--small 10] [--kernels 1000] [--batch 8] [--republish 100]
+                                [--out DIR] [--skip one,batch,queries]
 
 1. **One more trace** through the Dagster path (sensor tick: hash, partition, ``trace_job`` in-process: ingest,
    tables, blocking checks, marts, snapshot, report, what-if) into a warehouse that already holds ``--small``
@@ -12,7 +13,12 @@ over the per-trace marts stay close to the same queries over one DuckDB table.
    batch (tag ``taxbreak/trace_ids``).  Target: at most 0.6x on 2 cores.
 3. **The documented queries** (``docs/queries/*.sql``) over the snapshot's views of the marts of ``--traces``
    traces vs the same queries on the DuckDB warehouse file (one table holding the same rows); best of 3 each.
-   Target: at most 2x.
+   Target: at most 2x.  Measured on two layouts of the marts (``taxbreak.marts``): as a whole rewrite leaves them
+   (one segment per table), and after ``--republish`` traces were published again one write each (the segment's
+   rows of those traces superseded, tiers of compacted segments, loose partitions); the seconds of those writes
+   (first and last tenth, the slowest: a compaction) and of a write with no traces of its own (the
+   ``warehouse_exports`` step's work: pending markers, marts, snapshot, partition counts) with ``--small`` and
+   ``--traces`` traces are printed too.
 
 Every figure is printed beside its reference, measured in the same run.
 """
@@ -169,6 +175,53 @@ def batch_parallel(paths: dict[str, Path], files: list[Path], workers: int) -> f
     return took
 
 
+def empty_write(paths: dict[str, Path]) -> float:
+    """Seconds of the ``warehouse_exports`` step's work: a write with no traces of its own (pending markers, marts,
+    snapshot, replaced files) and the count of every table's traces, best of 3."""
+    from taxbreak.marts import marts_dir, partitions
+    from taxbreak.warehouse import writer
+
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        with writer(paths["warehouse"], traces=[]):
+            pass
+        root = marts_dir(paths["warehouse"])
+        _counts = {d.name: len(partitions(d)) for d in sorted(root.iterdir()) if d.is_dir() and d.name[0] not in "._"}
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def republish(paths: dict[str, Path], n: int) -> list[float]:
+    """Seconds of each of ``n`` writes that publish one trace again (its marts, compaction when due, snapshot)."""
+    import duckdb
+
+    from taxbreak.warehouse import writer
+
+    with duckdb.connect(str(paths["warehouse"]), read_only=True) as con:
+        ids = [r[0] for r in con.execute("SELECT trace_id FROM trace_meta ORDER BY trace_id LIMIT $n", {"n": n})
+               .fetchall()]
+    took = []
+    for tid in ids:
+        t0 = time.perf_counter()
+        with writer(paths["warehouse"], traces=[tid]):
+            pass
+        took.append(time.perf_counter() - t0)
+    return took
+
+
+def layout(paths: dict[str, Path]) -> str:
+    from taxbreak.marts import load_manifest, marts_dir
+
+    m = load_manifest(marts_dir(paths["warehouse"]))
+    tiers: dict[int, int] = {}
+    for s in m.segments.values():
+        tiers[s["tier"]] = tiers.get(s["tier"], 0) + 1
+    superseded = sum(len(m.superseded(sid)) for sid in m.segments)
+    return (f"{len(m.segments)} segment(s) per table (by tier: {dict(sorted(tiers.items()))}), {superseded} "
+            f"superseded trace(s) left out, {len(m.loose())} loose partition(s)")
+
+
 def queries(paths: dict[str, Path]) -> tuple[float, float, int]:
     """Best-of-3 seconds of every docs/queries/*.sql on the snapshot (views over the marts) and on the warehouse
     file (one table each), and the number of queries; the results are compared row for row."""
@@ -215,6 +268,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="work folder (default: a temporary one, removed)")
+    ap.add_argument("--republish", type=int, default=100, help="traces published again one by one (queries part)")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: one,batch,queries")
     args = ap.parse_args()
     # the full analysis of every synthetic trace at once (the setup) needs more than the 512MB default
@@ -236,9 +290,28 @@ def main() -> None:
             for step in s_steps:
                 print(f"  step {step:<40} {s_steps[step]:6.2f} s  {b_steps.get(step, float('nan')):6.2f} s")
         if "queries" not in skip:
+            from taxbreak.warehouse import writer
+
+            t0 = time.perf_counter()
+            with writer(big["warehouse"]):  # a whole rewrite: every trace, one segment per table
+                pass
+            print(f"whole rewrite of the marts of {args.traces} traces: {time.perf_counter() - t0:.2f} s; "
+                  f"{layout(big)}", flush=True)
             m, t, n = queries(big)
             print(f"docs/queries ({n} queries, best of 3) over {args.traces} traces: marts {m:.3f} s, one DuckDB "
                   f"table each {t:.3f} s: {m / t:.2f}x (target <= 2x)", flush=True)
+            took = republish(big, args.republish)
+            tenth = max(len(took) // 10, 1)
+            print(f"{len(took)} traces published again, one write each: first {tenth} {sum(took[:tenth]) / tenth:.2f} "
+                  f"s each, last {tenth} {sum(took[-tenth:]) / tenth:.2f} s each, mean {sum(took) / len(took):.2f} s, "
+                  f"slowest {max(took):.2f} s; {layout(big)}", flush=True)
+            m, t, n = queries(big)
+            print(f"docs/queries over that layout: marts {m:.3f} s, one DuckDB table each {t:.3f} s: {m / t:.2f}x "
+                  "(target <= 2x)", flush=True)
+            s_w, b_w = empty_write(small), empty_write(big)
+            print(f"a write with no traces of its own (warehouse_exports: marts, snapshot, partition counts): "
+                  f"{s_w:.2f} s with {args.small} traces, {b_w:.2f} s with {args.traces}: {b_w / s_w:.2f}x",
+                  flush=True)
         if "batch" not in skip:
             files = [kineto_file(work / "drop" / f"t{i}.json", 2000, seed=10_000 + i) for i in range(args.batch)]
             ser = batch_serial(home_with(work / "serial", args.small, args.kernels), files)
