@@ -65,16 +65,11 @@ def asset_deps(name: str, files: dict) -> list[dg.AssetKey]:
 
 
 def needed_files(selected: set[str]) -> list[str]:
-    """The selected tables and every file they read (transitively), in the dependency order of sql_files()."""
-    need: set[str] = set()
-    stack = list(selected)
-    while stack:
-        n = stack.pop()
-        if n in need or n not in FILES:
-            continue
-        need.add(n)
-        stack.extend(FILES[n].reads)
-    return [n for n in FILES if n in need]
+    """The selected tables and every file they read (transitively), in dependency order: the engine's plan
+    (``taxbreak.analysis.plan_tables``), not a second derivation of it."""
+    from taxbreak.analysis import plan_tables
+
+    return plan_tables(sorted(selected)) if selected else []
 
 
 def trace_ids_for_run(context: dg.AssetExecutionContext, full_rebuild: bool) -> list[str] | None:
