@@ -34,10 +34,12 @@ import contextlib
 import fcntl
 import json
 import os
+import queue
 import shutil
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -332,34 +334,35 @@ class Lake:
                 part, EVENT_SCHEMA, compression=_EVENT_COMPRESSION, use_dictionary=_EVENT_DICT_COLUMNS,
                 write_statistics=_EVENT_STATS_COLUMNS, column_encoding=_EVENT_DELTA_COLUMNS,
             ) as writer:
-                for batch in batches:
-                    if batch.num_rows == 0:
-                        continue
-                    if batch.schema != EVENT_SCHEMA:
-                        batch = batch.cast(EVENT_SCHEMA)
-                    batch, end = _drop_impossible(batch, dropped)
-                    if batch.num_rows == 0:
-                        continue
-                    args = batch.column("args_json")
-                    clean = redact_args(args)
-                    if clean is not args:
-                        batch = batch.set_column(batch.schema.get_field_index("args_json"), "args_json", clean)
-                    writer.write_batch(batch)
-                    n_rows += batch.num_rows
-                    for item in pc.value_counts(batch.column("kind")).to_pylist():
-                        kinds[item["values"]] += item["counts"]
-                    is_kernel = pc.equal(batch.column("kind"), "kernel")
-                    if pc.any(is_kernel).as_py():
-                        devices = pc.unique(pc.filter(batch.column("device_id"), is_kernel)).drop_null()
-                        kernel_devices.update(devices.to_pylist())
-                    # metadata events (Kineto ph 'M') never move the trace start or duration
-                    timed = pc.not_equal(batch.column("kind"), "metadata")
-                    lo = pc.min(pc.filter(batch.column("ts_ns"), timed)).as_py()
-                    hi = pc.max(pc.filter(end, timed)).as_py()
-                    if lo is not None:
-                        t_min = lo if t_min is None else min(t_min, lo)
-                    if hi is not None:
-                        t_max = hi if t_max is None else max(t_max, hi)
+                with contextlib.closing(prefetched(batches)) as stream:  # stopped here, also on an error
+                    for batch in stream:
+                        if batch.num_rows == 0:
+                            continue
+                        if batch.schema != EVENT_SCHEMA:
+                            batch = batch.cast(EVENT_SCHEMA)
+                        batch, end = _drop_impossible(batch, dropped)
+                        if batch.num_rows == 0:
+                            continue
+                        args = batch.column("args_json")
+                        clean = redact_args(args)
+                        if clean is not args:
+                            batch = batch.set_column(batch.schema.get_field_index("args_json"), "args_json", clean)
+                        writer.write_batch(batch)
+                        n_rows += batch.num_rows
+                        for item in pc.value_counts(batch.column("kind")).to_pylist():
+                            kinds[item["values"]] += item["counts"]
+                        is_kernel = pc.equal(batch.column("kind"), "kernel")
+                        if pc.any(is_kernel).as_py():
+                            devices = pc.unique(pc.filter(batch.column("device_id"), is_kernel)).drop_null()
+                            kernel_devices.update(devices.to_pylist())
+                        # metadata events (Kineto ph 'M') never move the trace start or duration
+                        timed = pc.not_equal(batch.column("kind"), "metadata")
+                        lo = pc.min(pc.filter(batch.column("ts_ns"), timed)).as_py()
+                        hi = pc.max(pc.filter(end, timed)).as_py()
+                        if lo is not None:
+                            t_min = lo if t_min is None else min(t_min, lo)
+                        if hi is not None:
+                            t_max = hi if t_max is None else max(t_max, hi)
                 row = catalogue_row(
                     trace_id, file_name=file_name, source_path=source_path, file_bytes=file_bytes, info=info,
                     status="ingested", error=None, event_count=n_rows, event_counts=dict(sorted(kinds.items())),
@@ -456,6 +459,54 @@ def _to_catalogue_schema(table: pa.Table) -> pa.Table:
         if field.name not in table.column_names:
             table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table.select(CATALOGUE_SCHEMA.names).cast(CATALOGUE_SCHEMA)
+
+
+def prefetched(items: Iterable[pa.RecordBatch], depth: int = 2) -> Iterator[pa.RecordBatch]:
+    """``items`` pulled by a thread of its own, at most ``depth`` ahead of the consumer: the adapter's parsing
+    (DuckDB's threads, which run only while a batch is pulled) overlaps the Parquet write of the batch before it
+    instead of alternating with it (both release the GIL).  The adapter's exception reaches the consumer; a
+    consumer that stops early stops the thread after the batch it is pulling (issue 14)."""
+    done = object()
+    slots: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def pull() -> None:
+        it = iter(items)
+        try:
+            for item in it:
+                if not put(item):
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
+            put((done, exc))
+            return
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None and stop.is_set():
+                close()  # the generator's own clean-up (its connection, its temporary files), in its thread
+        put((done, None))
+
+    thread = threading.Thread(target=pull, name="taxbreak-ingest-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if isinstance(item, tuple) and len(item) == 2 and item[0] is done:
+                if item[1] is not None:
+                    raise item[1]
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 def catalogue_row(
     trace_id: str, *, file_name: str, source_path: str, file_bytes: int, info: TraceInfo, status: str,
