@@ -534,6 +534,28 @@ def publication(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     fault_point("after_commit")
 
 
+def release_after(names: list[str]) -> dict[str, list[str]]:
+    """For a plan (``plan_tables``' order): table -> the run-local tables whose last reader in the plan it is.
+    Dropping those once it is built frees DuckDB's memory for the later statements (at 1 M kernels the run's
+    events alone fill most of the default memory_limit, so every later statement spilled)."""
+    files = {f.name: f for f in sql_files()}
+    last: dict[str, str] = {}
+    for name in names:
+        for dep in files[name].reads:
+            if dep in files and files[dep].materialize == "temp":
+                last[dep] = name
+    out: dict[str, list[str]] = {}
+    for dep, reader in last.items():
+        out.setdefault(reader, []).append(dep)
+    return out
+
+
+def drop_run_local(con: duckdb.DuckDBPyConnection, names: list[str]) -> None:
+    """Drop the run-local tables ``names`` (``release_after``); a later statement that needs one rebuilds it."""
+    for name in names:
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(name)}")
+
+
 def plan_tables(tables: list[str] | None = None) -> list[str]:
     """The files a run of ``tables`` (None: all) computes, in dependency order; ValueError names unknown ones."""
     files = {f.name: f for f in sql_files()}  # dependency order
@@ -579,10 +601,12 @@ def materialize(
             files = {f.name: f for f in sql_files()}
             state = _run_state(con)
             out: dict[str, int] = {}
+            release = release_after(names)
             for i, name in enumerate(names, 1):
                 if progress is not None:
                     progress(name, i, len(names), None)
                 out[name] = _build(con, name, state, files)
+                drop_run_local(con, release.get(name, []))
                 fault_point(f"publish:{name}")
                 if progress is not None:
                     progress(name, i, len(names), out[name])

@@ -148,7 +148,7 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     def analysis_tables(
         context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource
     ):  # noqa: ANN202 - yields MaterializeResult
-        from taxbreak.analysis import materialize_table, publication
+        from taxbreak.analysis import drop_run_local, materialize_table, publication, release_after
 
         trace_ids = trace_ids_for_run(context, config.full_rebuild)
         if trace_ids is not None and len(trace_ids) == 1:
@@ -170,8 +170,11 @@ def _table_assets() -> list[dg.AssetsDefinition]:
             # inputs then already exist in the connection when it is computed.  One publication (one transaction):
             # a step that dies leaves every table as it was; the results are reported once it is committed.
             with publication(con):
-                for name in needed_files(selected):
+                plan = needed_files(selected)
+                release = release_after(plan)
+                for name in plan:
                     computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.get())
+                    drop_run_local(con, release.get(name, []))
                     if name not in selected:
                         continue
                     (row_count,) = con.table(name).count("*").fetchall()[0]
