@@ -121,9 +121,11 @@ def main() -> None:
         head = f"  {'table':<28} {'rows':>12} {'time':>9} {'CPU':>9}"
         print(head + (f" {'peak RSS':>11} {'RSS after':>11}" if per_table else ""))
         run_peak_mb = 0.0
+        release = analysis.release_after([f.name for f in order])  # as taxbreak.analysis.materialize does
         for f in order:
             t1, c1 = time.perf_counter(), time.process_time()  # CPU: every thread of the process
             n = analysis._build(con, f.name, state, files)
+            analysis.drop_run_local(con, release.get(f.name, []))
             line = f"  {f.name:<28} {n:>12,} {time.perf_counter() - t1:7.2f} s {time.process_time() - c1:7.2f} s"
             if per_table:
                 peak, now = _status_mb("VmHWM") or 0.0, _status_mb("VmRSS") or 0.0
