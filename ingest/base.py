@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import importlib
 import os
+import queue
 import shutil
 import socket
 import stat
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import pyarrow as pa
 
@@ -236,3 +238,55 @@ def clean_dead(parent: str | os.PathLike[str] | None, prefix: str, min_age_s: fl
         except OSError:
             continue
     return removed
+
+
+_T = TypeVar("_T")
+_END = object()
+
+
+def prefetched(items: Iterable[_T], depth: int = 1) -> Iterator[_T]:
+    """``items``, produced in a worker thread at most ``depth`` ahead of the consumer.
+
+    DuckDB's read, Arrow's kernels and IPC/Parquet I/O release the GIL, so producer and consumer use two cores
+    (the lake pulls every adapter's batches through it, so an adapter's parse overlaps the Parquet write of the
+    batch before; the Kineto adapter's own passes use it too).
+    An exception of the producer is raised here, in the consumer, as it was; when the consumer stops early the
+    producer stops after the item it is making."""
+    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((True, _END))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            put((False, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=work, name="taxbreak-ingest-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                raise item
+            if item is _END:
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join()

@@ -13,8 +13,8 @@ float; sub-ns digits are rounded half away from zero), and the per-event SQL tur
 absolute ns, written as Arrow record batches to an uncompressed IPC stream in ``workdir``; the trace origin, the
 row count and the processes of the launch calls are gathered from the batches on the way.  The stage is then
 read back batch by batch (ns made relative to the origin, device rows given their launching process) into the
-common schema.  Both passes run a producer thread one batch ahead of their consumer (``_prefetched``: DuckDB
-parses, or the next batch is finished, while this one is checked or written).  Memory stays
+common schema.  Both passes run on a producer thread ahead of their consumer (``ingest.base.prefetched``: DuckDB
+parses while this batch is checked; the lake's thread finishes the next batches while it writes this one).  Memory stays
 flat with the trace size; the workdir holds the array's bytes and then the stage (about the size of the JSON).
 When the byte-range check or DuckDB's read fails (an unexpected layout, an element that is not an object), the
 file is re-read with ``ijson``, streaming, into newline-delimited JSON and the same SQL runs on that.
@@ -41,22 +41,28 @@ import gc
 import gzip
 import json
 import os
-import queue
 import re
-import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from taxbreak.config import setting
-from taxbreak.ingest.base import AdapterOutput, IngestError, NotATraceError, OpenContext, TraceInfo, event_batch
+from taxbreak.ingest.base import (
+    AdapterOutput,
+    IngestError,
+    NotATraceError,
+    OpenContext,
+    TraceInfo,
+    event_batch,
+    prefetched,
+)
 from taxbreak.ingest.redact import redact
 from taxbreak.schemas import LAUNCH_KINDS
 
@@ -781,7 +787,7 @@ def _stage(con: duckdb.DuckDBPyConnection, events_path: Path | list[Path], fmt: 
     host_pids: set[str] = set()
     with pa.OSFile(str(stage_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
         # DuckDB parses the next batches while this one is checked and written
-        for batch in _prefetched(_read_batches(reader)):
+        for batch in prefetched(_read_batches(reader), PREFETCH_BATCHES):
             columns = batch.columns
             _check_depth(columns[i_args], max_depth)
             ts = columns[i_ts] = _decimal_ns(columns[i_ts])
@@ -854,56 +860,6 @@ def _with_source_pid(args: pa.Array, pid: pa.Array) -> pa.Array:
     return pc.replace_with_mask(pc.if_else(plain, out, args), slow, pa.array(fixed, pa.string()))
 
 
-_T = TypeVar("_T")
-_END = object()
-
-
-def _prefetched(items: Iterator[_T], depth: int = PREFETCH_BATCHES) -> Iterator[_T]:
-    """``items``, produced in a worker thread at most ``depth`` ahead of the consumer.
-
-    DuckDB's read, Arrow's kernels and IPC/Parquet I/O release the GIL, so producer and consumer use two cores.
-    An exception of the producer is raised here, in the consumer, as it was; when the consumer stops early the
-    producer stops after the item it is making."""
-    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(entry: tuple[bool, Any]) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(entry, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def work() -> None:
-        try:
-            for item in items:
-                if not put((True, item)):
-                    return
-            put((True, _END))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
-            put((False, exc))
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-
-    worker = threading.Thread(target=work, name="taxbreak-kineto-prefetch", daemon=True)
-    worker.start()
-    try:
-        while True:
-            ok, item = q.get()
-            if not ok:
-                raise item
-            if item is _END:
-                return
-            yield item
-    finally:
-        stop.set()
-        worker.join()
-
-
 def _open_stage(path: Path) -> pa.RecordBatchStreamReader:
     # read, not memory-mapped: one batch at a time stays resident
     return pa.ipc.open_stream(pa.OSFile(str(path), "rb"))
@@ -967,8 +923,9 @@ def _read_stage(
     host_map = _host_map(con, staged.path) if len(staged.host_pids) > 1 else None
     host_pid = staged.host_pids[0] if len(staged.host_pids) == 1 else None
     with _open_stage(staged.path) as reader:
-        # the next batches are read and finished in a thread while the caller writes this one (Parquet)
-        yield from _prefetched(_finish_batch(batch, trace_id, staged.origin_ns, host_pid, host_map) for batch in reader)
+        # finished as the lake pulls them: its prefetch thread (ingest.base.prefetched) reads and finishes the next
+        # batches while it writes this one (Parquet)
+        yield from (_finish_batch(batch, trace_id, staged.origin_ns, host_pid, host_map) for batch in reader)
 
 
 def read_kineto(

@@ -34,12 +34,10 @@ import contextlib
 import fcntl
 import json
 import os
-import queue
 import shutil
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,7 +47,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from taxbreak.config import S3Settings, is_s3_url, normalise_s3_url
-from taxbreak.ingest.base import TraceInfo, clean_dead, make_owned_dir, owned_name
+from taxbreak.ingest.base import TraceInfo, clean_dead, make_owned_dir, owned_name, prefetched
 from taxbreak.ingest.redact import redact, redact_args
 from taxbreak.schemas import CATALOGUE_SCHEMA, EVENT_SCHEMA, SCHEMA_VERSION, check_schema_version
 
@@ -334,7 +332,7 @@ class Lake:
                 part, EVENT_SCHEMA, compression=_EVENT_COMPRESSION, use_dictionary=_EVENT_DICT_COLUMNS,
                 write_statistics=_EVENT_STATS_COLUMNS, column_encoding=_EVENT_DELTA_COLUMNS,
             ) as writer:
-                with contextlib.closing(prefetched(batches)) as stream:  # stopped here, also on an error
+                with contextlib.closing(prefetched(batches, 2)) as stream:  # stopped here, also on an error
                     for batch in stream:
                         if batch.num_rows == 0:
                             continue
@@ -460,53 +458,6 @@ def _to_catalogue_schema(table: pa.Table) -> pa.Table:
             table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table.select(CATALOGUE_SCHEMA.names).cast(CATALOGUE_SCHEMA)
 
-
-def prefetched(items: Iterable[pa.RecordBatch], depth: int = 2) -> Iterator[pa.RecordBatch]:
-    """``items`` pulled by a thread of its own, at most ``depth`` ahead of the consumer: the adapter's parsing
-    (DuckDB's threads, which run only while a batch is pulled) overlaps the Parquet write of the batch before it
-    instead of alternating with it (both release the GIL).  The adapter's exception reaches the consumer; a
-    consumer that stops early stops the thread after the batch it is pulling (issue 14)."""
-    done = object()
-    slots: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                slots.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def pull() -> None:
-        it = iter(items)
-        try:
-            for item in it:
-                if not put(item):
-                    break
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
-            put((done, exc))
-            return
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None and stop.is_set():
-                close()  # the generator's own clean-up (its connection, its temporary files), in its thread
-        put((done, None))
-
-    thread = threading.Thread(target=pull, name="taxbreak-ingest-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = slots.get()
-            if isinstance(item, tuple) and len(item) == 2 and item[0] is done:
-                if item[1] is not None:
-                    raise item[1]
-                return
-            yield item
-    finally:
-        stop.set()
-        thread.join()
 
 def catalogue_row(
     trace_id: str, *, file_name: str, source_path: str, file_bytes: int, info: TraceInfo, status: str,
