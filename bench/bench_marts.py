@@ -101,6 +101,7 @@ def one_more_trace(paths: dict[str, Path], kernels: int) -> tuple[float, dict[st
     import dagster as dg
 
     from taxbreak.pipeline.defs.analysis_assets import REPORT
+    from taxbreak.pipeline.defs.ingest_assets import TRACE_ID_TAG
     from taxbreak.pipeline.local import evaluate_sensor, load_defs
 
     use(paths)
@@ -121,6 +122,12 @@ def one_more_trace(paths: dict[str, Path], kernels: int) -> tuple[float, dict[st
                                         asset_selection=selection)
         took = time.perf_counter() - t0
         assert result.success, "the run failed"
+        from taxbreak.ingest import Lake
+
+        # a file that fails to ingest is not a failed run (the tables stay as they are): that would time nothing
+        tid = dict(request.tags).get(TRACE_ID_TAG)
+        row = Lake(paths["lake"]).catalogue_row(tid) if tid else None
+        assert row is not None and row["status"] == "ingested", f"not ingested: {row and row['error']}"
         starts: dict[str, float] = {}
         steps: dict[str, float] = {}
         for rec in instance.all_logs(result.run_id):
