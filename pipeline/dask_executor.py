@@ -14,6 +14,7 @@ dagster-dask's up-front plan: run that job on the multiprocess, Kubernetes or Ce
 from __future__ import annotations
 
 import pickle
+import signal
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -31,6 +32,18 @@ def _run_step(dependencies: Any, payload: bytes) -> Sequence[DagsterEvent]:  # n
     return query_on_dask_worker(dependencies, *pickle.loads(payload))  # noqa: S301 - our own payload
 
 
+class DefaultSigterm(dask.distributed.WorkerPlugin):
+    """Dask's worker processes run with SIGINT and SIGTERM ignored, and the processes a step starts inherit that:
+    Dagster's compute-log ``tail -F`` and its orphan watcher then ignore the SIGTERM that ends them, and every step
+    waited 2 x 30 s (Dagster's ``communicate`` timeouts) after it had finished.  ``setup`` runs on the worker's event
+    loop, in its main thread, where a signal disposition can be set: SIGTERM back to the default there."""
+
+    idempotent = True  # one registration per worker, however many runs register it
+
+    def setup(self, worker: Any) -> None:  # noqa: ANN401 - distributed.Worker
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 class TaxbreakDaskExecutor(DaskExecutor):
     def execute(self, plan_context, execution_plan) -> Iterator[DagsterEvent]:  # noqa: ANN001
         if self.cluster_type not in ("local", "existing"):  # the job-queue clusters: dagster-dask's own code
@@ -46,6 +59,7 @@ class TaxbreakDaskExecutor(DaskExecutor):
             cluster = dask.distributed.LocalCluster(**self.build_dict(job_name))
         try:
             with dask.distributed.Client(cluster) as client:
+                client.register_plugin(DefaultSigterm(), name="taxbreak-default-sigterm")
                 by_step: dict[str, Any] = {}
                 futures = []
                 for level in execution_plan.get_steps_to_execute_by_level():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 from pathlib import Path
 
 import dagster as dg
@@ -48,6 +49,10 @@ def test_jobs_run_on_a_dask_cluster(env: dict[str, Path], instance: dg.DagsterIn
                 steps = {e.step_key: e.pid for e in events if e.is_step_start}
                 # every step ran in a worker process of the cluster, not in this one
                 assert {"trace_ingest", "analysis_tables"} <= set(steps) and set(steps.values()) <= worker_pids
+        # Dask's workers ignore SIGTERM and the processes a step starts inherit that: Dagster's compute-log tail
+        # then outlived its SIGTERM and every step waited 60 s after it ended; the executor restores the default
+        sigterm = client.run(lambda: int(signal.getsignal(signal.SIGTERM)))
+        assert set(sigterm.values()) == {int(signal.SIG_DFL)}
         with dg.execute_job(dg.reconstructable(local.refresh_job), instance=instance, run_config=execution) as refresh:
             assert refresh.success
             events = [e.dagster_event for e in instance.all_logs(refresh.run_id) if e.dagster_event]
