@@ -37,7 +37,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -322,50 +322,22 @@ class Lake:
         staging = self._staging()
         try:
             part = staging / EVENTS_FILE
-            kinds: Counter[str] = Counter()
-            dropped: Counter[str] = Counter()
-            n_rows = 0
-            t_min: int | None = None
-            t_max: int | None = None
-            kernel_devices: set[int] = set()
+            facts = _Facts()
             with pq.ParquetWriter(
                 part, EVENT_SCHEMA, compression=_EVENT_COMPRESSION, use_dictionary=_EVENT_DICT_COLUMNS,
                 write_statistics=_EVENT_STATS_COLUMNS, column_encoding=_EVENT_DELTA_COLUMNS,
             ) as writer:
-                with contextlib.closing(prefetched(batches, 2)) as stream:  # stopped here, also on an error
+                # the checks, redaction and facts run on the prefetch thread with the adapter's batches, so this
+                # thread only encodes Parquet (the write overlaps them instead of alternating with them); the
+                # stream is stopped here, also on an error
+                with contextlib.closing(prefetched(_checked(batches, facts), 2)) as stream:
                     for batch in stream:
-                        if batch.num_rows == 0:
-                            continue
-                        if batch.schema != EVENT_SCHEMA:
-                            batch = batch.cast(EVENT_SCHEMA)
-                        batch, end = _drop_impossible(batch, dropped)
-                        if batch.num_rows == 0:
-                            continue
-                        args = batch.column("args_json")
-                        clean = redact_args(args)
-                        if clean is not args:
-                            batch = batch.set_column(batch.schema.get_field_index("args_json"), "args_json", clean)
                         writer.write_batch(batch)
-                        n_rows += batch.num_rows
-                        for item in pc.value_counts(batch.column("kind")).to_pylist():
-                            kinds[item["values"]] += item["counts"]
-                        is_kernel = pc.equal(batch.column("kind"), "kernel")
-                        if pc.any(is_kernel).as_py():
-                            devices = pc.unique(pc.filter(batch.column("device_id"), is_kernel)).drop_null()
-                            kernel_devices.update(devices.to_pylist())
-                        # metadata events (Kineto ph 'M') never move the trace start or duration
-                        timed = pc.not_equal(batch.column("kind"), "metadata")
-                        lo = pc.min(pc.filter(batch.column("ts_ns"), timed)).as_py()
-                        hi = pc.max(pc.filter(end, timed)).as_py()
-                        if lo is not None:
-                            t_min = lo if t_min is None else min(t_min, lo)
-                        if hi is not None:
-                            t_max = hi if t_max is None else max(t_max, hi)
                 row = catalogue_row(
                     trace_id, file_name=file_name, source_path=source_path, file_bytes=file_bytes, info=info,
-                    status="ingested", error=None, event_count=n_rows, event_counts=dict(sorted(kinds.items())),
-                    duration_ns=(t_max - t_min) if t_min is not None and t_max is not None else None,
-                    extra_skipped=dict(dropped), kernel_gpu_count=len(kernel_devices),
+                    status="ingested", error=None, event_count=facts.n_rows,
+                    event_counts=dict(sorted(facts.kinds.items())), duration_ns=facts.duration_ns(),
+                    extra_skipped=dict(facts.dropped), kernel_gpu_count=len(facts.kernel_devices),
                 )
                 writer.add_key_value_metadata({FOOTER_ROW_KEY: json.dumps(row, default=str)})
             with self.trace_lock(trace_id):
@@ -494,6 +466,60 @@ def catalogue_row(
         "status": status,
         "error": error,
     }
+
+
+class _Facts:
+    """What ``publish_events`` learns from the rows it writes (for the catalogue row)."""
+
+    def __init__(self) -> None:
+        self.kinds: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.n_rows = 0
+        self.t_min: int | None = None
+        self.t_max: int | None = None
+        self.kernel_devices: set[int] = set()
+
+    def duration_ns(self) -> int | None:
+        return (self.t_max - self.t_min) if self.t_min is not None and self.t_max is not None else None
+
+
+def _checked(batches: Iterable[pa.RecordBatch], facts: _Facts) -> Iterator[pa.RecordBatch]:
+    """``batches`` as stored: cast to EVENT_SCHEMA, impossible rows dropped (counted), ``args_json`` redacted, empty
+    batches left out; ``facts`` updated with each batch yielded."""
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if batch.schema != EVENT_SCHEMA:
+                batch = batch.cast(EVENT_SCHEMA)
+            batch, end = _drop_impossible(batch, facts.dropped)
+            if batch.num_rows == 0:
+                continue
+            args = batch.column("args_json")
+            clean = redact_args(args)
+            if clean is not args:
+                batch = batch.set_column(batch.schema.get_field_index("args_json"), "args_json", clean)
+            facts.n_rows += batch.num_rows
+            kind = batch.column("kind")
+            for item in pc.value_counts(kind).to_pylist():
+                facts.kinds[item["values"]] += item["counts"]
+            is_kernel = pc.equal(kind, "kernel")
+            if pc.any(is_kernel).as_py():
+                devices = pc.unique(pc.filter(batch.column("device_id"), is_kernel)).drop_null()
+                facts.kernel_devices.update(devices.to_pylist())
+            # metadata events (Kineto ph 'M') never move the trace start or duration
+            timed = pc.not_equal(kind, "metadata")
+            lo = pc.min(pc.filter(batch.column("ts_ns"), timed)).as_py()
+            hi = pc.max(pc.filter(end, timed)).as_py()
+            if lo is not None:
+                facts.t_min = lo if facts.t_min is None else min(facts.t_min, lo)
+            if hi is not None:
+                facts.t_max = hi if facts.t_max is None else max(facts.t_max, hi)
+            yield batch
+    finally:  # the adapter's stream is closed with this one (its temporary files, connections)
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 def _drop_impossible(batch: pa.RecordBatch, dropped: Counter[str]) -> tuple[pa.RecordBatch, pa.Array]:
