@@ -42,6 +42,7 @@ import gzip
 import json
 import os
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -718,8 +719,9 @@ _JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 def _check_depth(args: pa.Array, max_depth: int) -> None:
     """Raise _TooDeep when an args value nests deeper than ``max_depth``.  A value's count of '[' and '{' bounds
-    its depth and needs at least twice that many bytes, so only values longer than ``2 * max_depth`` are counted
-    (one numpy pass over the batch's bytes) and only those with more openers are scanned (none in a real trace)."""
+    its depth and needs at least twice that many bytes, so only batches with values longer than ``2 * max_depth`` are
+    counted (numpy: the openers' offsets in the batch's bytes, split by row) and only values with more openers are
+    scanned (none in a real trace)."""
     if args.null_count == len(args) or len(args) == 0:
         return
     lengths = pc.binary_length(args)
@@ -730,13 +732,12 @@ def _check_depth(args: pa.Array, max_depth: int) -> None:
     width = np.int64 if pa.types.is_large_string(args.type) else np.int32
     offsets = np.frombuffer(args.buffers()[1], dtype=width)[args.offset: args.offset + len(args) + 1]
     data = np.frombuffer(args.buffers()[2], dtype=np.uint8)[offsets[0]: offsets[-1]]
-    is_opener = data == 0x5B  # '['
-    is_opener |= data == 0x7B  # '{'
-    nonempty = offsets[1:] > offsets[:-1]
-    per_row = np.zeros(len(args), dtype=np.int32)
-    # per nonempty row, the openers from its start to the next nonempty row's start (empty rows hold no bytes)
-    per_row[nonempty] = np.add.reduceat(is_opener.view(np.uint8), offsets[:-1][nonempty] - offsets[0],
-                                        dtype=np.int32)
+    # '[' (0x5B) and '{' (0x7B) are the only bytes equal to 0x7B with bit 0x20 set; a row's openers are those at
+    # offsets from its start to the next row's start (empty rows hold no bytes)
+    openers_at = np.flatnonzero((data | 0x20) == 0x7B)
+    if len(openers_at) <= max_depth:
+        return
+    per_row = np.diff(np.searchsorted(openers_at, offsets - offsets[0]))
     if int(per_row.max()) <= max_depth:
         return
     for text in pc.filter(args, pa.array(per_row > max_depth)).to_pylist():
@@ -776,7 +777,6 @@ def _stage(con: duckdb.DuckDBPyConnection, events_path: Path | list[Path], fmt: 
     in_schema = reader.schema
     i_ts, i_dur = in_schema.get_field_index("ts_us"), in_schema.get_field_index("dur_us")
     schema = in_schema.set(i_ts, pa.field("ts_ns", pa.int64())).set(i_dur, pa.field("dur_ns", pa.int64()))
-    launch_kinds = pa.array(LAUNCH_KINDS)
     i_skip = in_schema.get_field_index("skip_reason")
     i_args = in_schema.get_field_index("args_json")
     max_depth = _max_depth() - 3  # the top-level object, the events array and the event itself
@@ -785,9 +785,12 @@ def _stage(con: duckdb.DuckDBPyConnection, events_path: Path | list[Path], fmt: 
     lo_timed: int | None = None
     lo_any: int | None = None
     host_pids: set[str] = set()
+    launch_kinds: pa.Array | None = None  # made once DuckDB is parsing (see _warm_up)
     with pa.OSFile(str(stage_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
         # DuckDB parses the next batches while this one is checked and written
         for batch in prefetched(_read_batches(reader), PREFETCH_BATCHES):
+            if launch_kinds is None:
+                launch_kinds = pa.array(LAUNCH_KINDS)
             columns = batch.columns
             _check_depth(columns[i_args], max_depth)
             ts = columns[i_ts] = _decimal_ns(columns[i_ts])
@@ -928,12 +931,28 @@ def _read_stage(
         yield from (_finish_batch(batch, trace_id, staged.origin_ns, host_pid, host_map) for batch in reader)
 
 
+def _warm_up() -> None:
+    """pyarrow imports pandas on its first conversion of a Python value to Arrow (``pa.array``, a compute call with
+    a Python literal): about 0.5 s of one core, which otherwise runs while DuckDB's JSON pass waits for its first
+    batch to be taken.  Done here on a thread of its own while the events array is copied; a conversion that comes
+    while it runs waits for it, as it would have for its own import."""
+
+    def convert() -> None:
+        try:
+            pa.array([0])
+        except Exception:  # noqa: BLE001, S110 - only a warm-up: the real conversions report their own errors
+            pass
+
+    threading.Thread(target=convert, name="taxbreak-kineto-warm-up", daemon=True).start()
+
+
 def read_kineto(
     path: Path, trace_id: str, *, workdir: Path, progress: Callable[[int, int], None] | None = None
 ) -> AdapterOutput:
     """Read a Kineto ``.json``/``.json.gz`` trace; batches conform to EVENT_SCHEMA, ``info`` fills as they go."""
     path = Path(path)
     info = TraceInfo(source_format=SOURCE_FORMAT)
+    _warm_up()
     copied = _copy_events_array(path, workdir, progress)
     if copied is None:
         (workdir / "events.json").unlink(missing_ok=True)
