@@ -3,8 +3,9 @@
 -- reads: (lake) read_parquet($event_files)
 -- materialize: temp
 -- description: The lake's events of the selected traces, with the columns the analyses use, an end time and a run-local event id.
--- column: event_id: run-local row id used for joins inside one run (not stable across runs)
+-- column: event_id: run-local row id used for joins inside one run: trace_key x 2^40 + the event's row in its file, so it is stable for the same run inputs and computed in parallel
 -- column: trace_id: trace key (sha256 of the source file)
+-- column: trace_key: run-local integer key of the trace: its events file's place in the run's list (one file per trace), for partitions and joins that need not carry the 64-character trace_id
 -- column: source_format: adapter that wrote the event ('kineto', 'nsys-sqlite', ...)
 -- column: kind: event kind (schemas.events.EVENT_KINDS)
 -- column: name: event name without version suffix
@@ -24,8 +25,9 @@
 -- column: is_dispatcher_op: op_name IS NOT NULL
 -- column: host_call_class: class of a host API call: 'launch' (kernel or graph launch), 'library' (cuBLAS/cuDNN range), 'sync' (*Synchronize*), 'other_runtime' (any other runtime or driver call); NULL for other events. The one place these predicates are written
 SELECT
-    row_number() OVER () AS event_id,
+    source_file_index * 1099511627776 + file_row_number::BIGINT AS event_id,
     trace_id,
+    source_file_index AS trace_key,
     source_format,
     kind,
     name,
@@ -56,6 +58,7 @@ SELECT
 FROM (
     SELECT
         *,
+        file_index::BIGINT AS source_file_index,
         CASE
             WHEN kind = 'framework_op'
                  AND regexp_full_match(name, '[a-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?')
@@ -65,6 +68,6 @@ FROM (
                                        '[a-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?')
                 THEN trim(split_part(name, ',', 1))
         END AS op_name
-    FROM read_parquet($event_files, union_by_name = true)
+    FROM read_parquet($event_files, union_by_name = true, file_row_number = true)
     WHERE kind NOT IN ('metadata', 'flow', 'instant', 'nvtx_mark', 'other')
 )

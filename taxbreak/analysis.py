@@ -296,16 +296,124 @@ def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+SCRATCH_DB = "_run"  # the attached database that holds the run-local tables (``scratch``)
+
+
+def _attached(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = $n",
+                            {"n": name}).fetchall()[0][0])
+
+
+def scratch(con: duckdb.DuckDBPyConnection) -> str:
+    """Attach the connection's scratch database once and return its name: a DuckDB file beside the spill folder
+    that holds the run-local tables (``-- materialize: temp``).
+
+    Why a file and not DuckDB's temporary catalogue: tables there stay uncompressed in memory (the 512 MiB Kineto
+    trace's stg_events took 379 MB of the 512 MB memory_limit, so every later statement spilled), while rows
+    written to a file database are compressed as they arrive (the same stg_events: 24 MB) and read back through
+    the buffer manager, which can drop their pages at any time.  The file is unlinked as soon as it is attached
+    (DuckDB keeps it open) and has no write-ahead log: nothing of it outlives the connection, even a crash."""
+    if _attached(con, SCRATCH_DB):
+        return SCRATCH_DB
+    spill = con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0] or os.path.join(
+        tempfile.gettempdir(), "taxbreak-duckdb")
+    path = Path(f"{spill}-run-{os.getpid()}-{uuid.uuid4().hex[:12]}.duckdb")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con.execute(f"ATTACH {_lit(str(path))} AS {_q(SCRATCH_DB)} (RECOVERY_MODE no_wal_writes)")
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return SCRATCH_DB
+
+
+def _scratch_tables(con: duckdb.DuckDBPyConnection, name: str | None = None) -> list[str]:
+    """The scratch database's tables (of run-local table ``name``: ``<name>__<generation>``)."""
+    if not _attached(con, SCRATCH_DB):
+        return []
+    return [r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'main' "
+        "AND ($n IS NULL OR regexp_full_match(table_name, $n || '__[0-9a-f]+'))",
+        {"db": SCRATCH_DB, "n": name}).fetchall()]
+
+
+def _drop_run_local(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Drop the run's table or view ``name`` (temporary catalogue) and its rows in the scratch database."""
+    kinds = dict(con.execute(
+        "SELECT 'TABLE', count(*) FROM duckdb_tables() WHERE database_name = 'temp' AND table_name = $t "
+        "UNION ALL SELECT 'VIEW', count(*) FROM duckdb_views() WHERE database_name = 'temp' AND view_name = $t",
+        {"t": name}).fetchall())
+    for kind in ("VIEW", "TABLE"):
+        if kinds.get(kind):
+            con.execute(f"DROP {kind} temp.main.{_q(name)}")
+    old = _scratch_tables(con, name)
+    if old:
+        # scratch writes go through their own connection: one transaction writes one database, and the run's
+        # publication writes the warehouse (a drop that another open transaction still reads waits for its end)
+        cur = con.cursor()
+        try:
+            for table in old:
+                with contextlib.suppress(duckdb.Error):
+                    cur.execute(f"DROP TABLE IF EXISTS {_q(SCRATCH_DB)}.main.{_q(table)}")
+        finally:
+            cur.close()
+
+
+def _load_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]) -> None:
+    """The run's prepared inputs (``prepare``) as temporary tables of ``con``."""
+    for table, arrow in inputs.items():
+        con.register("_input_arrow", arrow)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {_q(table)} AS SELECT * FROM _input_arrow")
+        con.unregister("_input_arrow")
+
+
+def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table], bound: dict[str, Any],
+           tables: list[str] | None) -> None:
+    """Compute the run-local tables (those of ``tables``, None: all) into the scratch database, before the run's
+    publication first reads it, and make each visible to ``con`` as a temporary view of its name.
+
+    They are written through a second connection of the same database (one transaction writes one database, and
+    the publication's transaction writes the warehouse), which gets the run's inputs as its own temporary tables.
+    A transaction sees the scratch tables that existed when it first read the scratch database, so a run-local
+    table staged later than that (a second ``prepare`` inside one publication) is left out here and computed
+    in memory by ``_build`` instead, as before."""
+    files = {f.name: f for f in sql_files()}
+    wanted = set(plan_tables(tables)) if tables is not None else set(files)
+    names = [f.name for f in _ordered(files) if f.materialize == "temp" and f.name in wanted]
+    if not names:
+        return
+    db = scratch(con)
+    generation = uuid.uuid4().hex[:12]
+    staged: dict[str, str] = {}
+    cur = con.cursor()
+    try:
+        _load_inputs(cur, inputs)
+        for name in names:
+            sf = files[name]
+            if any(d in files and files[d].materialize != "temp" for d in sf.reads):
+                continue  # reads a kept table: computed by _build in the run
+            table = f"{name}__{generation}"
+            cur.execute(f"CREATE TABLE {_q(db)}.main.{_q(table)} AS {sf.text}", {p: bound[p] for p in sf.params})
+            cur.execute(f"CREATE OR REPLACE TEMP VIEW {_q(name)} AS SELECT * FROM {_q(db)}.main.{_q(table)}")
+            staged[name] = table
+    finally:
+        cur.close()
+    visible = set(_scratch_tables(con))
+    for name, table in staged.items():
+        if table in visible:
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {_q(name)} AS SELECT * FROM {_q(db)}.main.{_q(table)}")
+
+
 def prepare(
     con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str], trace_ids: list[str] | None = None,
-    config: RunConfig | None = None,
+    config: RunConfig | None = None, tables: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Load the run's inputs into temporary tables; returns the bound parameters of the statements.
+    """Load the run's inputs into temporary tables and compute its run-local tables; returns the bound parameters
+    of the statements.
 
     Creates temporary tables ``selected_traces``, ``stg_catalogue``, ``stg_meta_raw``, ``run_config``,
     ``lib_kernel_rules``, ``step_patterns`` and ``t_sys_defaults``; in a run over every trace (``trace_ids`` None)
     also a view ``events`` and a table ``catalogue`` over the whole lake (for ad-hoc queries; no statement reads
-    them)."""
+    them).  The run-local tables that ``tables`` (None: every table) need are computed into the scratch database
+    (``scratch``, ``_stage``)."""
     cfg = config or RunConfig.from_settings()
     lake = Lake(lake_root)
     lake.register_filesystem(con)  # an s3:// lake: DuckDB reads it through fsspec
@@ -324,17 +432,7 @@ def prepare(
                 "CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet("
                 + _lit(lake.events_glob()) + ", hive_partitioning = false, union_by_name = true)"
             )
-    con.register("_catalogue_arrow", cat)
-    if trace_ids is None:
-        con.execute("CREATE OR REPLACE TEMP TABLE catalogue AS SELECT * FROM _catalogue_arrow")
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE stg_catalogue AS SELECT * FROM _catalogue_arrow "
-        "WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))", {"ids": ids},
-    )
-    con.unregister("_catalogue_arrow")
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE selected_traces AS SELECT unnest($ids::VARCHAR[]) AS trace_id", {"ids": ids}
-    )
+        _load_inputs(con, {"catalogue": cat})
     meta_rows = []
     for r in rows:
         meta, source, note = find_meta(r.get("metadata_json"), r.get("source_path"))
@@ -342,24 +440,29 @@ def prepare(
             "trace_id": r["trace_id"], "meta_source": source, "meta_note": note or None,
             "meta_json": json.dumps(meta) if meta is not None else None,
         })
-    con.register("_meta_arrow", pa.Table.from_pylist(meta_rows, schema=pa.schema([
-        ("trace_id", pa.string()), ("meta_source", pa.string()), ("meta_note", pa.string()), ("meta_json", pa.string()),
-    ])))
-    con.execute("CREATE OR REPLACE TEMP TABLE stg_meta_raw AS SELECT * FROM _meta_arrow")
-    con.unregister("_meta_arrow")
-    for table, arrow in settings_arrow(cfg).items():
-        con.register("_cfg_arrow", arrow)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {_q(table)} AS SELECT * FROM _cfg_arrow")
-        con.unregister("_cfg_arrow")
+    selected = set(ids)
+    inputs = {
+        "stg_catalogue": cat.filter(pa.array([r in selected for r in cat.column("trace_id").to_pylist()],
+                                             pa.bool_())),
+        "selected_traces": pa.table({"trace_id": pa.array(ids, pa.string())}),
+        "stg_meta_raw": pa.Table.from_pylist(meta_rows, schema=pa.schema([
+            ("trace_id", pa.string()), ("meta_source", pa.string()), ("meta_note", pa.string()),
+            ("meta_json", pa.string()),
+        ])),
+        **settings_arrow(cfg),
+    }
+    _load_inputs(con, inputs)
     for f in sql_files():  # run-local tables of an earlier run on this connection are stale now
-        con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(f.name)}")
-        con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(f.name)}")
+        _drop_run_local(con, f.name)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _run_state AS SELECT $ids::VARCHAR[] AS trace_ids, $files::VARCHAR[] AS "
         "event_files, $root::VARCHAR AS lake_root, $all::BOOLEAN AS all_traces",
         {"ids": ids, "files": files, "root": str(lake_root), "all": trace_ids is None},
     )
-    return {"event_files": files, "trace_ids": ids}
+    bound = {"event_files": files, "trace_ids": ids}
+    if ids:
+        _stage(con, inputs, {**bound, "lake_root": str(lake_root), "all_traces": trace_ids is None}, tables)
+    return bound
 
 
 def _columns(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> list[tuple[str, str]]:
@@ -436,8 +539,7 @@ def _build_cross_trace(
         if not _exists(con, catalog, dep):
             _build(con, dep, state, files)
     target = f"{_q(catalog)}.main.{_q(sf.name)}"
-    con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(sf.name)}")
-    con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(sf.name)}")
+    _drop_run_local(con, sf.name)
     # The statement's names must resolve to the warehouse tables (every trace's rows), not to this run's temporary
     # tables and views of the same names (the run's rows only): those step aside for it, renamed, and come back.
     # (A second connection would not see the rows this run has published but not yet committed.)
@@ -484,12 +586,14 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
     target = f"{_q(catalog)}.main.{_q(name)}"
     if state["all_traces"] and sf.materialize != "temp" and catalog != "memory":
         # A full run: the table is this run's rows, written once, straight into the warehouse.
-        con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(name)}")
-        con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(name)}")
+        _drop_run_local(con, name)
         con.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", bound)
         _comment(con, target, sf, [c for c, _t in _columns(con, catalog, name)])
         return con.execute(f"SELECT count(*) FROM {target}").fetchall()[0][0]
-    con.execute(f"DROP VIEW IF EXISTS temp.main.{_q(name)}")
+    if sf.materialize == "temp" and _exists(con, "temp", name):
+        # computed by prepare into the scratch database (``_stage``)
+        return con.execute(f"SELECT count(*) FROM temp.main.{_q(name)}").fetchall()[0][0]
+    _drop_run_local(con, name)
     con.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} AS {sf.text}", bound)
     n = con.execute(f"SELECT count(*) FROM temp.main.{_q(name)}").fetchall()[0][0]
     if sf.materialize == "temp":
@@ -503,7 +607,7 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
         con.execute(f"INSERT INTO {target} SELECT * FROM temp.main.{_q(name)}")
     _comment(con, target, sf, [c for c, _t in temp_cols])
     if sf.scope == "all_traces":
-        con.execute(f"DROP TABLE temp.main.{_q(name)}")
+        _drop_run_local(con, name)
     return n
 
 
@@ -553,7 +657,7 @@ def release_after(names: list[str]) -> dict[str, list[str]]:
 def drop_run_local(con: duckdb.DuckDBPyConnection, names: list[str]) -> None:
     """Drop the run-local tables ``names`` (``release_after``); a later statement that needs one rebuilds it."""
     for name in names:
-        con.execute(f"DROP TABLE IF EXISTS temp.main.{_q(name)}")
+        _drop_run_local(con, name)
 
 
 def plan_tables(tables: list[str] | None = None) -> list[str]:
@@ -595,7 +699,7 @@ def materialize(
         with publication(con):
             if progress is not None:
                 progress("prepare", 0, len(names), None)
-            params = prepare(con, lake_root, trace_ids, config)
+            params = prepare(con, lake_root, trace_ids, config, tables=names)
             if not params["trace_ids"]:
                 return {}
             files = {f.name: f for f in sql_files()}

@@ -128,3 +128,35 @@ def test_sql_files_parsed_again_when_a_file_changes(tmp_path: Path) -> None:
     (tmp_path / "c.sql").write_text("-- table: c\n-- grain: one row\nSELECT 3 AS z\n")
     files = analysis.sql_files(tmp_path)
     assert [f.name for f in files] == ["c", "b", "a"] and files[1].grain == "one row per thing"
+
+
+def test_run_local_tables_live_in_the_unlinked_scratch_database(tmp_path: Path) -> None:
+    lake = build_mixed(tmp_path / "lake")
+    write_trace(lake, FUSION_ID, fusion_rows(), gpu="NVIDIA A100-SXM4-80GB", file_name="fusion.json")
+    wh = tmp_path / "wh.duckdb"
+    con = analysis.connect(wh)
+    with analysis.publication(con):
+        analysis.prepare(con, tmp_path / "lake", [MIXED_ID])
+        # stg_events is a view of the scratch database's table, holding only the run's trace
+        (view_sql,) = con.execute("SELECT sql FROM duckdb_views() WHERE database_name = 'temp' "
+                                  "AND view_name = 'stg_events'").fetchall()[0]
+        assert 'FROM _run.main.stg_events__' in view_sql
+        assert con.execute("SELECT DISTINCT trace_id FROM stg_events").fetchall() == [(MIXED_ID,)]
+        n_mixed = con.execute("SELECT count(*) FROM stg_events WHERE kind = 'kernel'").fetchall()[0][0]
+        assert n_mixed == 9
+        # one event id per event, its high bits the events file's place in the run's list (one file per trace)
+        assert con.execute("SELECT count(DISTINCT event_id) = count(*), max(event_id >> 40) FROM stg_events"
+                           ).fetchall() == [(True, 0)]
+        # a second prepare inside the same publication (the transaction already read the scratch database):
+        # the restaged tables are not visible to it, so they are computed in memory, for the right traces
+        analysis.prepare(con, tmp_path / "lake", [MIXED_ID, FUSION_ID])
+        state = analysis._run_state(con)
+        files = {f.name: f for f in analysis.sql_files()}
+        analysis._build(con, "int_kernel_links", state, files)
+        assert dict(con.execute("SELECT trace_id, count(*) FROM int_kernel_links GROUP BY 1").fetchall()) == {
+            MIXED_ID: 9, FUSION_ID: 10}
+    # the scratch file was unlinked when attached: nothing of it is left beside the warehouse or its spill folder
+    assert [p.name for p in tmp_path.iterdir() if "-run-" in p.name] == []
+    assert analysis.scratch(con) == "_run"
+    con.close()
+    assert [p.name for p in tmp_path.iterdir() if "-run-" in p.name] == []
