@@ -41,12 +41,12 @@
 -- column: orphan_reason: 'no_launch_call' or 'no_framework_op' for orphans, NULL for linked kernels
 WITH
 k AS (
-    SELECT event_id, trace_id, name, ts_ns, dur_ns, end_ns, pid, proc_key, device_id, stream_id, correlation_id,
-           external_id, graph_id
+    SELECT event_id, trace_key, ts_ns, dur_ns, end_ns, proc_key, device_id, stream_id,
+           correlation_id, external_id, graph_id
     FROM stg_events WHERE kind = 'kernel'
 ),
 launch_candidates AS (
-    SELECT event_id, proc_key, thread_key, tid, correlation_id, kind, name, ts_ns, dur_ns
+    SELECT event_id, proc_key, thread_key, correlation_id, kind, ts_ns, dur_ns
     FROM stg_events
     WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch') AND correlation_id IS NOT NULL
       AND (proc_key, correlation_id) IN (SELECT proc_key, correlation_id FROM k)
@@ -63,7 +63,7 @@ l AS (
 kl AS (
     SELECT
         k.*,
-        l.event_id AS l_event_id, l.name AS launch_name, l.kind AS launch_kind, l.tid AS launch_tid,
+        l.event_id AS l_event_id,
         l.thread_key AS launch_thread_key, l.ts_ns AS launch_ts_ns, l.dur_ns AS launch_dur_ns
     FROM k LEFT JOIN l ON k.proc_key = l.proc_key AND k.correlation_id = l.correlation_id
 ),
@@ -209,7 +209,7 @@ launch_rank AS (
 ),
 seq AS (
     SELECT event_id,
-           row_number() OVER (PARTITION BY trace_id ORDER BY ts_ns, device_id, stream_id, correlation_id, event_id)
+           row_number() OVER (PARTITION BY trace_key ORDER BY ts_ns, device_id, stream_id, correlation_id, event_id)
                AS kernel_seq
     FROM k
 ),
@@ -268,4 +268,9 @@ SELECT
     NOT (l_event_id IS NOT NULL AND op_name IS NOT NULL) AS is_orphan,
     CASE WHEN l_event_id IS NULL THEN 'no_launch_call' WHEN op_name IS NULL THEN 'no_framework_op' END
         AS orphan_reason
-FROM final
+FROM (
+    SELECT f.*, ke.trace_id, ke.pid, ke.name, le.name AS launch_name, le.kind AS launch_kind, le.tid AS launch_tid
+    FROM final f
+    JOIN stg_events ke ON ke.event_id = f.event_id
+    LEFT JOIN stg_events le ON le.event_id = f.l_event_id
+)
