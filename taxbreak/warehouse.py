@@ -10,11 +10,13 @@ through ``writer(db)``:
    writer leaves the tables as they were before it or as they are after it, never a mix;
 4. on success it writes the Parquet marts of the traces the write touched (``taxbreak.marts``: loose
    ``marts/<table>/trace_id=<id>/`` partitions, compacted into few segment files when enough accumulate; the
-   caller says which traces, ``traces=None`` meaning all), replaces ``marts/_manifest.json`` and publishes
-   ``exports/snapshot.duckdb``, a small file of views over exactly the manifest's files plus copies of the
+   caller says which traces, ``traces=None`` meaning all, and may say which tables, ``tables=``), replaces
+   ``marts/_manifest.json`` and publishes ``exports/snapshot.duckdb``, a small file of views over exactly the
+   manifest's files plus copies of the
    cross-trace tables, written beside its place and renamed into it, so a reader sees the old snapshot or the new
    one (the commit point readers see); neither grows with the traces already analysed;
-5. it deletes the marts files the layout replaced long enough ago (``taxbreak.marts.collect``);
+5. it deletes the marts files the layout replaced long enough ago (``taxbreak.marts.collect``; a write for some
+   traces at most ``COLLECT_PER_WRITE`` of them);
 6. it releases the lock.
 
 A writer that dies after its commit leaves a pending marker (``marts/.pending-*.json``, written when it took the
@@ -167,13 +169,15 @@ def publish_snapshot(db: Path, con: duckdb.DuckDBPyConnection) -> Path:
 @contextlib.contextmanager
 def writer(
     db: str | os.PathLike[str], *, snapshot: bool = True, read_only: bool = False,
-    on_wait: Callable[[str], None] | None = None, traces: list[str] | None = None,
+    on_wait: Callable[[str], None] | None = None, traces: list[str] | None = None, tables: list[str] | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """The warehouse opened for writing under the one writer rule (see the module doc).
 
     ``read_only``: the same lock, a read-only connection and no snapshot (checks that must see the file as the
     writers leave it).  ``traces``: the traces whose rows the block may change (None: any), whose marts are
-    rewritten.  The marts and the snapshot are published only when the block ends without an exception."""
+    rewritten; ``tables``: the per-trace tables whose rows of those traces it may change (None: any; the cross-trace
+    tables are always republished whole), so a step that changes two tables does not rewrite the trace's other
+    twenty.  The marts and the snapshot are published only when the block ends without an exception."""
     db = Path(db)
     wait = _wait_s()
     deadline = time.monotonic() + wait
@@ -187,7 +191,7 @@ def writer(
             if not read_only and snapshot:
                 from taxbreak import marts
 
-                marker = marts.mark_pending(db, traces)  # stays if this writer dies: the next one catches up
+                marker = marts.mark_pending(db, traces, tables)  # stays if this writer dies: the next one catches up
             yield con
         except BaseException:
             con.close()
@@ -195,12 +199,14 @@ def writer(
         if read_only or not snapshot:
             con.close()
             return
-        markers, todo = marts.pending(db)  # this writer's traces and those of writers that died
-        marts.export(con, db, todo)
+        markers, todo, todo_tables = marts.pending_work(db)  # this writer's and those of writers that died
+        marts.export(con, db, todo, tables=todo_tables)
         con.execute("CHECKPOINT")
         publish_snapshot(db, con)  # closes con
         fault_point("snapshot_published")
-        marts.collect(db)  # files the layout replaced: kept a while for readers of the previous snapshot
+        # files the layout replaced, kept a while for readers of the previous snapshot; a write for some traces
+        # deletes a bounded number of them (a whole rewrite costs O(traces) anyway: all that are due)
+        marts.collect(db, limit=None if todo is None else marts.COLLECT_PER_WRITE)
         for m in [*markers, marker]:
             m.unlink(missing_ok=True)
 

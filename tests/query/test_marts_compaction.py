@@ -20,6 +20,7 @@ import duckdb
 import pytest
 
 from taxbreak import marts
+from taxbreak.marts import PART
 from taxbreak.warehouse import FAULT_ENV, snapshot_path, writer
 
 TABLES = ("tiny_kernels", "tiny_meta", "tiny_models")
@@ -107,6 +108,10 @@ def test_tiers_by_hand_and_rows_identical_at_every_step(db: Path) -> None:
             assert_snapshot_is_the_warehouse(db)  # rows identical before and after each compaction
     root = marts.marts_dir(db)
     (seg,) = marts.load_manifest(root).segments
+    # segments are numbered by the manifest's sequence: t3's compaction wrote 1; t6's wrote 2 and merged it with 1
+    # into 3 (the order the readers' views list them in)
+    assert first_segment.startswith("000001-") and seg.startswith("000003-")
+    assert marts.load_manifest(root).seq == 3
     # the view reads exactly two files: the segment and t7's partition, no glob, no hive partitioning
     sql = view_sql(db, "tiny_kernels")
     assert f"{root.resolve()}/tiny_kernels/seg-{seg}.parquet" in sql and "trace_id=t7/part-0.parquet" in sql
@@ -230,9 +235,12 @@ def test_whole_rewrites(db: Path) -> None:
     for k in range(1, 6):
         add(db, k)
     assert layout(db) == ([(0, ["t1", "t2", "t3"])], ["t4", "t5"])
+    seq = marts.load_manifest(marts.marts_dir(db)).seq
     with writer(db):  # every trace (taxbreak analyze over everything, a refresh): one segment
         pass
     assert layout(db) == ([(0, [f"t{k}" for k in range(1, 6)])], [])
+    (sid,) = marts.load_manifest(marts.marts_dir(db)).segments  # numbered after the segments it replaced
+    assert sid.startswith(f"{seq + 1:06d}-")
     assert_snapshot_is_the_warehouse(db)
     with writer(db) as con:  # two traces left: fewer than 3, loose partitions
         for table in ("tiny_kernels", "tiny_meta"):
@@ -249,3 +257,127 @@ def test_whole_rewrites(db: Path) -> None:
     opened = open_readonly(db)
     assert opened.source == "exports"
     assert opened.con.execute("SELECT count(*), sum(wall_ns) FROM tiny_kernels").fetchone() == (1 + 5, 1000 * 16)
+
+
+def _fill_kernels(con: duckdb.DuckDBPyConnection, k: int, kernels: int) -> None:
+    """Trace t<k>'s tiny_kernels rows only, replaced by ``kernels`` kernels."""
+    con.execute("DELETE FROM tiny_kernels WHERE trace_id = $t", {"t": f"t{k}"})
+    con.execute("INSERT INTO tiny_kernels SELECT $t, s, 100 * s, 1000 * s FROM range(1, $n + 1) r(s)",
+                {"t": f"t{k}", "n": kernels})
+
+
+def test_a_write_of_some_tables_rewrites_only_those(db: Path) -> None:
+    for k in range(1, 4):
+        add(db, k)
+    root = marts.marts_dir(db)
+    (seg,) = marts.load_manifest(root).segments
+    seg_files = {t: (root / t / f"seg-{seg}.parquet").stat().st_mtime_ns for t in ("tiny_kernels", "tiny_meta")}
+    with writer(db, traces=["t2"], tables=["tiny_kernels"]) as con:  # what the what-if step does for its tables
+        _fill_kernels(con, 2, 5)
+    # t2's kernels are a loose partition; its meta row is still read from the segment (no partition written)
+    assert layout(db) == ([(0, ["t1", "t2", "t3"])], ["t2"])
+    live = marts.load_manifest(root).live_files()
+    assert "tiny_kernels/trace_id=t2" in live and "tiny_meta/trace_id=t2" not in live
+    assert (root / "tiny_kernels" / "trace_id=t2" / PART).exists()
+    assert "NOT (trace_id IN ('t2'))" in view_sql(db, "tiny_kernels") and "trace_id IN" not in view_sql(db, "tiny_meta")
+    assert marts.partitions(root / "tiny_kernels")["t2"] == root / "tiny_kernels" / "trace_id=t2"
+    assert marts.partitions(root / "tiny_meta")["t2"] == root / "tiny_meta" / f"seg-{seg}.parquet"
+    assert {t: (root / t / f"seg-{seg}.parquet").stat().st_mtime_ns for t in seg_files} == seg_files
+    assert_snapshot_is_the_warehouse(db)
+    with duckdb.connect(str(snapshot_path(db)), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM tiny_kernels WHERE trace_id = 't2'").fetchone()[0] == 5
+    # t4, t5: three traces with loose partitions, compacted (t2's meta row read from the first segment, its
+    # kernels from its partition); two tier-0 segments, merged: t1..t5 in one, the 5 kernels of t2 among them
+    add(db, 4)
+    add(db, 5)
+    assert layout(db) == ([(0, ["t1", "t2", "t3", "t4", "t5"])], [])
+    assert "trace_id IN" not in view_sql(db, "tiny_kernels")
+    assert_snapshot_is_the_warehouse(db)
+    with duckdb.connect(str(snapshot_path(db)), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM tiny_kernels").fetchone()[0] == 1 + 5 + 3 + 4 + 5
+        assert con.execute("SELECT count(*) FROM tiny_meta").fetchone()[0] == 5
+
+
+def test_a_new_table_is_published_without_a_whole_rewrite(db: Path) -> None:
+    for k in range(1, 5):
+        add(db, k)
+    root = marts.marts_dir(db)
+    before = marts.load_manifest(root)
+    assert layout(db) == ([(0, ["t1", "t2", "t3"])], ["t4"])
+    with writer(db, traces=["t1"], tables=["tiny_extra"]) as con:  # a table the layout has not seen (the what-if
+        con.execute("CREATE TABLE tiny_extra (trace_id VARCHAR, scenario VARCHAR)")  # step's first run)
+        con.execute("INSERT INTO tiny_extra VALUES ('t1', 'a'), ('t1', 'b'), ('t4', 'a')")
+    after = marts.load_manifest(root)
+    # the segment and t4's partitions as they were; the new table's rows of t1 and t4 as their partitions
+    assert after.segments == before.segments and after.tables == ["tiny_extra", "tiny_kernels", "tiny_meta"]
+    assert layout(db) == ([(0, ["t1", "t2", "t3"])], ["t1", "t4"])
+    assert sorted(p.name for p in (root / "tiny_extra").iterdir()) == ["_empty.parquet", "trace_id=t1", "trace_id=t4"]
+    assert_snapshot_is_the_warehouse(db)
+    assert rows(snapshot_path(db), "tiny_extra") == [("t1", "a"), ("t1", "b"), ("t4", "a")]
+    # t1, t4, t5: compacted (t1's kernels and meta row read from the first segment, its tiny_extra rows from its
+    # partition); two tier-0 segments: merged into one, t1 once
+    add(db, 5)
+    assert layout(db) == ([(0, ["t1", "t2", "t3", "t4", "t5"])], [])
+    assert "trace_id IN" not in view_sql(db, "tiny_meta")
+    assert_snapshot_is_the_warehouse(db)
+    assert rows(snapshot_path(db), "tiny_extra") == [("t1", "a"), ("t1", "b"), ("t4", "a")]
+
+
+def test_a_killed_write_of_some_tables_is_caught_up(db: Path) -> None:
+    for k in range(1, 4):
+        add(db, k)
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_marts_compaction import _fill_kernels
+        from taxbreak.warehouse import writer
+        with writer({str(db)!r}, traces=["t2"], tables=["tiny_kernels"]) as con:
+            _fill_kernels(con, 2, 7)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, FAULT_ENV: "marts_staged"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9
+    assert marts.pending_work(db)[1:] == (["t2"], ["tiny_kernels"])
+    with writer(db, traces=[]):  # catches t2's kernels up, and only them
+        pass
+    assert marts.pending(db) == ([], [])
+    assert layout(db) == ([(0, ["t1", "t2", "t3"])], ["t2"])
+    assert "tiny_meta/trace_id=t2" not in marts.load_manifest(marts.marts_dir(db)).live_files()
+    assert_snapshot_is_the_warehouse(db)
+
+
+def test_deleting_replaced_files_is_bounded_per_write(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in range(1, 7):
+        add(db, k)
+    root = marts.marts_dir(db)
+    replaced = [rel for rel, _ in marts.load_manifest(root).replaced]
+    assert len(replaced) == 10  # (test_tiers_by_hand...: t1, t2, t4, t5's partitions and the first segment)
+    monkeypatch.setenv("TAXBREAK_MARTS_KEEP_REPLACED_S", "0")
+    monkeypatch.setattr(marts, "COLLECT_PER_WRITE", 4)
+    add(db, 7)  # a write for one trace: the 4 oldest go
+    assert [rel for rel, _ in marts.load_manifest(root).replaced] == replaced[4:]
+    assert not (root / replaced[0]).exists() and (root / replaced[4]).exists()
+    assert marts.collect(db, limit=3) == replaced[4:7]
+    with writer(db):  # a whole rewrite: everything due
+        pass
+    assert marts.load_manifest(root).replaced == []
+    assert not any((root / rel).exists() for rel in replaced)
+    assert_snapshot_is_the_warehouse(db)
+
+
+def test_a_version_1_manifest_is_read_and_kept(db: Path) -> None:
+    import json
+
+    for k in range(1, 5):
+        add(db, k)
+    root = marts.marts_dir(db)
+    data = json.loads((root / marts.MANIFEST).read_text())
+    (seg,) = data["segments"]
+    data["version"] = 1  # as the layout before per-table places wrote it: [where, mask]
+    data["traces"] = {t: e[:2] for t, e in data["traces"].items()}
+    (root / marts.MANIFEST).write_text(json.dumps(data))
+    assert marts.partitions(root / "tiny_meta")["t1"] == root / "tiny_meta" / f"seg-{seg}.parquet"
+    add(db, 5)  # no whole rewrite: the same segment, t4 and t5 loose
+    assert layout(db) == ([(0, ["t1", "t2", "t3"])], ["t4", "t5"])
+    assert json.loads((root / marts.MANIFEST).read_text())["version"] == 2
+    assert_snapshot_is_the_warehouse(db)
