@@ -143,3 +143,18 @@ def test_depth_check_counts_structure_not_brackets_in_strings():
         kineto_mod._check_depth(values, 125)  # 131 levels
     with pytest.raises(kineto_mod._TooDeep):
         kineto_mod._check_depth(values.slice(4), 125)  # a slice: offsets from the slice, not the buffer start
+
+
+def test_depth_check_counts_each_value_apart():
+    """Values within the limit stay within it however many sit side by side (openers are counted per value)."""
+    import pyarrow as pa
+
+    within = '{"x": ' + "[" * 124 + "]" * 124 + "}"  # 125 openers, 125 levels
+    deeper = '{"x": ' + "[" * 125 + "]" * 125 + "}"  # 126 levels
+    values = pa.array([within, "", None, within, within, deeper, "", within])
+    kineto_mod._check_depth(values.slice(0, 5), 125)
+    kineto_mod._check_depth(values.slice(6), 125)
+    with pytest.raises(kineto_mod._TooDeep):
+        kineto_mod._check_depth(values, 125)
+    with pytest.raises(kineto_mod._TooDeep):
+        kineto_mod._check_depth(values.slice(5, 1), 125)
