@@ -492,19 +492,21 @@ def _run_state(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
 def materialize_table(
     con: duckdb.DuckDBPyConnection, name: str, trace_ids: list[str] | None = None,
     lake_root: str | os.PathLike[str] | None = None, config: RunConfig | None = None,
+    plan: list[str] | None = None,
 ) -> int:
     """Compute table ``name`` for ``trace_ids`` (None: every ingested trace) and publish it into the warehouse.
 
-    Works on a fresh connection: it prepares the run's inputs (``prepare``) when they are missing or were prepared
-    for other traces, builds the run-local tables it reads, and reads the warehouse's other tables restricted
-    to the run's traces.  Returns the number of rows computed for the run's traces."""
+    Works on a fresh connection: it prepares the run's inputs (``prepare``; for the tables of ``plan`` when given,
+    else for ``name``) when they are missing or were prepared for other traces, builds the run-local tables it
+    reads, and reads the warehouse's other tables restricted to the run's traces.  Returns the number of rows
+    computed for the run's traces."""
     state = _run_state(con)
     wanted = sorted(trace_ids) if trace_ids is not None else None
     if state is None or (lake_root is not None and str(lake_root) != state["lake_root"]) or (
         wanted is not None and wanted != sorted(state["trace_ids"])) or (wanted is None and not state["all_traces"]):
         if lake_root is None:
             raise ValueError("materialize_table needs lake_root on a connection that was not prepared")
-        prepare(con, lake_root, trace_ids, config)
+        prepare(con, lake_root, trace_ids, config, tables=plan or [name])
         state = _run_state(con)
     return _build(con, name, state, {f.name: f for f in sql_files()})
 

@@ -279,7 +279,6 @@ def _host_segments(lake_root: str | os.PathLike[str], trace_id: str) -> tuple[pa
 
     mcon = analysis.connect(None)
     try:
-        analysis.prepare(mcon, lake_root, [trace_id])
         analysis.materialize_table(mcon, "int_host_segments", [trace_id], lake_root)
         seg = mcon.sql(_SEGMENTS_SQL, params={"t": trace_id}).to_arrow_table()
         rows = mcon.execute("SELECT pid, tid, ts_ns FROM stg_events WHERE is_dispatcher_op ORDER BY ts_ns LIMIT 1"

@@ -173,7 +173,7 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                 plan = needed_files(selected)
                 release = release_after(plan)
                 for name in plan:
-                    computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.get())
+                    computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.get(), plan=plan)
                     drop_run_local(con, release.get(name, []))
                     if name not in selected:
                         continue
