@@ -114,13 +114,23 @@ def main() -> None:
         limit = con.execute("SELECT current_setting('memory_limit'), current_setting('temp_directory')").fetchone()
         print(f"DuckDB memory_limit {limit[0]} (env {analysis.MEMORY_ENV}), spilling to {limit[1]}")
         t0, cpu0 = time.perf_counter(), time.process_time()
+        head = f"  {'table':<28} {'rows':>12} {'time':>9} {'CPU':>9}"
+        print(head + (f" {'peak RSS':>11} {'RSS after':>11}" if per_table else ""))
+        # the run's inputs and its run-local tables (stg_events, the int_* sweeps), computed into the scratch
+        # database by prepare (their own lines below then only count their rows)
         analysis.prepare(con, work / "lake")
+        line = f"  {'(prepare: run-local tables)':<28} {'':>12} {time.perf_counter() - t0:7.2f} s " \
+               f"{time.process_time() - cpu0:7.2f} s"
+        run_peak_mb = 0.0
+        if per_table:
+            peak, now = _status_mb("VmHWM") or 0.0, _status_mb("VmRSS") or 0.0
+            run_peak_mb = peak
+            line += f" {peak:8,.0f} MB {now:8,.0f} MB"
+            _reset_peak()
+        print(line)
         state = analysis._run_state(con)
         order = analysis.sql_files()
         files = {f.name: f for f in order}
-        head = f"  {'table':<28} {'rows':>12} {'time':>9} {'CPU':>9}"
-        print(head + (f" {'peak RSS':>11} {'RSS after':>11}" if per_table else ""))
-        run_peak_mb = 0.0
         release = analysis.release_after([f.name for f in order])  # as taxbreak.analysis.materialize does
         for f in order:
             t1, c1 = time.perf_counter(), time.process_time()  # CPU: every thread of the process
