@@ -34,7 +34,14 @@
 -- column: delta_kt_ns: kernel launch path, T_sys (ns)
 -- column: delta_kt_excess_ns: max(0, t_launch_obs - T_sys), diagnostic only (ns)
 WITH
-k AS (SELECT * FROM int_kernel_links),
+-- only the columns read below: int_kernel_links' other texts (launch, Python and library names, link methods)
+-- would ride through every join for nothing
+k AS (
+    SELECT trace_id, kernel_seq, pid, device_id, kernel_name, op_name, op_namespace, correlation_id, launch_tid,
+           kernel_ts_ns, kernel_end_ns, kernel_dur_ns, launch_ts_ns, op_ts_ns, py_ts_ns, is_linked,
+           is_charged_launch, is_graph_launch, has_launch, has_py, has_lib
+    FROM int_kernel_links
+),
 lib_traces AS (SELECT DISTINCT trace_id FROM stg_events WHERE host_call_class = 'library'),
 -- The library name rules match the kernel's own name (METHOD.md section 2), not its template arguments or
 -- parameters: a leading return type 'void ' and '(anonymous namespace)' are dropped, then the name is cut at its
