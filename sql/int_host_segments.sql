@@ -78,5 +78,5 @@ labelled AS (
 )
 SELECT th.trace_id, l.pk, th.pid, th.tid, l.t, l.seg_ns, l.category
 FROM labelled l
-JOIN (SELECT DISTINCT thread_key, trace_id, pid, tid FROM stg_events WHERE thread_key IN (SELECT pk FROM iv)) th
+JOIN (SELECT DISTINCT thread_key, trace_id, pid, tid FROM stg_events WHERE thread_key IN (SELECT DISTINCT pk FROM iv)) th
   ON th.thread_key = l.pk
