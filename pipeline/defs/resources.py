@@ -109,18 +109,19 @@ class WarehouseResource(dg.ConfigurableResource):
 
     @contextlib.contextmanager
     def writer(
-        self, read_only: bool = False, traces: list[str] | None = None,
+        self, read_only: bool = False, traces: list[str] | None = None, tables: list[str] | None = None,
     ) -> Iterator[duckdb.DuckDBPyConnection]:
         """The one connection to the file, under the one writer rule of ``taxbreak.warehouse.writer``.
 
         DuckDB lets no other process open a file that one process holds read-write, so every step (writers,
         checks, exports) takes the lock; the ``duckdb_writer`` pool (limit 1) keeps steps of concurrent runs
         from queueing on it, and the lock also covers the CLI and a second instance sharing the file.  A writing
-        step publishes the readers' snapshot when it ends.
+        step publishes the readers' snapshot when it ends, republishing the marts of ``traces`` (None: all) in
+        ``tables`` (None: every per-trace table).
         """
         from taxbreak.warehouse import writer
 
-        with writer(self.file(), read_only=read_only, traces=traces) as con:
+        with writer(self.file(), read_only=read_only, traces=traces, tables=tables) as con:
             yield con
 
 

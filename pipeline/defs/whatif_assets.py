@@ -34,7 +34,9 @@ def whatif_tables(
     from taxbreak import whatif
 
     trace_ids = trace_ids_for_run(context, config.full_rebuild)
-    with warehouse.writer(traces=trace_ids) as con:  # marts of the run's trace only (None: every trace)
+    # the marts of the run's trace only (None: every trace) and only of the two tables this step writes: the
+    # trace's other tables, just published by the analysis step, stay where they are (taxbreak.marts)
+    with warehouse.writer(traces=trace_ids, tables=[k.path[-1] for k in WHATIF_KEYS]) as con:
         # the run's traces that have kernels (a run for some traces looks only at their rows)
         analysed = {r[0] for r in con.execute(
             "SELECT trace_id FROM skip_by_trace WHERE kernels > 0 AND ($all OR trace_id IN "
