@@ -353,16 +353,20 @@ def main() -> None:
                 sm, bm = (median([st.get(step, float("nan")) for _, _, st in runs[k]]) for k in ("small", "big"))
                 print(f"  step {step:<40} {sm:6.2f} s  {bm:6.2f} s (medians)")
         if "backlog" not in skip:
+            from taxbreak.marts import COLLECT_PER_WRITE
+
             due = {k: whole_rewrite_over_loose(h) for k, h in (("small", small), ("big", big))}
             os.environ["TAXBREAK_MARTS_KEEP_REPLACED_S"] = "0"  # every replaced file due for deletion
             try:
-                s, _, s_steps = one_more_trace(small, 2000)
-                b, _, b_steps = one_more_trace(big, 2000)
+                s, s_cpu, s_steps = one_more_trace(small, 2000)
+                b, b_cpu, b_steps = one_more_trace(big, 2000)
             finally:
                 del os.environ["TAXBREAK_MARTS_KEEP_REPLACED_S"]
             print(f"one more trace right after a whole rewrite that replaced a layout of loose partitions only "
                   f"({due['small']:,} and {due['big']:,} replaced files due for deletion): {s:.2f} s with "
-                  f"{args.small} traces, {b:.2f} s with {args.traces} traces: {b / s:.2f}x", flush=True)
+                  f"{args.small} traces, {b:.2f} s with {args.traces} traces: {b / s:.2f}x; CPU {s_cpu:.2f} s vs "
+                  f"{b_cpu:.2f} s: {b_cpu / s_cpu:.2f}x (a write for some traces deletes at most "
+                  f"{COLLECT_PER_WRITE} of them)", flush=True)
             for step in s_steps:
                 print(f"  step {step:<40} {s_steps[step]:6.2f} s  {b_steps.get(step, float('nan')):6.2f} s")
         if "queries" not in skip:
