@@ -34,13 +34,31 @@ meta AS (
     SELECT trace_id, step_name, any_value(phase) AS phase, any_value(tokens) AS tokens
     FROM trace_meta_steps GROUP BY trace_id, step_name
 ),
--- the median of the other steps of the same trace, process and level (steps are few: a self join)
+-- the median of the other steps of the same trace, process and level, read off the group's sorted durations with
+-- the step's own place r left out (the k-th of the others is the (k + [k >= r])-th of all), so that memory grows
+-- with the steps, not with their pairs (a self join held every pair: 10^8 at 10,000 steps)
+ranked AS (
+    SELECT m.event_id, m.trace_id, m.pid, l.step_level, m.dur_ns,
+           row_number() OVER g - 1 AS r,
+           count(*) OVER (PARTITION BY m.trace_id, m.pid, l.step_level) AS n
+    FROM matched m JOIN levels l USING (event_id)
+    WINDOW g AS (PARTITION BY m.trace_id, m.pid, l.step_level ORDER BY m.dur_ns, m.event_id)
+),
+sorted_durations AS (
+    SELECT trace_id, pid, step_level, list(dur_ns ORDER BY dur_ns, event_id) AS durs
+    FROM ranked GROUP BY trace_id, pid, step_level
+),
 others AS (
-    SELECT a.event_id, median(b.dur_ns) AS others_median_ns
-    FROM matched a JOIN levels la ON la.event_id = a.event_id
-    JOIN matched b ON b.trace_id = a.trace_id AND b.pid = a.pid AND b.event_id <> a.event_id
-    JOIN levels lb ON lb.event_id = b.event_id AND lb.step_level = la.step_level
-    GROUP BY a.event_id
+    SELECT
+        a.event_id,
+        CASE WHEN (a.n - 1) % 2 = 1
+            THEN CAST(s.durs[(a.n - 1) // 2 + CASE WHEN (a.n - 1) // 2 >= a.r THEN 1 ELSE 0 END + 1] AS DOUBLE)
+            ELSE s.durs[(a.n - 1) // 2 - 1 + CASE WHEN (a.n - 1) // 2 - 1 >= a.r THEN 1 ELSE 0 END + 1]
+                 + (s.durs[(a.n - 1) // 2 + CASE WHEN (a.n - 1) // 2 >= a.r THEN 1 ELSE 0 END + 1]
+                    - s.durs[(a.n - 1) // 2 - 1 + CASE WHEN (a.n - 1) // 2 - 1 >= a.r THEN 1 ELSE 0 END + 1]) / 2.0
+        END AS others_median_ns
+    FROM ranked a JOIN sorted_durations s USING (trace_id, pid, step_level)
+    WHERE a.n > 1 AND a.pid IS NOT NULL  -- as the join on pid did: no others without a pid
 ),
 outlier AS (
     SELECT o.event_id, m.dur_ns > c.outlier_step_factor * o.others_median_ns AS is_outlier
