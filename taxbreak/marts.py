@@ -17,14 +17,18 @@ Layout of ``<warehouse dir>/marts/`` (the per-trace tables: a ``trace_id`` colum
   trace, a refresh, new columns) writes one segment when there are at least ``compact_loose`` traces, else loose
   partitions.  A trace written again while its rows are in a segment gets a loose partition that *supersedes*
   them: the segment's rows of that trace are left out by the readers' views (and dropped by the next merge; a
-  segment with half its traces superseded is rewritten alone).  A trace that no longer has rows anywhere
-  (``taxbreak forget``) is removed from disk by the same write: its loose partitions and every segment holding
-  it are rewritten without it.
+  segment with half its traces superseded is rewritten alone).  A write of some tables only (``tables=``: the
+  what-if step writes two of the 22) supersedes the segment's rows of those tables only; the trace's other tables
+  are still read from its segment until the next compaction moves the trace whole into a new one.  A per-trace
+  table new to the layout is published for the traces it has rows of, the same way (no whole rewrite); a table
+  whose columns changed makes a whole rewrite.  A trace that no longer has rows anywhere (``taxbreak forget``) is
+  removed from disk by the same write: its loose partitions and every segment holding it are rewritten without it.
 - ``_manifest.json``: the writers' record of the layout: the per-trace tables and their columns, every segment
-  (tier, traces, files), for every trace where its rows are (a segment or loose) and in which tables, and the
-  files the layout no longer uses with the time they were replaced.  Replaced files stay for
-  ``marts.keep_replaced_s`` (a reader of the previous snapshot may still read them), then a writer deletes them
-  (those of a forgotten trace: at once).
+  (tier, traces, files), for every trace where its rows are (a segment, loose, or a segment but some tables
+  loose) and in which tables, and the files the layout no longer uses with the time they were replaced.
+  Replaced files stay for ``marts.keep_replaced_s`` (a reader of the previous snapshot may still read them), then
+  a writer deletes them (a write for some traces at most ``COLLECT_PER_WRITE``; those of a forgotten trace: at
+  once).
 - ``<table>/_empty.parquet``: no rows, the columns (readers of a table no trace has rows in);
   ``<table>.parquet``: a cross-trace table (sweeps, fits; small), written whole.
 
