@@ -52,15 +52,6 @@ def trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = Non
     return readmodel.trace_headlines(con, trace_ids)
 
 
-def step_rows(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
-    return _rows(con, """
-        SELECT scope_key, step_name, phase, kernels, delta_ft_ns, delta_ct_ns, delta_kt_ns, t_orchestrate_ns,
-               t_device_active_ns, hdbi
-        FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'step'
-        ORDER BY try_cast(scope_key AS INTEGER) NULLS LAST
-    """, {"t": trace_id})
-
-
 HOST_PARTS = [("framework_ns", "framework"), ("library_ns", "library"), ("launch_host_ns", "launch calls"),
               ("sync_ns", "sync"), ("other_runtime_ns", "other runtime"), ("host_untraced_ns", "untraced"),
               ("unresolved_ns", "unresolved")]
@@ -113,7 +104,8 @@ def step_title(s: dict[str, Any]) -> str:
     return f"step {s['scope_key']}: {s['step_name']}" + (f" ({s['phase']})" if s.get("phase") else "")
 
 
-def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | None) -> dict[str, Any]:
+def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | None,
+                  step_scopes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the interactive timeline draws, JSON-ready: every kernel of the trace (up to TIMELINE_MAX_KERNELS)
     on a lane per GPU stream with its launch call, framework op and TaxBreak terms (kernel_taxbreak), each GPU's idle
     gaps by cause (device_idle_gaps) on a lane of their own, and the step windows to pick from (``step_id``, the
@@ -160,7 +152,11 @@ def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | 
     """, {"t": trace_id, "a": t0, "b": t1, "all": total == len(ks)}) if ("idle", g["device_id"]) in lane_of]
     if gaps:  # every gap of the GPUs when every kernel is shown (copies may open or close the device's span)
         t0, t1 = min(t0, min(g[1] for g in gaps)), max(t1, max(g[1] + g[2] for g in gaps))
-    steps = [s for s in step_rows(con, trace_id) if s["scope_key"] != "outside_steps"]
+    if step_scopes is None:  # the trace's step scopes (index_data reads them for every trace at once)
+        one = {"trace_id": trace_id}
+        index_data(con, [one])
+        step_scopes = one["steps"]
+    steps = [s for s in step_scopes if s["scope_key"] != "outside_steps"]
     win = _rows(con, "SELECT step_id, step_ts_ns, step_end_ns FROM int_steps WHERE trace_id = $t", {"t": trace_id})
     win_of = {str(w["step_id"]): w for w in win}
     kspan: dict[str, list[int]] = {}
@@ -185,14 +181,6 @@ def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | 
             "k": kern, "ops": sorted(ops.values()), "gaps": gaps, "names": list(names), "steps": windows,
             "initial_step": initial, "window_ns": t1 - t0, "idle_ns": idle_ns,
             "cause_colors": IDLE_CAUSE_COLORS, "colors": plots.PALETTE}
-
-
-def gpu_breakdown(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
-    """The trace's rows of gpu_time_breakdown (sql/gpu_time_breakdown.sql), by rank and device."""
-    if not _has(con, "gpu_time_breakdown"):
-        return []
-    return _rows(con, "SELECT * FROM gpu_time_breakdown WHERE trace_id = $t ORDER BY rank NULLS LAST, device_id",
-                 {"t": trace_id})
 
 
 def work_segments(g: dict[str, Any]) -> list[tuple[str, float]]:
@@ -226,38 +214,20 @@ def queue_data(con: duckdb.DuckDBPyConnection, trace_id: str, window: tuple[int,
     return {"summary": summary, "series": series, "window": window}
 
 
-def idle_rows(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
-    """device_busy rows (idle time by gap cause per GPU)."""
-    return _rows(con, "SELECT * FROM device_busy WHERE trace_id = $t ORDER BY device_id", {"t": trace_id})
-
-
 def idle_segments(r: dict[str, Any]) -> list[tuple[str, float]]:
     return [("launch_late", r["idle_launch_late_ns"]), ("sync_drain", r["idle_sync_drain_ns"]),
             ("memcpy", r["idle_memcpy_ns"]), ("other", r["idle_other_ns"])]
 
 
-def duration_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any]:
-    """Kernel durations of the trace: counts in power-of-two bins (ns) and p10 / p50 / p90 / max."""
-    bins = [(int(2 ** b), int(2 ** (b + 1)), n) for b, n in con.execute("""
-        SELECT floor(log2(greatest(kernel_dur_ns, 1)))::INTEGER AS b, count(*) FROM int_kernel_links
-        WHERE trace_id = $t GROUP BY b ORDER BY b""", {"t": trace_id}).fetchall()]
+def _durations(log2_counts: list[tuple[int, int]], p: tuple) -> dict[str, Any]:
+    """Kernel durations of a trace: counts in power-of-two bins (ns) from (floor(log2 ns), kernels) in order, and
+    p10 / p50 / p90 / max."""
+    bins = [(int(2 ** b), int(2 ** (b + 1)), n) for b, n in log2_counts]
     if bins:  # empty bins between the first and the last are shown as zero
         have = {lo: n for lo, _, n in bins}
         lo_b, hi_b = int(math.log2(bins[0][0])), int(math.log2(bins[-1][0]))
         bins = [(2 ** b, 2 ** (b + 1), have.get(2 ** b, 0)) for b in range(lo_b, hi_b + 1)]
-    p = con.execute("""SELECT quantile_disc(kernel_dur_ns, 0.1), quantile_disc(kernel_dur_ns, 0.5),
-                              quantile_disc(kernel_dur_ns, 0.9), max(kernel_dur_ns)
-                       FROM int_kernel_links WHERE trace_id = $t""", {"t": trace_id}).fetchone()
     return {"bins": bins, "p10_ns": p[0], "p50_ns": p[1], "p90_ns": p[2], "max_ns": p[3]}
-
-
-def phase_rows(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict[str, Any]]:
-    """The trace's prefill and decode scopes (taxbreak_by_scope, scope_kind 'phase')."""
-    return _rows(con, """
-        SELECT scope_key AS phase, kernels, linked_fraction, low_coverage, t_orchestrate_ns, t_device_active_ns,
-               hdbi, hdbi_linked, hdbi_wall
-        FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'phase' AND scope_key IN ('prefill', 'decode')
-        ORDER BY scope_key DESC""", {"t": trace_id})
 
 
 def sweep_data(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -308,10 +278,83 @@ def assumptions(traces: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _ids_param(traces: list[dict[str, Any]]) -> dict[str, list[str]]:
+    return {"ids": [t["trace_id"] for t in traces]}
+
+
+def _grouped(con: duckdb.DuckDBPyConnection, sql: str, traces: list[dict[str, Any]],
+             drop_id: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """``sql``'s rows (it filters ``trace_id IN (SELECT unnest($ids))``) by trace, in the statement's order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in _rows(con, sql, _ids_param(traces)):
+        tid = r.pop("trace_id") if drop_id else r["trace_id"]
+        out.setdefault(tid, []).append(r)
+    return out
+
+
+def index_data(con: duckdb.DuckDBPyConnection, traces: list[dict[str, Any]]) -> None:
+    """The per-trace figures the index draws across traces (step scopes, GPU breakdown, idle gaps by cause, kernel
+    durations, prefill vs decode), for every trace at once: one statement per figure, not one per trace (over the
+    snapshot's marts a statement per trace cost ~0.05 s each, every trace on every run)."""
+    ids = "trace_id IN (SELECT unnest($ids::VARCHAR[]))"
+    # the trace's step scopes (its page draws them; the caveats read whether there are any)
+    steps = _grouped(con, f"""
+        SELECT trace_id, scope_key, step_name, phase, kernels, delta_ft_ns, delta_ct_ns, delta_kt_ns,
+               t_orchestrate_ns, t_device_active_ns, hdbi
+        FROM taxbreak_by_scope WHERE {ids} AND scope_kind = 'step'
+        ORDER BY trace_id, try_cast(scope_key AS INTEGER) NULLS LAST""", traces, drop_id=True)
+    gpu = _grouped(con, f"SELECT * FROM gpu_time_breakdown WHERE {ids} ORDER BY trace_id, rank NULLS LAST, device_id",
+                   traces) if _has(con, "gpu_time_breakdown") else {}
+    idle = _grouped(con, f"SELECT * FROM device_busy WHERE {ids} ORDER BY trace_id, device_id", traces)
+    phases = _grouped(con, f"""
+        SELECT trace_id, scope_key AS phase, kernels, linked_fraction, low_coverage, t_orchestrate_ns,
+               t_device_active_ns, hdbi, hdbi_linked, hdbi_wall
+        FROM taxbreak_by_scope WHERE {ids} AND scope_kind = 'phase' AND scope_key IN ('prefill', 'decode')
+        ORDER BY trace_id, scope_key DESC""", traces, drop_id=True)
+    bins: dict[str, list[tuple[int, int]]] = {}
+    for tid, b, n in con.execute(f"""
+            SELECT trace_id, floor(log2(greatest(kernel_dur_ns, 1)))::INTEGER AS b, count(*) FROM int_kernel_links
+            WHERE {ids} GROUP BY trace_id, b ORDER BY trace_id, b""", _ids_param(traces)).fetchall():
+        bins.setdefault(tid, []).append((b, n))
+    pct = {r[0]: r[1:] for r in con.execute(f"""
+            SELECT trace_id, quantile_disc(kernel_dur_ns, 0.1), quantile_disc(kernel_dur_ns, 0.5),
+                   quantile_disc(kernel_dur_ns, 0.9), max(kernel_dur_ns)
+            FROM int_kernel_links WHERE {ids} GROUP BY trace_id""", _ids_param(traces)).fetchall()}
+    for t in traces:
+        tid = t["trace_id"]
+        t["steps"] = steps.get(tid, [])
+        t["gpu_breakdown"] = gpu.get(tid, [])
+        t["idle"] = idle.get(tid, [])
+        t["phases"] = phases.get(tid, [])
+        t["durations"] = _durations(bins.get(tid, []), pct.get(tid, (None, None, None, None)))
+
+
+def trace_details(con: duckdb.DuckDBPyConnection, t: dict[str, Any], step_id: str | None = None) -> None:
+    """What only the trace's own page shows (host partition, top kernels, fusion candidates, timeline,
+    stream queues, requests, what-if), into ``t``."""
+    tid = t["trace_id"]
+    t["host_partition"] = host_partition_rows(con, tid)
+    t["top_kernels"] = top_kernels(con, tid)
+    t["fusion"] = fusion_rows(con, tid)
+    chosen = choose_step(t["steps"], step_id)
+    t["timeline_step"] = chosen
+    t["timeline"] = timeline_data(con, tid, chosen["scope_key"] if chosen else None, t["steps"])
+    tl = t["timeline"]
+    window = ((tl["steps"][tl["initial_step"]]["start"], tl["steps"][tl["initial_step"]]["end"])
+              if tl["kernels"] else None)
+    t["queues"] = queue_data(con, tid, window)
+    t["requests"] = request_data(con, tid)
+    t["whatif"] = whatif_report.whatif_data(con, tid)
+    t["details"] = True
+
+
 def collect(
     con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None, step_id: str | None = None,
+    details: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Everything the report shows, as plain data."""
+    """Everything the report shows, as plain data.  ``details``: the traces whose own page data is read (None:
+    every trace); the others carry only what the index draws (``t["details"]`` False) and ``write_report`` keeps
+    their pages as they are, unless they must be redrawn (then it reads their details itself)."""
     for needed in ("trace_meta", "taxbreak_by_scope", "kernels_per_token", "skip_by_trace", "trace_launch_floor"):
         if not _has(con, needed):
             raise RuntimeError(f"the warehouse has no table {needed}: run `taxbreak analyze` first")
@@ -320,33 +363,21 @@ def collect(
         missing = sorted(set(trace_ids) - {t["trace_id"] for t in traces})
         if missing:
             raise RuntimeError(f"trace(s) not in the warehouse: {', '.join(missing)}")
-    show = len(traces) > 3 and sys.stderr.isatty()
-    for i, t in enumerate(traces, 1):
-        if show:
-            print(f"\rreport: trace {i}/{len(traces)} {t['file_name'][-40:]:<40}", end="", file=sys.stderr, flush=True)
-        tid = t["trace_id"]
+    index_data(con, traces)
+    wanted = None if details is None else set(details)
+    todo = [t for t in traces if wanted is None or t["trace_id"] in wanted]
+    show = len(todo) > 3 and sys.stderr.isatty()
+    for t in traces:
         t["page"] = page_name(t)
-        t["steps"] = step_rows(con, tid)
-        t["host_partition"] = host_partition_rows(con, tid)
-        t["top_kernels"] = top_kernels(con, tid)
-        t["fusion"] = fusion_rows(con, tid)
-        chosen = choose_step(t["steps"], step_id)
-        t["timeline_step"] = chosen
-        t["timeline"] = timeline_data(con, tid, chosen["scope_key"] if chosen else None)
-        tl = t["timeline"]
-        window = ((tl["steps"][tl["initial_step"]]["start"], tl["steps"][tl["initial_step"]]["end"])
-                  if tl["kernels"] else None)
-        t["queues"] = queue_data(con, tid, window)
-        t["gpu_breakdown"] = gpu_breakdown(con, tid)
-        t["idle"] = idle_rows(con, tid)
-        t["durations"] = duration_data(con, tid)
-        t["phases"] = phase_rows(con, tid)
-        t["requests"] = request_data(con, tid)
-        t["whatif"] = whatif_report.whatif_data(con, tid)
+        t["details"] = False
+    for i, t in enumerate(todo, 1):
+        if show:
+            print(f"\rreport: trace {i}/{len(todo)} {t['file_name'][-40:]:<40}", end="", file=sys.stderr, flush=True)
+        trace_details(con, t, step_id)
     if show:
         print(file=sys.stderr)
     return {"traces": traces, "sweeps": sweep_data(con, trace_ids), "assumptions": assumptions(traces),
-            "assumption_groups": assumption_groups(traces),
+            "assumption_groups": assumption_groups(traces), "step_id": step_id,
             "caveats": {t["file_name"]: [c["text"] for c in readmodel.caveats(t)] for t in traces}}
 
 
@@ -906,7 +937,9 @@ def write_report(
     """Write the report folder; returns the index file. ``out_path`` ending in .html names the index file (its
     folder holds ``traces/``), else it is the folder (``index.html`` in it). A trace page is rewritten only when its
     data (or the drawing code) changed since the last run, per ``manifest.json``; pages of traces no longer in the
-    report are removed."""
+    report are removed.  With ``data`` from ``collect(..., details=[...])`` only those traces' pages are read and
+    redrawn (the others are kept as they are; a trace without a page yet, or every trace after the drawing code
+    changed, is read here): what a run for one trace does, whatever the traces in the warehouse."""
     out = Path(out_path)
     index = out if out.suffix == ".html" else out / "index.html"
     folder = index.parent
@@ -914,13 +947,20 @@ def write_report(
     folder.mkdir(parents=True, exist_ok=True)
     man_path = folder / MANIFEST
     try:
-        old = json.loads(man_path.read_text(encoding="utf-8")).get("pages", {})
-    except (OSError, ValueError):
-        old = {}
+        manifest = json.loads(man_path.read_text(encoding="utf-8"))
+        old, old_version = manifest.get("pages", {}), manifest.get("version")
+    except (OSError, ValueError, AttributeError):
+        old, old_version = {}, None
     version = _render_version()
+    same_version = old_version == version
     pages: dict[str, str] = {}
     written = 0
     for t in data["traces"]:
+        if not t.get("details", True):
+            if same_version and t["page"] in old and (folder / t["page"]).exists():
+                pages[t["page"]] = old[t["page"]]  # not read this run (collect's details): its page stays
+                continue
+            trace_details(con, t, data.get("step_id"))  # new to the folder, or drawn by older code
         digest = _content_hash(t, version)
         pages[t["page"]] = digest
         if old.get(t["page"]) != digest or not (folder / t["page"]).exists():

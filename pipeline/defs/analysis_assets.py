@@ -227,16 +227,21 @@ def _svg_markdown(svg: str, alt: str) -> str:
     description="The HTML report across every trace (`reports/index.html` beside the DuckDB file), built from the "
     "snapshot; its headline table and the orchestration-split plot are shown here as metadata.",
 )
-def warehouse_report(warehouse: WarehouseResource) -> dg.MaterializeResult:
+def warehouse_report(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, lake: LakeResource,
+) -> dg.MaterializeResult:
     import duckdb
 
     from taxbreak import plots, report
 
     snapshot = warehouse.exports_dir() / SNAPSHOT_NAME
     out = warehouse.file().parent / "reports" / "index.html"
+    # a run for some traces reads and redraws only their pages (and the index across traces): its cost does not
+    # grow with the traces in the warehouse; a run without a partition redraws what changed in every page
+    details = trace_ids_for_run(context, False)
     con = duckdb.connect(str(snapshot), read_only=True, config={"autoinstall_known_extensions": "false"})
     try:
-        data = report.collect(con)
+        data = report.collect(con, details=details)
         report.write_report(con, out, data=data)  # index.html + traces/<id>.html, changed pages only
     finally:
         con.close()

@@ -272,6 +272,56 @@ def test_report_folder_is_incremental(wh: dict, data: dict, tmp_path: Path) -> N
         con.close()
 
 
+def test_report_for_some_traces_reads_and_redraws_only_theirs(wh: dict, data: dict, tmp_path: Path) -> None:
+    """What the Dagster report step does in a run for one trace: only that trace's page data is read and its page
+    redrawn; the index still spans every trace with the same figures; the other pages stay as they were."""
+    con = duckdb.connect(str(wh["warehouse"]), read_only=True)
+    try:
+        write_report(con, tmp_path / "r", data=data)
+        pages = sorted((tmp_path / "r" / "traces").glob("*.html"))
+        full_pages = {p.name: p.read_text() for p in pages}
+        full_index = re.sub(r"generated [^<]*UTC", "", (tmp_path / "r" / "index.html").read_text())
+        for p in pages:
+            p.write_text("marker", encoding="utf-8")
+        one = wh["ids"]["dense_bs1"]
+        part = collect(con, details=[one])
+        assert [t["trace_id"] for t in part["traces"] if t["details"]] == [one]
+        assert all("timeline" not in t for t in part["traces"] if t["trace_id"] != one)
+        # the index's own figures are read for every trace in one statement each, and equal a per-trace reading
+        def rows(sql: str, tid: str) -> list[dict]:
+            cur = con.execute(sql, {"t": tid})
+            return [dict(zip([d[0] for d in cur.description], r, strict=True)) for r in cur.fetchall()]
+
+        for t in part["traces"]:
+            tid = t["trace_id"]
+            assert t["gpu_breakdown"] == rows("SELECT * FROM gpu_time_breakdown WHERE trace_id = $t "
+                                              "ORDER BY rank NULLS LAST, device_id", tid)
+            assert t["idle"] == rows("SELECT * FROM device_busy WHERE trace_id = $t ORDER BY device_id", tid)
+            assert t["phases"] == rows("SELECT scope_key AS phase, kernels, linked_fraction, low_coverage, "
+                                       "t_orchestrate_ns, t_device_active_ns, hdbi, hdbi_linked, hdbi_wall "
+                                       "FROM taxbreak_by_scope WHERE trace_id = $t AND scope_kind = 'phase' "
+                                       "AND scope_key IN ('prefill', 'decode') ORDER BY scope_key DESC", tid)
+            (n, p50, top) = con.execute("SELECT count(*), quantile_disc(kernel_dur_ns, 0.5), max(kernel_dur_ns) "
+                                        "FROM int_kernel_links WHERE trace_id = $t", {"t": tid}).fetchone()
+            assert (sum(b[2] for b in t["durations"]["bins"]), t["durations"]["p50_ns"],
+                    t["durations"]["max_ns"]) == (n, p50, top)
+        assert any(t["gpu_breakdown"] for t in part["traces"]) and any(t["phases"] for t in part["traces"])
+        write_report(con, tmp_path / "r", data=part)
+        after = {p.name: p.read_text() for p in (tmp_path / "r" / "traces").glob("*.html")}
+        redrawn = [n for n, text in after.items() if text != "marker"]
+        page = next(t["page"] for t in part["traces"] if t["trace_id"] == one).split("/")[1]
+        # its data did not change, so its page is the one the full run drew, redrawn from the same data
+        assert json.loads((tmp_path / "r" / "manifest.json").read_text())["pages_written_last_run"] == 0
+        assert redrawn == [] and len(after) == len(full_pages)
+        assert re.sub(r"generated [^<]*UTC", "", (tmp_path / "r" / "index.html").read_text()) == full_index
+        # a trace without a page yet is read and drawn even when it is not among the details
+        (tmp_path / "r" / "traces" / page).unlink()
+        write_report(con, tmp_path / "r", data=collect(con, details=[]))
+        assert (tmp_path / "r" / "traces" / page).read_text() == full_pages[page]
+    finally:
+        con.close()
+
+
 def test_plot_geometry() -> None:
     svg = plots.stacked_hbar([("a", [("x", 30.0), ("y", 10.0)]), ("b", [("x", 40.0), ("y", 0.0)])], unit="")
     root = ET.fromstring(svg)
