@@ -96,7 +96,8 @@ def generate() -> str:
         lines.append(f"### {f.name}")
         lines.append("")
         if f.materialize == "temp":
-            lines.append("*Run-local: a table of each analysis run (in its scratch database), not kept in the warehouse.*")
+            lines.append("*Run-local: a table of each analysis run (in its scratch database), not kept in the "
+                         "warehouse.*")
             lines.append("")
         if f.name in fit_files:
             lines.append("*Written after each fit of the per-request latency model (`taxbreak requests --refit`, the "
