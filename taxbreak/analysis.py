@@ -347,7 +347,7 @@ def _drop_run_local(con: duckdb.DuckDBPyConnection, name: str) -> None:
     old = _scratch_tables(con, name)
     if old:
         # scratch writes go through their own connection: one transaction writes one database, and the run's
-        # publication writes the warehouse (a drop that another open transaction still reads waits for its end)
+        # publication writes the warehouse (a transaction that already read the table keeps seeing it until it ends)
         cur = con.cursor()
         try:
             for table in old:
@@ -388,8 +388,8 @@ def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table], bound: d
         _load_inputs(cur, inputs)
         for name in names:
             sf = files[name]
-            if any(d in files and files[d].materialize != "temp" for d in sf.reads):
-                continue  # reads a kept table: computed by _build in the run
+            if any(d in files and (files[d].materialize != "temp" or d not in staged) for d in sf.reads):
+                continue  # reads a kept table (or one not staged): computed by _build in the run
             table = f"{name}__{generation}"
             cur.execute(f"CREATE TABLE {_q(db)}.main.{_q(table)} AS {sf.text}", {p: bound[p] for p in sf.params})
             cur.execute(f"CREATE OR REPLACE TEMP VIEW {_q(name)} AS SELECT * FROM {_q(db)}.main.{_q(table)}")
