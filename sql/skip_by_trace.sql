@@ -55,13 +55,25 @@ w AS (
            k.il_end_ns
     FROM k LEFT JOIN ops USING (trace_id)
 ),
-in_window AS (
+-- the window (one row per trace) joined to the intervals, not correlated subqueries: those became hash joins
+-- whose build side was every interval under one trace_id key, which cannot be split to spill (10 M kernels ran
+-- out of memory here)
+busy_in AS (
     SELECT w.trace_id,
-           (SELECT coalesce(sum(greatest(0, least(b.busy_end_ns, w.il_end_ns) - greatest(b.busy_start_ns, w.il_start_ns))), 0)
-              FROM int_busy_intervals b WHERE b.trace_id = w.trace_id AND b.busy_set = 'kernels') AS busy_in_il_ns,
-           (SELECT coalesce(sum(greatest(0, least(l.kernel_end_ns, w.il_end_ns) - greatest(l.kernel_ts_ns, w.il_start_ns))), 0)
-              FROM int_kernel_links l WHERE l.trace_id = w.trace_id) AS kernel_sum_in_il_ns
-    FROM w
+           sum(greatest(0, least(b.busy_end_ns, w.il_end_ns) - greatest(b.busy_start_ns, w.il_start_ns)))
+               AS busy_in_il_ns
+    FROM int_busy_intervals b JOIN w USING (trace_id) WHERE b.busy_set = 'kernels' GROUP BY w.trace_id
+),
+kernels_in AS (
+    SELECT w.trace_id,
+           sum(greatest(0, least(l.kernel_end_ns, w.il_end_ns) - greatest(l.kernel_ts_ns, w.il_start_ns)))
+               AS kernel_sum_in_il_ns
+    FROM int_kernel_links l JOIN w USING (trace_id) GROUP BY w.trace_id
+),
+in_window AS (
+    SELECT w.trace_id, coalesce(bi.busy_in_il_ns, 0) AS busy_in_il_ns,
+           coalesce(ki.kernel_sum_in_il_ns, 0) AS kernel_sum_in_il_ns
+    FROM w LEFT JOIN busy_in bi USING (trace_id) LEFT JOIN kernels_in ki USING (trace_id)
 )
 SELECT
     s.trace_id,
