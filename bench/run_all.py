@@ -128,6 +128,11 @@ def _task_analysis(lake: str, warehouse: str) -> dict:
 
     def progress(name: str, index: int, total: int, rows: int | None) -> None:
         if rows is None:
+            if index == 1:  # prepare (index 0) has no end call: it ends where the first table starts
+                cpu_s["prepare (run-local tables)"] = time.process_time() - started[0]
+                peak = _vm_hwm_mb()
+                if peak is not None:
+                    peaks["prepare (run-local tables)"] = peak
             _reset_peak()
             started[0] = time.process_time()
             return
