@@ -153,9 +153,7 @@ def timeline_data(con: duckdb.DuckDBPyConnection, trace_id: str, step_id: str | 
     if gaps:  # every gap of the GPUs when every kernel is shown (copies may open or close the device's span)
         t0, t1 = min(t0, min(g[1] for g in gaps)), max(t1, max(g[1] + g[2] for g in gaps))
     if step_scopes is None:  # the trace's step scopes (index_data reads them for every trace at once)
-        one = {"trace_id": trace_id}
-        index_data(con, [one])
-        step_scopes = one["steps"]
+        step_scopes = step_rows(con, [trace_id]).get(trace_id, [])
     steps = [s for s in step_scopes if s["scope_key"] != "outside_steps"]
     win = _rows(con, "SELECT step_id, step_ts_ns, step_end_ns FROM int_steps WHERE trace_id = $t", {"t": trace_id})
     win_of = {str(w["step_id"]): w for w in win}
@@ -292,17 +290,25 @@ def _grouped(con: duckdb.DuckDBPyConnection, sql: str, traces: list[dict[str, An
     return out
 
 
+_IDS = "trace_id IN (SELECT unnest($ids::VARCHAR[]))"  # the traces of a batched statement (``_grouped``)
+
+
+def step_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The step scopes of ``trace_ids`` (taxbreak_by_scope, scope_kind 'step') by trace, in step order."""
+    return _grouped(con, f"""
+        SELECT trace_id, scope_key, step_name, phase, kernels, delta_ft_ns, delta_ct_ns, delta_kt_ns,
+               t_orchestrate_ns, t_device_active_ns, hdbi
+        FROM taxbreak_by_scope WHERE {_IDS} AND scope_kind = 'step'
+        ORDER BY trace_id, try_cast(scope_key AS INTEGER) NULLS LAST""", [{"trace_id": t} for t in trace_ids],
+        drop_id=True)
+
+
 def index_data(con: duckdb.DuckDBPyConnection, traces: list[dict[str, Any]]) -> None:
     """The per-trace figures the index draws across traces (step scopes, GPU breakdown, idle gaps by cause, kernel
     durations, prefill vs decode), for every trace at once: one statement per figure, not one per trace (over the
     snapshot's marts a statement per trace cost ~0.05 s each, every trace on every run)."""
-    ids = "trace_id IN (SELECT unnest($ids::VARCHAR[]))"
-    # the trace's step scopes (its page draws them; the caveats read whether there are any)
-    steps = _grouped(con, f"""
-        SELECT trace_id, scope_key, step_name, phase, kernels, delta_ft_ns, delta_ct_ns, delta_kt_ns,
-               t_orchestrate_ns, t_device_active_ns, hdbi
-        FROM taxbreak_by_scope WHERE {ids} AND scope_kind = 'step'
-        ORDER BY trace_id, try_cast(scope_key AS INTEGER) NULLS LAST""", traces, drop_id=True)
+    ids = _IDS
+    steps = step_rows(con, [t["trace_id"] for t in traces])  # its page draws them; the caveats read if there are any
     gpu = _grouped(con, f"SELECT * FROM gpu_time_breakdown WHERE {ids} ORDER BY trace_id, rank NULLS LAST, device_id",
                    traces) if _has(con, "gpu_time_breakdown") else {}
     idle = _grouped(con, f"SELECT * FROM device_busy WHERE {ids} ORDER BY trace_id, device_id", traces)
