@@ -1,13 +1,17 @@
 """The analysis tables as assets: one asset per kept ``sql/`` table, the exports, and the invariant checks.
 
-The tables are the specs of one multi-asset step, so a run prepares its traces' inputs once and holds the DuckDB
-writer once (``taxbreak.analysis.materialize_table`` per selected table, in dependency order). Each asset's code
-version hashes its SQL file, the run-local files it reads and the run settings (rules).
+The per-trace tables are the specs of one multi-asset step partitioned by ``traces`` (``analysis_tables``), so a
+run prepares its traces' inputs once and holds the DuckDB writer once (``taxbreak.analysis.materialize_table`` per
+selected table, in dependency order), and each table's partitions page shows which traces are materialised.
+The cross-trace tables (``-- scope: cross_trace``: the sweeps) belong to no trace: they are an unpartitioned
+multi-asset step after it (``cross_trace_tables``), recomputed from every trace's rows.
+Each asset's code version hashes its SQL file, the run-local files it reads and the run settings (rules).
 Run-local (``-- materialize: temp``) files are not assets: their reads are folded into the dependents.
-In a run started for one trace (the sensor's runs carry the trace's partition key) the tables are rebuilt
-for that trace only; a run without a partition (the schedule's refresh, a materialisation from the UI)
-rebuilds them for every trace. Every step that touches the DuckDB file is in the ``duckdb_writer`` pool
-(limit 1 in ``dagster.yaml``) and takes an exclusive lock on it.
+A run's traces (``trace_ids_for_run``): the sensor's run for one partition rebuilds that trace; a run over a range
+of partitions (``refresh_job``; a backfill: the step's backfill policy is one run) rebuilds the range's traces, and
+every trace when the range spans every registered key; the tag ``taxbreak/trace_ids`` adds a batch's traces.
+Every step that touches the DuckDB file is in the ``duckdb_writer`` pool (limit 1 in ``dagster.yaml``) and takes
+an exclusive lock on it.
 """
 
 import base64
@@ -17,7 +21,7 @@ import dagster as dg
 
 from taxbreak.analysis import settings_tables
 from taxbreak.pipeline.defs.checks import check_specs, evaluate, markdown_preview
-from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, run_trace_id
+from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES, run_trace_id, trace_ids_of_keys
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
 POOL = "duckdb_writer"
@@ -72,17 +76,46 @@ def needed_files(selected: set[str]) -> list[str]:
     return plan_tables(sorted(selected)) if selected else []
 
 
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def range_tags(keys: list[str]) -> dict[str, str]:
+    """Run tags targeting the ``traces`` partitions from ``keys[0]`` to ``keys[-1]`` (registration order): one run
+    over them all (the refresh, a batch)."""
+    return {RANGE_START: keys[0], RANGE_END: keys[-1]}
+
+
+def run_partition_keys(context: dg.AssetExecutionContext) -> list[str] | None:
+    """The ``traces`` keys a run targets: its partition, or every key of its partition range; None without
+    partitions.  Read from the run's tags, so an unpartitioned step of a partitioned run sees them too."""
+    tags = context.run.tags
+    if tags.get("dagster/partition"):
+        return [tags["dagster/partition"]]
+    if not (tags.get(RANGE_START) and tags.get(RANGE_END)):
+        return None
+    keys = context.instance.get_dynamic_partitions(TRACES.name)
+    return keys[keys.index(tags[RANGE_START]): keys.index(tags[RANGE_END]) + 1]
+
+
 def trace_ids_for_run(context: dg.AssetExecutionContext, full_rebuild: bool) -> list[str] | None:
-    batch = context.run.tags.get(TRACES_TAG)  # several traces dropped together: one run analyses them at once
+    """The traces a run analyses (the one place that maps a run to them); None: every trace.
+
+    The traces of the run's partition keys (its partition, or its range: every trace when the range spans every
+    registered key) plus those of the ``taxbreak/trace_ids`` tag (a batch); every trace for ``full_rebuild`` or a
+    run without partitions nor tag.  Each partition Dagster records as materialised is therefore recomputed."""
     if full_rebuild:
         return None
-    if batch:
-        return sorted({t for t in batch.split(",") if t})
-    # the partition's trace id: the run's taxbreak/trace_id tag, or its key mapped through the catalogue
-    key = run_trace_id(context.run.tags, lambda: context.resources.lake.get())
-    return [key] if key else None
-
-
+    batch = {t for t in context.run.tags.get(TRACES_TAG, "").split(",") if t}
+    keys = run_partition_keys(context)
+    if keys is None:
+        return sorted(batch) if batch else None
+    lake = context.resources.lake.get
+    if len(keys) == 1:  # the sensor's run: its taxbreak/trace_id tag, or the key mapped through the catalogue
+        key = run_trace_id({"dagster/partition": keys[0], **context.run.tags}, lake)
+        return sorted(batch | ({key} if key else set()))
+    if len(keys) == len(context.instance.get_dynamic_partitions(TRACES.name)):
+        return None  # a refresh of every partition: every trace in the lake, written whole
+    return sorted(batch | set(trace_ids_of_keys(keys, lake())))
 
 
 # the run-settings tables taxbreak.analysis prepares per run, and the RunConfig fields each holds
@@ -135,27 +168,42 @@ def _specs(files: dict) -> list[dg.AssetSpec]:
 
 
 FILES = {sf.name: sf for sf in _sql_files()}
-TABLE_SPECS = _specs(FILES)
+TABLE_SPECS = _specs(FILES)  # every kept table, in dependency order
 TABLE_NAMES = [s.key.path[-1] for s in TABLE_SPECS]
+# rows of no single trace (sweeps over traces): not partitioned, a step of their own after the per-trace tables
+CROSS_TRACE = [n for n in TABLE_NAMES if FILES[n].scope == "cross_trace"]
+TRACE_TABLES = [n for n in TABLE_NAMES if n not in CROSS_TRACE]
+
+
+def _metadata(con, name: str, computed: int, scope: str) -> dict:  # noqa: ANN001 - DuckDB connection
+    (row_count,) = con.table(name).count("*").fetchall()[0]
+    return {"dagster/row_count": int(row_count), "rows_computed": int(computed), "scope": scope,
+            "dagster/column_schema": column_schema(con, FILES[name]),
+            "preview": dg.MetadataValue.md(markdown_preview(con, name))}
 
 
 def _table_assets() -> list[dg.AssetsDefinition]:
     if not TABLE_SPECS:
         return []
 
-    @dg.multi_asset(specs=TABLE_SPECS, check_specs=check_specs(TABLE_NAMES), can_subset=True, pool=POOL,
-                    name="analysis_tables")
+    @dg.multi_asset(specs=[s for s in TABLE_SPECS if s.key.path[-1] in TRACE_TABLES], partitions_def=TRACES,
+                    backfill_policy=dg.BackfillPolicy.single_run(), check_specs=check_specs(TRACE_TABLES),
+                    can_subset=True, pool=POOL, name="analysis_tables")
     def analysis_tables(
         context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource
     ):  # noqa: ANN202 - yields MaterializeResult
         from taxbreak.analysis import drop_run_local, materialize_table, publication, release_after
 
         trace_ids = trace_ids_for_run(context, config.full_rebuild)
+        if trace_ids == []:
+            context.log.info("no trace of the run's partitions is in the catalogue; tables unchanged")
+            return
         if trace_ids is not None and len(trace_ids) == 1:
             store = lake.get()
             row = store.catalogue_row(trace_ids[0])
             if row is None or row["status"] != "ingested" or not store.has_events(trace_ids[0]):
-                # A failed file adds nothing: the tables stay as they are (and so does what reads them).
+                # A failed file adds nothing: the tables stay as they are (and so does what reads them), and its
+                # partition of every table stays unmaterialised.
                 context.log.info(f"trace {trace_ids[0][:16]} is not in the lake ({row and row['status']}); "
                                  "tables unchanged")
                 return
@@ -175,14 +223,9 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                 for name in plan:
                     computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.get(), plan=plan)
                     drop_run_local(con, release.get(name, []))
-                    if name not in selected:
-                        continue
-                    (row_count,) = con.table(name).count("*").fetchall()[0]
-                    results.append(dg.MaterializeResult(asset_key=name, metadata={
-                        "dagster/row_count": int(row_count), "rows_computed": int(computed), "scope": scope,
-                        "dagster/column_schema": column_schema(con, FILES[name]),
-                        "preview": dg.MetadataValue.md(markdown_preview(con, name)),
-                    }))
+                    if name in selected:
+                        results.append(dg.MaterializeResult(asset_key=name,
+                                                            metadata=_metadata(con, name, computed, scope)))
                 # the blocking invariants on the run's rows, before the commit: a broken one publishes nothing
                 evaluations = evaluate(con, checks)
                 broken = [e.check_name for e in evaluations if not e.passed]
@@ -193,7 +236,26 @@ def _table_assets() -> list[dg.AssetsDefinition]:
         yield from results
         yield from evaluations
 
-    return [analysis_tables]
+    @dg.multi_asset(specs=[s for s in TABLE_SPECS if s.key.path[-1] in CROSS_TRACE], can_subset=True, pool=POOL,
+                    name="cross_trace_tables")
+    def cross_trace_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource):  # noqa: ANN202
+        from taxbreak.analysis import build_cross_trace, publication
+
+        results = []
+        # no trace's marts change here; the cross-trace tables are republished whole, then the snapshot
+        with warehouse.writer(traces=[], tables=[]) as con, publication(con):
+            for name in CROSS_TRACE:  # dependency order
+                if dg.AssetKey(name) not in context.selected_asset_keys:
+                    continue
+                computed = build_cross_trace(con, name)
+                if computed is None:
+                    context.log.info(f"{name}: a table it reads is not built yet; left as it is")
+                    continue
+                results.append(dg.MaterializeResult(asset_key=name,
+                                                    metadata=_metadata(con, name, computed, "all traces")))
+        yield from results
+
+    return [analysis_tables] + ([cross_trace_tables] if CROSS_TRACE else [])
 
 
 @dg.asset(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import dagster as dg
 
 from taxbreak.pipeline.bucket import TICK_MAX_BYTES, Bucket, Cursor, Entry, select_new, sha256_of
-from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS, TABLE_SPECS
+from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS, TABLE_SPECS, range_tags
 from taxbreak.pipeline.defs.ingest_assets import TRACE_ID_TAG, TRACE_INGEST, TRACES, PartitionIndex, partition_key_for
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
 from taxbreak.pipeline.defs.trace_assets import TRACE_ANALYSIS
@@ -33,8 +33,9 @@ trace_job = dg.define_asset_job(
     "`trace_analysis` partition.",
 )
 refresh_job = dg.define_asset_job(
-    "refresh_job", selection=dg.AssetSelection.assets(*ANALYSIS_KEYS, *WHATIF_KEYS),
-    description="Rebuild every analysis table for all traces and re-export the warehouse.",
+    "refresh_job", selection=dg.AssetSelection.assets(*ANALYSIS_KEYS, *WHATIF_KEYS), partitions_def=TRACES,
+    description="Rebuild the analysis tables for a range of `traces` partitions in one run (every partition: all "
+    "traces, what `refresh_tables_schedule` asks for) and re-export the warehouse.",
 )
 
 
@@ -176,17 +177,21 @@ def code_versions_key(current: dict[str, str]) -> str:
 
 @dg.schedule(job=refresh_job, cron_schedule=SCHEDULE_CRON, name="refresh_tables_schedule",
              default_status=dg.DefaultScheduleStatus.RUNNING,
-             description="Rebuild every analysis table for all traces, only when a table's code version (its SQL, "
-             "what it reads, the settings) changed since the last refresh: new traces are the sensor's runs, so an "
-             "unchanged code location recomputes nothing (same cron as the sweep).")
+             description="Rebuild every analysis table for all traces (one run over every `traces` partition), only "
+             "when a table's code version (its SQL, what it reads, the settings) changed since the last refresh: new "
+             "traces are the sensor's runs, so an unchanged code location recomputes nothing (same cron as the sweep).")
 def refresh_schedule(context: dg.ScheduleEvaluationContext):  # noqa: ANN201
     key = code_versions_key(code_versions())
     done = context.instance.get_run_records(
         dg.RunsFilter(job_name=refresh_job.name, tags={"taxbreak/code_versions": key}), limit=1)
     if done:
         return dg.SkipReason(f"code versions {key} already refreshed: nothing to recompute")
-    # run key = the code versions: the daemon never launches a second run for the same code
-    return dg.RunRequest(run_key=f"code:{key}", tags={"taxbreak/code_versions": key})
+    keys = context.instance.get_dynamic_partitions(TRACES.name)
+    if not keys:
+        return dg.SkipReason("no trace registered: nothing to refresh")
+    # one run over every partition (first..last key): the tables' step is one step for all traces (its backfill
+    # policy is a single run); run key = the code versions: the daemon never launches a second run for the same code
+    return dg.RunRequest(run_key=f"code:{key}", tags={"taxbreak/code_versions": key, **range_tags(keys)})
 
 
 @dg.definitions

@@ -89,6 +89,24 @@ def trace_id_of_key(key: str, lake) -> str | None:  # noqa: ANN001 - taxbreak.in
     return found[0] if found else None
 
 
+def trace_ids_of_keys(keys: Iterable[str], lake) -> list[str]:  # noqa: ANN001 - taxbreak.ingest.Lake
+    """The trace ids partition ``keys`` name, like ``trace_id_of_key`` but with one catalogue listing for all (a
+    partition range of a refresh); keys of traces not in the catalogue are left out."""
+    by_prefix: dict[str, list[str]] = {}
+    for p in lake.catalogue_paths():
+        tid = p.name.removesuffix(".parquet")
+        by_prefix.setdefault(tid[:KEY_HEX_CHARS], []).append(tid)
+    out: set[str] = set()
+    for key in keys:
+        m = _READABLE.search(key)
+        found = [key] if _HEX64.fullmatch(key) else by_prefix.get(m.group(1), []) if m else []
+        if len(found) > 1:
+            raise dg.Failure(f"partition {key}: {len(found)} traces in the catalogue start with {m.group(1)} "
+                             f"({', '.join(t[:16] for t in sorted(found))}); run it by its 64-hex trace id")
+        out.update(found)
+    return sorted(out)
+
+
 def run_trace_id(tags: Mapping[str, str], lake: Callable[[], object]) -> str | None:
     """The trace id of a run's partition: the ``taxbreak/trace_id`` tag, else mapped from ``dagster/partition``
     (``lake`` is only called when the catalogue must be read); None for a run without a partition."""
