@@ -243,11 +243,8 @@ class Lake:
     def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
         """Let DuckDB connection ``con`` read this lake's ``s3://`` paths (an fsspec filesystem with this lake's
         endpoint and credentials, replacing one registered earlier); nothing to do for a local lake."""
-        if self.s3 is None:
-            return
-        if con.filesystem_is_registered("s3"):
-            con.unregister_filesystem("s3")
-        con.register_filesystem(self.s3.fsspec_filesystem())
+        if self.s3 is not None:
+            self.s3.register_filesystem(con)
 
     # -- reading -----------------------------------------------------------------------------
     def _is_file(self, path: Path | ObjectPath) -> bool:

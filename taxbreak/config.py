@@ -51,6 +51,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("paths.warehouse", "TAXBREAK_WAREHOUSE", str, None, "the DuckDB warehouse file"),
     Setting("paths.inbox", "TAXBREAK_INBOX", str, None, "the local bucket the pipeline watches"),
     Setting("paths.cache", "TAXBREAK_CACHE", str, None, "exports of .nsys-rep reports"),
+    Setting("paths.marts", "TAXBREAK_MARTS", str, None,
+            "the per-trace Parquet marts: a folder or s3://bucket/prefix (unset: marts/ beside the DuckDB file)"),
     Setting("paths.bucket", "TAXBREAK_BUCKET", str, None,
             "where the pipeline takes reports from: a folder or s3://bucket/prefix (unset: the inbox)"),
     Setting("pipeline.settle_s", "TAXBREAK_SETTLE_S", float, 10.0,
@@ -296,3 +298,10 @@ class S3Settings:
             key=self.access_key_id or None, secret=self.secret_access_key or None, client_kwargs=client_kwargs,
             use_listings_cache=False,
         )
+
+    def register_filesystem(self, con) -> None:  # noqa: ANN001 - a duckdb.DuckDBPyConnection
+        """Let DuckDB connection ``con`` read ``s3://`` paths of this store (``fsspec_filesystem``), replacing one
+        registered earlier: the one way the lake's and the marts' readers reach S3 (DuckDB's httpfs is not used)."""
+        if con.filesystem_is_registered("s3"):
+            con.unregister_filesystem("s3")
+        con.register_filesystem(self.fsspec_filesystem())

@@ -68,7 +68,102 @@ _VERSION = 2  # 2: a trace's tables may be placed apart (``Manifest.traces``' th
 
 
 def marts_dir(warehouse: str | os.PathLike[str]) -> Path:
-    return Path(warehouse).parent / MARTS_DIR
+    """The local marts folder: the ``paths.marts`` setting when it names a folder, else ``marts/`` beside the DuckDB
+    file (where, with the marts on S3, the writers keep their pending markers and stage their files)."""
+    return _local(warehouse, _configured())
+
+
+def _configured() -> str | None:
+    from taxbreak.config import setting
+
+    return setting("paths.marts").value
+
+
+def _local(warehouse: str | os.PathLike[str], where: str | None) -> Path:
+    from taxbreak.config import is_s3_url
+
+    return Path(warehouse).parent / MARTS_DIR if where is None or is_s3_url(where) else Path(where)
+
+
+class ObjectMarts:
+    """The marts on an S3-compatible store (``paths.marts = "s3://bucket/prefix"``; endpoint and credentials:
+    ``taxbreak.config.S3Settings``).  No object is renamed or replaced in place by a write that readers may see
+    twice: loose partitions and segments get new names, uploaded whole (one PUT, or a multipart upload that S3 shows
+    only when completed), and ``_manifest.json`` (one PUT, written last) is the commit point."""
+
+    def __init__(self, url: str, s3=None) -> None:  # noqa: ANN001 - taxbreak.config.S3Settings
+        from taxbreak.config import S3Settings, normalise_s3_url
+
+        self.url = normalise_s3_url(url)
+        self.key = self.url[len("s3://"):]
+        self.s3 = s3 or S3Settings.from_env()
+        self.fs = self.s3.arrow_filesystem()  # HEAD, GET, LIST, DELETE
+        self.up = self.s3.fsspec_filesystem()  # uploads (a failed multipart upload is aborted; see ingest.lake)
+
+    def __str__(self) -> str:
+        return self.url
+
+    def path(self, rel: str) -> str:
+        return f"{self.url}/{rel}"
+
+    def read_text(self, rel: str) -> str | None:
+        try:
+            with self.fs.open_input_stream(f"{self.key}/{rel}") as f:
+                return f.read().decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def is_file(self, rel: str) -> bool:
+        import pyarrow.fs as pafs
+
+        return self.fs.get_file_info(f"{self.key}/{rel}").type == pafs.FileType.File
+
+    def names(self, rel: str = "") -> list[str]:
+        """The objects directly under ``rel`` (a folder's files, no sub-folders)."""
+        import pyarrow.fs as pafs
+
+        base = f"{self.key}/{rel}".rstrip("/")
+        infos = self.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+
+    def upload(self, local: Path, rel: str) -> None:
+        self.up.put_file(str(local), f"{self.key}/{rel}")
+
+    def put_text(self, rel: str, text: str) -> None:
+        self.up.pipe_file(f"{self.key}/{rel}", text.encode("utf-8"))  # one PUT
+
+    def delete(self, rels: list[str]) -> None:
+        """Delete the objects ``rels`` (batched: up to 1,000 per request); a missing one is no error.  (s3fs, not
+        pyarrow: pyarrow leaves an empty ``folder/`` marker where it deletes a folder's last object.)"""
+        if rels:
+            self.up.rm([f"{self.key}/{rel}" for rel in rels])
+
+    def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.s3.register_filesystem(con)
+
+
+Root = Path | ObjectMarts
+
+
+def marts_root(warehouse: str | os.PathLike[str]) -> Root:
+    """Where the marts of ``warehouse`` live: ``marts_dir``, or the S3 location the ``paths.marts`` setting names."""
+    from taxbreak.config import is_s3_url
+
+    where = _configured()
+    return ObjectMarts(where) if where is not None and is_s3_url(where) else _local(warehouse, where)
+
+
+def marts_location(warehouse: str | os.PathLike[str]) -> str:
+    """The marts' root as the snapshot's views name it: an absolute folder, or ``s3://bucket/prefix``."""
+    root = marts_root(warehouse)
+    return str(root.resolve()) if isinstance(root, Path) else root.url
+
+
+def register_filesystem(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str] | Root) -> None:
+    """Let ``con`` read the marts (and the snapshot's views over them) where they are on S3; nothing locally."""
+    root = warehouse if isinstance(warehouse, ObjectMarts) else marts_root(warehouse)
+    if isinstance(root, ObjectMarts):
+        root.register_filesystem(con)
 
 
 def _q(ident: str) -> str:
@@ -160,7 +255,9 @@ class Manifest:
     set when the trace has rows in ``tables[i]``; ``off``: bit i set when the segment's rows of ``tables[i]`` are no
     longer the trace's (a write of some tables since: those rows are a loose partition, or none), 0 when loose].
     ``segments``: id -> {"tier", "seq", "traces" (sorted), "files" (table -> file name)}.  ``replaced``: [path
-    relative to the marts folder, unix time replaced (0: delete at once)]."""
+    relative to the marts folder, unix time replaced (0: delete at once)].  ``parts``: loose partition folder
+    (``<table>/trace_id=<id>``) -> its file's name where it is not ``part-0.parquet`` (on S3 every write of a
+    partition is a new object; there ``live_files`` and ``replaced`` name the file, not the folder); absent locally."""
 
     tables: list[str]
     columns: dict[str, list[list[str]]]
@@ -168,6 +265,19 @@ class Manifest:
     traces: dict[str, list] = field(default_factory=dict)
     replaced: list[list] = field(default_factory=list)
     seq: int = 0
+    parts: dict[str, str] = field(default_factory=dict)
+
+    def part(self, table: str, trace_id: str) -> str:
+        """The file name of the trace's loose partition of ``table``."""
+        return self.parts.get(_loose_rel(table, trace_id), PART) if self.parts else PART
+
+    def loose_rels(self) -> set[str]:
+        """The loose partitions' folders (``<table>/trace_id=<id>``)."""
+        out: set[str] = set()
+        for tid in self.traces:
+            bits = self.loose_mask(tid)
+            out |= {_loose_rel(t, tid) for i, t in enumerate(self.tables) if bits >> i & 1}
+        return out
 
     def bit(self, table: str) -> int:
         return 1 << self.tables.index(table)
@@ -194,10 +304,9 @@ class Manifest:
     def live_files(self) -> set[str]:
         """Every file (segment) and folder (loose partition) the layout reads, relative to the marts folder."""
         out = {_segment_rel(t, sid) for sid, s in self.segments.items() for t in s["files"]}
-        for tid in self.traces:
-            bits = self.loose_mask(tid)
-            out |= {_loose_rel(t, tid) for i, t in enumerate(self.tables) if bits >> i & 1}
-        return out
+        if self.parts:
+            return out | {f"{rel}/{self.parts[rel]}" if rel in self.parts else rel for rel in self.loose_rels()}
+        return out | self.loose_rels()
 
     def sources(self, table: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
         """What a reader of ``table`` reads: the files to read whole (segments without superseded traces, then the
@@ -214,13 +323,16 @@ class Manifest:
                 whole.append(f"{table}/{s['files'][table]}")
         if table in self.tables:
             bit = self.bit(table)
-            whole += [f"{_loose_rel(table, t)}/{PART}" for t in sorted(self.traces) if self.loose_mask(t) & bit]
+            whole += [f"{_loose_rel(table, t)}/{self.part(table, t)}" for t in sorted(self.traces)
+                      if self.loose_mask(t) & bit]
         return whole, partial
 
     def to_json(self) -> str:
-        return json.dumps({"version": _VERSION, "tables": self.tables, "columns": self.columns, "seq": self.seq,
-                           "segments": self.segments, "traces": self.traces, "replaced": self.replaced},
-                          separators=(",", ":"))
+        data = {"version": _VERSION, "tables": self.tables, "columns": self.columns, "seq": self.seq,
+                "segments": self.segments, "traces": self.traces, "replaced": self.replaced}
+        if self.parts:
+            data["parts"] = self.parts
+        return json.dumps(data, separators=(",", ":"))
 
 
 def _loose_bits(entry: list) -> int:
@@ -229,22 +341,32 @@ def _loose_bits(entry: list) -> int:
     return mask if where == "" else mask & off
 
 
-def load_manifest(root: Path) -> Manifest | None:
+def load_manifest(root: Root) -> Manifest | None:
     """The manifest of the marts folder ``root``; None when there is none (or it cannot be read: the next writer
     then rewrites the marts whole)."""
     try:
-        data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        if isinstance(root, Path):
+            data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        else:
+            text = root.read_text(MANIFEST)
+            if text is None:
+                return None
+            data = json.loads(text)
         if data.get("version") not in (1, _VERSION):
             return None
         # version 1 (one place per trace for every table): [where, mask]
         traces = {t: [e[0], int(e[1]), int(e[2]) if len(e) > 2 else 0] for t, e in data["traces"].items()}
         return Manifest(tables=list(data["tables"]), columns=dict(data["columns"]), segments=dict(data["segments"]),
-                        traces=traces, replaced=list(data["replaced"]), seq=int(data["seq"]))
+                        traces=traces, replaced=list(data["replaced"]), seq=int(data["seq"]),
+                        parts=dict(data.get("parts", {})))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _save_manifest(root: Path, manifest: Manifest) -> None:
+def _save_manifest(root: Root, manifest: Manifest) -> None:
+    if isinstance(root, ObjectMarts):
+        root.put_text(MANIFEST, manifest.to_json())  # one PUT: the new manifest whole, or the old one
+        return
     tmp = root / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
     tmp.write_text(manifest.to_json(), encoding="utf-8")
     os.replace(tmp, root / MANIFEST)
@@ -253,8 +375,10 @@ def _save_manifest(root: Path, manifest: Manifest) -> None:
 _READ_CACHE: dict[Path, tuple[tuple[int, int, int], Manifest]] = {}
 
 
-def _read_manifest(root: Path) -> Manifest | None:
-    """``load_manifest`` for readers that do not change it, parsed once per version of the file."""
+def _read_manifest(root: Root) -> Manifest | None:
+    """``load_manifest`` for readers that do not change it, parsed once per version of the file (locally)."""
+    if isinstance(root, ObjectMarts):
+        return load_manifest(root)
     try:
         st = (root / MANIFEST).stat()
     except OSError:
@@ -290,7 +414,7 @@ def partitions(table_dir: Path) -> dict[str, Path]:
 
 def trace_counts(warehouse: str | os.PathLike[str]) -> dict[str, int]:
     """Per per-trace table, the traces with published rows in it (from the manifest, nothing listed)."""
-    manifest = _read_manifest(marts_dir(warehouse))
+    manifest = _read_manifest(marts_root(warehouse))
     if manifest is None:
         return {}
     masks = [mask for _, mask, _ in manifest.traces.values()]
@@ -344,13 +468,14 @@ def pending(warehouse: str | os.PathLike[str]) -> tuple[list[Path], list[str] | 
 
 # -- export ----------------------------------------------------------------------------------------------------------
 class _Write:
-    """One export's staged files: place (absolute) -> the temporary file to rename there."""
+    """One export's staged files: place (relative to the marts root) -> the temporary file to put there.  Files are
+    staged in the local marts folder ``local`` (the root itself unless the marts are on S3)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, root: Path) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, root: Root, local: Path) -> None:
         self.con = con
         self.root = root
-        self.stage = root / f".staging-{uuid.uuid4().hex}"
-        self.staged: dict[Path, Path] = {}
+        self.stage = local / f".staging-{uuid.uuid4().hex}"
+        self.staged: dict[str, Path] = {}
         self.written: dict[str, int] = {}
 
     def tmp(self, table: str, name: str) -> Path:
@@ -358,7 +483,7 @@ class _Write:
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def put(self, tmp: Path, place: Path, table: str | None = None) -> None:
+    def put(self, tmp: Path, place: str, table: str | None = None) -> None:
         self.staged[place] = tmp
         if table is not None:
             self.written[table] = self.written.get(table, 0) + 1
@@ -366,10 +491,23 @@ class _Write:
     def copy(self, select: str, tmp: Path) -> None:
         self.con.execute(f"COPY ({select}) TO {_lit(str(tmp))} (FORMAT parquet, COMPRESSION zstd)")
 
-    def current(self, rel: str) -> Path:
+    def current(self, rel: str) -> Path | str:
         """A file of the layout where it is now: staged by this write, else in place."""
-        place = self.root / rel
-        return self.staged.get(place, place)
+        staged = self.staged.get(rel)
+        if staged is not None:
+            return staged
+        return self.root / rel if isinstance(self.root, Path) else self.root.path(rel)
+
+    def part_name(self) -> str:
+        """The file name of a loose partition this write puts: locally always ``PART`` (renamed over the previous
+        one); on S3 a new object each time (readers of the previous manifest still read the old one)."""
+        return PART if isinstance(self.root, Path) else f"part-{uuid.uuid4().hex[:16]}.parquet"
+
+    def put_part(self, m: Manifest, tmp: Path, table: str, trace_id: str) -> None:
+        rel, name = _loose_rel(table, trace_id), self.part_name()
+        self.put(tmp, f"{rel}/{name}", table)
+        if name != PART:
+            m.parts[rel] = name
 
 
 def export(
@@ -384,19 +522,24 @@ def export(
     from taxbreak.warehouse import fault_point
 
     loose_at, fan = policy(compact_loose, fanout)
-    root = marts_dir(warehouse)
-    root.mkdir(parents=True, exist_ok=True)
+    root = marts_root(warehouse)
+    local = root if isinstance(root, Path) else marts_dir(warehouse)
+    local.mkdir(parents=True, exist_ok=True)
+    if isinstance(root, ObjectMarts):
+        root.register_filesystem(con)  # compaction reads the segments in place
     found = warehouse_tables(con)
     db = con.execute("SELECT current_database()").fetchall()[0][0]
     per_trace = per_trace_tables(found)
     columns = {t: [[c, typ] for c, typ, _ in found[t]] for t in per_trace}
-    for stale in root.glob(".staging-*"):  # left by a killed writer (this one holds the lock)
+    for stale in local.glob(".staging-*"):  # left by a killed writer (this one holds the lock)
         shutil.rmtree(stale, ignore_errors=True)
-    for stale in root.glob(f".{MANIFEST}.*.tmp"):
+    for stale in local.glob(f".{MANIFEST}.*.tmp"):
         stale.unlink(missing_ok=True)
     old = load_manifest(root)
-    w = _Write(con, root)
+    w = _Write(con, root, local)
     now = time.time()
+    uploaded: list[str] = []  # on S3: the new objects this write put, deleted again if it fails before its manifest
+    committed = False
     try:
         whole = traces is None or old is None or any(old.columns[t] != columns[t] for t in old.tables
                                                      if t in columns)
@@ -415,15 +558,18 @@ def export(
             at_once = _traces(w, db, new, work)
             _compact(w, new, loose_at, fan, at_once)
         for table in per_trace:  # the table's columns for readers when no trace has rows
-            place = root / table / EMPTY
-            if whole or not place.exists():
+            place = f"{table}/{EMPTY}"
+            if whole or not ((root / place).exists() if isinstance(root, Path) else root.is_file(place)):
                 tmp = w.tmp(table, EMPTY)
                 con.sql(f"SELECT * FROM {_q(db)}.main.{_q(table)} LIMIT 0").write_parquet(str(tmp))
                 w.put(tmp, place)
         for table in sorted(set(found) - set(per_trace)):  # the cross-trace tables, whole (small)
             tmp = w.tmp(".cross", f"{table}.parquet")
             w.copy(f"SELECT * FROM {_q(db)}.main.{_q(table)}", tmp)
-            w.put(tmp, root / f"{table}.parquet")
+            w.put(tmp, f"{table}.parquet")
+        if new.parts:  # (only the loose partitions' names)
+            loose = new.loose_rels()
+            new.parts = {rel: name for rel, name in new.parts.items() if rel in loose}
         # what the previous layout read and this one does not: kept for the readers of the previous snapshot; all
         # of it deleted after this write's snapshot when a trace was forgotten (it may be in any of them)
         before = old.live_files() if old is not None else _legacy_files(root)
@@ -432,8 +578,15 @@ def export(
         if old is not None and set(old.traces) - set(new.traces):  # a trace forgotten: no copy of it stays
             new.replaced = [[rel, 0] for rel, _ in new.replaced]
         fault_point("marts_staged")
-        # every file of the write is staged: put them in place, one rename each, then the manifest
-        for place, tmp in w.staged.items():
+        # every file of the write is staged: put them in place, one rename each (on S3 one upload each, under
+        # names no reader reads yet, but for the columns and cross-trace files), then the manifest
+        for rel, tmp in w.staged.items():
+            if isinstance(root, ObjectMarts):
+                root.upload(tmp, rel)
+                if rel.endswith(".parquet") and "/" in rel and not rel.endswith(f"/{EMPTY}"):
+                    uploaded.append(rel)
+                continue
+            place = root / rel
             place.parent.mkdir(parents=True, exist_ok=True)
             if place.parent.name.startswith("trace_id="):
                 for extra in place.parent.glob("*.parquet"):  # a partition is one file
@@ -442,16 +595,20 @@ def export(
             os.replace(tmp, place)
         fault_point("marts_renamed")
         _save_manifest(root, new)
+        committed = True
         fault_point("marts_committed")
     finally:
         shutil.rmtree(w.stage, ignore_errors=True)
+        if not committed and isinstance(root, ObjectMarts) and uploaded:  # no manifest names them: no reader reads
+            with contextlib.suppress(OSError):  # them (a killed writer's are collected with the segments', below)
+                root.delete(uploaded)
     return w.written
 
 
-def _legacy_files(root: Path) -> set[str]:
+def _legacy_files(root: Root) -> set[str]:
     """The files of a marts folder without a manifest (the layout before it: one folder per trace), to replace."""
-    out = set()
-    for d in root.iterdir() if root.is_dir() else []:
+    out: set[str] = set()
+    for d in root.iterdir() if isinstance(root, Path) and root.is_dir() else []:
         if d.is_dir() and d.name[0] not in "._":
             out |= {f"{d.name}/{p.name}" for p in d.iterdir()
                     if p.name.startswith("trace_id=") or p.name.startswith("seg-") or p.name == LEGACY_COLUMNS}
@@ -468,7 +625,7 @@ def _segment(w: _Write, m: Manifest, selects: dict[str, str], traces: list[str],
         name = f"seg-{sid}.parquet"
         tmp = w.tmp(table, name)
         w.copy(f"SELECT * FROM ({select}) ORDER BY trace_id", tmp)
-        w.put(tmp, w.root / table / name, table)
+        w.put(tmp, f"{table}/{name}", table)
         files[table] = name
     m.segments[sid] = {"tier": tier(len(traces), loose_at, fan), "seq": m.seq, "traces": sorted(traces),
                        "files": files}
@@ -493,8 +650,8 @@ def _whole(w: _Write, db: str, per_trace: list[str], columns: dict[str, list[lis
         new.traces = {t: [sid, masks[t], 0] for t in sorted(masks)}
     else:
         for table in per_trace:
-            for tmp, place in _stage_whole(w.con, f"{_q(db)}.main.{_q(table)}", w.stage / table, w.root / table):
-                w.put(tmp, place, table)
+            for tmp, tid in _stage_whole(w.con, f"{_q(db)}.main.{_q(table)}", w.stage / table):
+                w.put_part(new, tmp, table, tid)
         new.traces = {t: ["", masks[t], 0] for t in sorted(masks)}
     return new
 
@@ -512,7 +669,8 @@ def _retable(old: Manifest, per_trace: list[str], columns: dict[str, list[list[s
                 for sid, s in old.segments.items()}
     traces = {t: [where, bits(mask), bits(off)] for t, (where, mask, off) in old.traces.items() if bits(mask)}
     return Manifest(tables=list(per_trace), columns=columns, segments=segments, traces=traces,
-                    replaced=[list(r) for r in old.replaced], seq=old.seq)
+                    replaced=[list(r) for r in old.replaced], seq=old.seq,
+                    parts={rel: n for rel, n in old.parts.items() if rel.split("/", 1)[0] in index})
 
 
 def _traces(w: _Write, db: str, m: Manifest, work: dict[str, set[str] | None]) -> set[str]:
@@ -535,7 +693,7 @@ def _traces(w: _Write, db: str, m: Manifest, work: dict[str, set[str] | None]) -
             off |= 1 << i  # its segment's rows of this table (if any) are not its rows any more
             if _rows(tmp):
                 mask |= 1 << i
-                w.put(tmp, _partition(w.root / table, tid) / PART, table)
+                w.put_part(m, tmp, table, tid)
             else:
                 mask &= ~(1 << i)
                 tmp.unlink()
@@ -571,7 +729,8 @@ def _compact(w: _Write, m: Manifest, loose_at: int, fan: int, at_once: set[str])
     if len(loose) >= loose_at:
         selects = {}
         for i, table in enumerate(m.tables):
-            parts = [_read(w.current(f"{_loose_rel(table, t)}/{PART}")) for t in loose if m.loose_mask(t) >> i & 1]
+            parts = [_read(w.current(f"{_loose_rel(table, t)}/{m.part(table, t)}")) for t in loose
+                     if m.loose_mask(t) >> i & 1]
             held: dict[str, list[str]] = {}  # segment -> the traces whose rows of this table are still there
             for t in loose:
                 where, mask, off = m.traces[t]
@@ -585,7 +744,7 @@ def _compact(w: _Write, m: Manifest, loose_at: int, fan: int, at_once: set[str])
         for t in loose:
             m.traces[t] = [sid, m.traces[t][1], 0]
             for i, table in enumerate(m.tables):  # partitions this write staged and compacted at once are never put
-                place = w.root / _loose_rel(table, t) / PART  # in place
+                place = f"{_loose_rel(table, t)}/{m.part(table, t)}"  # in place
                 if staged[t] >> i & 1 and place in w.staged:
                     w.staged.pop(place)
                     w.written[table] -= 1
@@ -601,7 +760,7 @@ def _compact(w: _Write, m: Manifest, loose_at: int, fan: int, at_once: set[str])
                 m.traces[t][0] = sid
         for sid in group:  # a segment staged by this write and merged at once is never put in place
             for table in m.segments.pop(sid)["files"]:
-                place = w.root / _segment_rel(table, sid)
+                place = _segment_rel(table, sid)
                 if place in w.staged:
                     w.staged.pop(place)
                     w.written[table] -= 1
@@ -627,9 +786,9 @@ def _rows(path: Path) -> int:
     return pq.read_metadata(str(path)).num_rows
 
 
-def _stage_whole(con: duckdb.DuckDBPyConnection, target: str, stage: Path, tdir: Path) -> list[tuple[Path, Path]]:
+def _stage_whole(con: duckdb.DuckDBPyConnection, target: str, stage: Path) -> list[tuple[Path, str]]:
     """Every trace's partition of the table ``target`` (quoted, qualified) written under ``stage`` in one pass
-    (DuckDB's partitioned COPY)."""
+    (DuckDB's partitioned COPY): [(its file, its trace)]."""
     if stage.exists():
         shutil.rmtree(stage)
     stage.parent.mkdir(parents=True, exist_ok=True)
@@ -646,7 +805,7 @@ def _stage_whole(con: duckdb.DuckDBPyConnection, target: str, stage: Path, tdir:
             con.execute(f"COPY (SELECT * FROM read_parquet({_lit(str(part / '*.parquet'))})) TO {_lit(str(merged))} "
                         "(FORMAT parquet, COMPRESSION zstd)")
             files = [merged]
-        out.append((files[0], _partition(tdir, tid) / PART))
+        out.append((files[0], _check_id(tid)))
     return out
 
 
@@ -664,7 +823,7 @@ def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None, limi
     the layout before it: 22 per trace when its traces were loose; deleting 1,604 replaced files took 1.6 s on 2
     loaded cores); a write for one trace replaces a few tens of files on average (its loose partitions, later its
     share of the merged segments), so ``COLLECT_PER_WRITE`` per write still deletes them faster than they come."""
-    root = marts_dir(warehouse)
+    root = marts_root(warehouse)
     manifest = load_manifest(root)
     if manifest is None:
         return []
@@ -680,18 +839,28 @@ def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None, limi
         if since and (now - since < keep_s or budget == 0):
             kept.append([rel, since])
             continue
-        _remove(root / rel)
+        if isinstance(root, Path):
+            _remove(root / rel)
         deleted.append(rel)
         if since and budget is not None:
             budget -= 1
     waiting = {rel for rel, _ in kept}
     for table in manifest.tables:  # segments a killed writer renamed into place before its manifest
-        tdir = root / table
-        for p in tdir.glob("seg-*.parquet") if tdir.is_dir() else []:
-            rel = f"{table}/{p.name}"
-            if rel not in live and rel not in waiting:
-                _remove(p)
+        if isinstance(root, Path):
+            tdir = root / table
+            for p in tdir.glob("seg-*.parquet") if tdir.is_dir() else []:
+                rel = f"{table}/{p.name}"
+                if rel not in live and rel not in waiting:
+                    _remove(p)
+                    deleted.append(rel)
+            continue
+        doomed = set(deleted)  # on S3: one LIST per table, then one batched DELETE for all
+        for name in root.names(table):
+            rel = f"{table}/{name}"
+            if name.startswith("seg-") and name.endswith(".parquet") and rel not in live | waiting | doomed:
                 deleted.append(rel)
+    if isinstance(root, ObjectMarts):
+        root.delete(deleted)
     if deleted or len(kept) != len(manifest.replaced):
         manifest.replaced = kept
         _save_manifest(root, manifest)
@@ -706,26 +875,37 @@ def _remove(path: Path) -> None:
 
 
 # -- readers ---------------------------------------------------------------------------------------------------------
+def _reader_root(warehouse: str | os.PathLike[str]) -> Root:
+    """The marts' root as readers name its files: an absolute folder, or the S3 location."""
+    root = marts_root(warehouse)
+    return root.resolve() if isinstance(root, Path) else root
+
+
+def _at(root: Root, rel: str) -> str:
+    return str(root / rel) if isinstance(root, Path) else root.path(rel)
+
+
 def view_select(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str], table: str,
-                manifest: Manifest | None = None) -> str | None:
+                manifest: Manifest | None = None, root: Root | None = None) -> str | None:
     """The SELECT a reader runs for the per-trace ``table``: ``read_parquet`` of the manifest's files (absolute
-    paths, no glob, no hive partitioning), the segments' superseded traces left out, each column cast to the
-    warehouse's type where Parquet holds another (HUGEINT is written as DOUBLE); None when no trace has rows."""
-    root = marts_dir(warehouse).resolve()
+    paths or ``s3://`` URLs, no glob, no hive partitioning), the segments' superseded traces left out, each column
+    cast to the warehouse's type where Parquet holds another (HUGEINT is written as DOUBLE); None when no trace has
+    rows.  With the marts on S3, ``con`` must have their filesystem registered (``register_filesystem``)."""
+    root = root if root is not None else _reader_root(warehouse)
     manifest = manifest if manifest is not None else load_manifest(root)
     if manifest is None or table not in manifest.columns:
         return None
     whole, partial = manifest.sources(table)
     if not whole and not partial:
         return None
-    first = root / (whole[0] if whole else partial[0][0])
-    stored = dict((r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({_lit(str(first))})")
+    first = _at(root, whole[0] if whole else partial[0][0])
+    stored = dict((r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({_lit(first)})")
                   .fetchall())
     select = ", ".join(_q(c) if stored.get(c) == typ else f"CAST({_q(c)} AS {typ}) AS {_q(c)}"
                        for c, typ in manifest.columns[table])
 
     def read(paths: list[str]) -> str:
-        files = "[" + ", ".join(_lit(str(root / p)) for p in paths) + "]"
+        files = "[" + ", ".join(_lit(_at(root, p)) for p in paths) + "]"
         return f"SELECT {select} FROM read_parquet({files}, hive_partitioning = false)"
 
     branches = [read(whole)] if whole else []
@@ -738,7 +918,10 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
     """Write the readers' snapshot to ``tmp`` (renamed into place by the caller): views over the marts' files for
     the per-trace tables (``view_select``), copies of the others, with the warehouse's comments."""
     tables = warehouse_tables(con)
-    manifest = load_manifest(marts_dir(warehouse))
+    root = _reader_root(warehouse)
+    manifest = load_manifest(root)
+    if manifest is not None and isinstance(root, ObjectMarts):
+        root.register_filesystem(con)
     db = con.execute("SELECT current_database()").fetchall()[0][0]
     comments = dict(con.execute(
         "SELECT table_name, comment FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'main'",
@@ -749,7 +932,7 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
         con.execute("BEGIN TRANSACTION")  # one commit for every view, table and comment (not one each)
         for table, cols in tables.items():
             target = f"{_q(alias)}.main.{_q(table)}"
-            select = view_select(con, warehouse, table, manifest) if manifest is not None else None
+            select = view_select(con, warehouse, table, manifest, root) if manifest is not None else None
             if select is not None and manifest.columns[table] == [[c, t] for c, t, _ in cols]:
                 con.execute(f"CREATE VIEW {target} AS {select}")
                 kind = "VIEW"
@@ -772,10 +955,23 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
 
 def reader_sources(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str]) -> dict[str, str]:
     """Table name -> a SELECT over the marts, for a reader without the snapshot (``taxbreak.query``): the per-trace
-    tables as ``view_select`` (their columns only, when no trace has rows), the cross-trace tables' files."""
-    root = marts_dir(warehouse).resolve()
+    tables as ``view_select`` (their columns only, when no trace has rows), the cross-trace tables' files.  Registers
+    the marts' filesystem on ``con`` where they are on S3."""
+    root = _reader_root(warehouse)
     manifest = load_manifest(root)
     out: dict[str, str] = {}
+    if isinstance(root, ObjectMarts):
+        root.register_filesystem(con)
+        for name in root.names():
+            if name.endswith(".parquet") and name[0] not in "._":
+                out[name[:-len(".parquet")]] = f"SELECT * FROM read_parquet({_lit(root.path(name))})"
+        for table in manifest.tables if manifest is not None else []:
+            select = view_select(con, warehouse, table, manifest, root)
+            if select is None and root.is_file(f"{table}/{EMPTY}"):
+                select = f"SELECT * FROM read_parquet({_lit(root.path(f'{table}/{EMPTY}'))})"
+            if select is not None:
+                out[table] = select
+        return out
     for p in sorted(root.glob("*.parquet")) if root.is_dir() else []:
         if p.name[0] not in "._":
             out[p.stem] = f"SELECT * FROM read_parquet({_lit(str(p))})"
@@ -784,7 +980,7 @@ def reader_sources(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
             if d.is_dir() and d.name[0] not in "._" and any(d.glob("trace_id=*/*.parquet")):
                 out[d.name] = f"SELECT * FROM read_parquet({_lit(str(d / 'trace_id=*' / '*.parquet'))})"
     for table in manifest.tables if manifest is not None else []:
-        select = view_select(con, warehouse, table, manifest)
+        select = view_select(con, warehouse, table, manifest, root)
         if select is None and (root / table / EMPTY).is_file():
             select = f"SELECT * FROM read_parquet({_lit(str(root / table / EMPTY))})"
         if select is not None:

@@ -30,7 +30,7 @@ from pathlib import Path
 import duckdb
 
 from taxbreak.config import Paths, add_path_args, is_s3_url, setting
-from taxbreak.marts import marts_dir, reader_sources
+from taxbreak.marts import marts_location, reader_sources, register_filesystem
 from taxbreak.warehouse import SNAPSHOT_NAME, _is_lock_error, exports_dir, snapshot_is_current
 
 __all__ = ["SNAPSHOT_NAME", "Opened", "WarehouseUnavailable", "exports_dir", "open_readonly", "printable"]
@@ -110,7 +110,7 @@ def _attach_lake(con: duckdb.DuckDBPyConnection, lake: Path | str | None) -> Non
 def restrict(con: duckdb.DuckDBPyConnection, opened_path: Path, warehouse: Path, lake: Path | str | None) -> None:
     """The sandbox of ``taxbreak sql`` (module doc): only the warehouse, its snapshot, the lake and the exports."""
     paths = [str(Path(p).resolve()) for p in (opened_path, warehouse, exports_dir(warehouse) / SNAPSHOT_NAME)]
-    dirs = [str(exports_dir(warehouse).resolve()) + "/", str(marts_dir(warehouse).resolve()) + "/"]
+    dirs = [str(exports_dir(warehouse).resolve()) + "/", marts_location(warehouse) + "/"]
     if lake is not None:
         text = str(lake)
         if is_s3_url(text):
@@ -140,12 +140,16 @@ def open_readonly(
 
 def _ro_snapshot(snap: Path, warehouse: Path, sandbox: bool) -> duckdb.DuckDBPyConnection | None:
     """The snapshot, read-only; None when its views read the marts of another folder (a copied or moved
-    warehouse folder whose snapshot was not rebuilt since: taxbreak.marts names the marts by absolute path)."""
+    warehouse folder whose snapshot was not rebuilt since: taxbreak.marts names the marts by absolute path).  With
+    the marts on S3 (``paths.marts``), their filesystem is registered on the connection."""
     con = _ro(snap, sandbox)
-    prefix = "'" + (str(marts_dir(warehouse).resolve()) + "/").replace("'", "''")
+    location = marts_location(warehouse)
+    prefix = "'" + (location + "/").replace("'", "''")
     views = con.execute("SELECT sql FROM duckdb_views() WHERE NOT internal AND NOT temporary "
                         "AND sql LIKE '%read_parquet(%'").fetchall()
     if all(prefix in v for (v,) in views):
+        if views and is_s3_url(location):
+            register_filesystem(con, warehouse)
         return con
     con.close()
     return None

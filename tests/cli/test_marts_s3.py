@@ -1,0 +1,180 @@
+"""Issue 12: the per-trace marts on S3 (``paths.marts = "s3://bucket/prefix"``), against moto's S3 server on
+127.0.0.1 (real HTTP, as the lake's S3 tests), no mock objects.
+
+Two traces analysed with the marts on S3, read through the snapshot and ``taxbreak sql``; one re-analysed: the
+other's objects untouched, the replaced objects kept for the grace period and then collected; a write whose upload
+fails leaves the manifest, the objects and the readers' results as they were."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import duckdb
+import moto.server  # moto[server] is pinned in requirements-dev.lock: its absence fails, it does not skip
+import pytest
+from conftest import FUSION_ID, MIXED_ID, Run, add_fusion
+
+from taxbreak import marts
+from taxbreak.warehouse import snapshot_path, writer
+
+BUCKET = "marts"
+PREFIX = "team/marts"
+URL = f"s3://{BUCKET}/{PREFIX}"
+# the kernels of the scenario traces (tests/sql/scenarios.py): mixed 9 (one of them on device 1), fusion 10
+# (A B C A B C A B C D, 100 ns each)
+KERNELS = {MIXED_ID: 9, FUSION_ID: 10}
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    server = moto.server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                              aws_secret_access_key="testing", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield endpoint
+        for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):  # moto's store outlives the server
+            client.delete_object(Bucket=BUCKET, Key=obj["Key"])
+        client.delete_bucket(Bucket=BUCKET)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The variables pointing this process and the ``taxbreak`` processes at the server and the marts at
+    ``URL`` (the bucket emptied)."""
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "TAXBREAK_S3_ENDPOINT_URL": s3_server, "TAXBREAK_MARTS": URL}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    client = boto3.client("s3", endpoint_url=s3_server)
+    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
+    return env
+
+
+def _objects(endpoint: str) -> dict[str, str]:
+    """key (below the prefix) -> ETag of every object of the marts."""
+    client = boto3.client("s3", endpoint_url=endpoint)
+    out = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=PREFIX + "/"):
+        out |= {o["Key"][len(PREFIX) + 1:]: o["ETag"] for o in page.get("Contents", [])}
+    return out
+
+
+def _manifest(endpoint: str) -> bytes:
+    return boto3.client("s3", endpoint_url=endpoint).get_object(Bucket=BUCKET, Key=f"{PREFIX}/_manifest.json")[
+        "Body"].read()
+
+
+def _snapshot_rows(db: Path, sql: str) -> list[tuple]:
+    """``sql`` over the readers' snapshot, the marts' filesystem registered as every reader does."""
+    con = duckdb.connect(str(snapshot_path(db)), read_only=True)
+    try:
+        marts.register_filesystem(con, db)
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+PER_TRACE = "SELECT trace_id, count(*), sum(kernel_dur_ns) FROM kernel_taxbreak GROUP BY ALL ORDER BY 1"
+
+
+def test_marts_on_s3(home: Path, run: Run, s3: dict[str, str]) -> None:
+    endpoint = s3["TAXBREAK_S3_ENDPOINT_URL"]
+    db = home / "taxbreak.duckdb"
+    add_fusion(home / "lake")
+    done = run("analyze", "-q", env=s3)
+    assert done.returncode == 0, done.stderr
+    objects = _objects(endpoint)
+    manifest = json.loads(_manifest(endpoint))
+    # two traces (below marts.compact_loose = 4): loose partitions, each a uniquely named object the manifest names
+    mixed = {k for k in objects if f"/trace_id={MIXED_ID}/" in k}
+    fusion = {k for k in objects if f"/trace_id={FUSION_ID}/" in k}
+    assert mixed and fusion and all(k.rsplit("/", 1)[1].startswith("part-") and k.endswith(".parquet")
+                                    for k in mixed | fusion)
+    assert {f"{rel}/{name}" for rel, name in manifest["parts"].items()} == mixed | fusion
+    assert "kernel_taxbreak/_empty.parquet" in objects
+    assert not list(marts.marts_dir(db).rglob("*.parquet"))  # nothing of the marts kept locally
+
+    # the snapshot's views read the objects; the same rows as the warehouse file
+    views = {r[0]: r[1] for r in _snapshot_rows(db, "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal")}
+    assert f"'{URL}/kernel_taxbreak/trace_id={MIXED_ID}/part-" in views["kernel_taxbreak"]
+    with duckdb.connect(str(db), read_only=True) as con:
+        expected = con.execute(PER_TRACE).fetchall()
+    assert {t: n for t, n, _ in expected} == KERNELS
+    assert dict((t, d) for t, _, d in expected)[FUSION_ID] == 1000  # ten kernels of 100 ns
+    assert _snapshot_rows(db, PER_TRACE) == expected
+    # ``taxbreak sql`` (its sandbox on), ``summary`` and ``compare`` read the snapshot over S3
+    sql = run("sql", "--format", "csv", "SELECT trace_id, count(*) AS n FROM kernel_taxbreak GROUP BY ALL ORDER BY 1",
+              env=s3)
+    assert sql.returncode == 0, sql.stderr
+    assert sql.stdout.split() == ["trace_id,n", f"{MIXED_ID},9", f"{FUSION_ID},10"]
+    summary = run("summary", FUSION_ID[:12], "--json", env=s3)
+    assert summary.returncode == 0, summary.stderr
+    headline = json.loads(summary.stdout)["headline"]
+    assert (headline["kernels"], headline["t_device_active_ns"]) == (10, 1000)
+    compare = run("compare", MIXED_ID[:12], FUSION_ID[:12], "--json", env=s3)
+    assert compare.returncode == 0, compare.stderr
+    assert json.loads(compare.stdout)["b"]["trace_ids"] == [FUSION_ID]
+
+    # the fusion trace analysed again: new objects for it, the mixed trace's untouched, the old ones kept a while
+    again = run("analyze", "-q", "--trace", FUSION_ID[:12], env=s3)
+    assert again.returncode == 0, again.stderr
+    after = _objects(endpoint)
+    assert {k: after.get(k) for k in mixed} == {k: objects[k] for k in mixed}
+    new_fusion = {k for k in after if f"/trace_id={FUSION_ID}/" in k} - fusion
+    assert len(new_fusion) == len(fusion) and fusion <= set(after)  # replaced, not yet deleted
+    manifest = json.loads(_manifest(endpoint))
+    assert {rel for rel, _ in manifest["replaced"]} == fusion
+    assert {f"{rel}/{name}" for rel, name in manifest["parts"].items()} == mixed | new_fusion
+    assert _snapshot_rows(db, PER_TRACE) == expected
+    # past the grace period the replaced objects are deleted, and only those
+    assert sorted(marts.collect(db, keep_s=0)) == sorted(fusion)
+    assert set(_objects(endpoint)) == set(after) - fusion
+    assert json.loads(_manifest(endpoint))["replaced"] == []
+    assert _snapshot_rows(db, PER_TRACE) == expected
+
+
+def test_a_failed_upload_leaves_the_marts_as_they_were(home: Path, run: Run, s3: dict[str, str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    endpoint = s3["TAXBREAK_S3_ENDPOINT_URL"]
+    db = home / "taxbreak.duckdb"
+    add_fusion(home / "lake")
+    assert run("analyze", "-q", env=s3).returncode == 0
+    objects, manifest = _objects(endpoint), _manifest(endpoint)
+    before = _snapshot_rows(db, PER_TRACE)
+
+    real = marts.ObjectMarts.upload
+    calls: list[str] = []
+
+    def failing(self: marts.ObjectMarts, local: Path, rel: str) -> None:
+        calls.append(rel)
+        if len(calls) == 3:
+            raise OSError("connection reset (test)")
+        real(self, local, rel)
+
+    monkeypatch.setattr(marts.ObjectMarts, "upload", failing)
+    with pytest.raises(OSError, match="connection reset"), writer(db, traces=[FUSION_ID]):
+        pass  # the fusion trace's partitions exported again: the third upload fails
+    assert len(calls) == 3 and all(f"trace_id={FUSION_ID}/part-" in rel for rel in calls[:2])
+    assert _manifest(endpoint) == manifest  # the commit point unchanged
+    assert _objects(endpoint) == objects  # the two uploaded objects deleted again
+    assert _snapshot_rows(db, PER_TRACE) == before
+    markers, traces = marts.pending(db)
+    assert len(markers) == 1 and traces == [FUSION_ID]  # the next writer exports the trace again
+
+    monkeypatch.setattr(marts.ObjectMarts, "upload", real)
+    with writer(db, traces=[]):
+        pass
+    assert marts.pending(db) == ([], [])
+    assert _snapshot_rows(db, PER_TRACE) == before
+    assert json.loads(_manifest(endpoint))["replaced"]  # the fusion trace's previous objects, kept a while
