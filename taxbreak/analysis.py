@@ -1,15 +1,7 @@
-"""The SQL runner: materialises the tables defined in ``sql/*.sql`` into the DuckDB warehouse.
-
-Each SQL file holds one SELECT statement; its header comment documents the table::
-
-    -- table: <name>              (must equal the file name)
-    -- grain: one row per ...
-    -- reads: a, b, c             (tables of this run it reads; used to order the files)
-    -- materialize: temp          (optional: a run-local table, not kept in the warehouse)
-    -- scope: all_traces          (optional: later statements read every trace's rows, not only the run's)
-    -- scope: cross_trace         (optional: the statement itself reads every trace's rows; see below)
-    -- description: ...
-    -- column: <name>: <description> (<unit>)
+"""The engine: runs the plan (``taxbreak.plan``: the ``sql/`` files, their order and the inputs prepared in Python)
+with the run settings (``taxbreak.rules``) and publishes the tables into the DuckDB warehouse.  It owns the
+connection policy (memory limit, spill folder), the run inputs (from the lake only), the run-local tables and the
+writer rules (one publication per run).
 
 A run (``materialize``) analyses a set of traces: ``prepare`` loads their events, catalogue rows and
 metadata into temporary tables, then every statement is computed for those traces into a temporary table of
@@ -33,7 +25,6 @@ import re
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,208 +33,12 @@ import pyarrow as pa
 
 from taxbreak.ingest.lake import Lake
 from taxbreak.meta import find_meta
+from taxbreak.plan import SQL_DIR, SqlFile, _ordered, plan_tables, release_after, sql_files
+from taxbreak.rules import RunConfig, settings_arrow, settings_tables
 from taxbreak.warehouse import fault_point
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
-try:  # installed layout: taxbreak.sql is the sql/ folder
-    import taxbreak.sql as _sql_pkg
-
-    SQL_DIR = Path(_sql_pkg.__file__).resolve().parent
-except ImportError:  # pragma: no cover - source checkout without install
-    pass
-
-# Vendor-library kernel name rules (METHOD.md section 2): the first matching rule (lowest priority number)
-# decides I_lib when the trace has no library API ranges.  Patterns are case-insensitive regular expressions,
-# matched against the kernel's own name (template arguments and parameters cut off: sql/kernel_taxbreak.sql).
-LIB_KERNEL_RULES: list[tuple[int, str, int, str]] = [
-    (5, r"^fbgemm_gpu::", 0, "fbgemm_native"),  # FBGEMM's kernels are not vendor-library kernels (ours)
-    (10, r"nvjet", 0, "soda_native_nvjet"),
-    (11, r"wgmma", 0, "soda_native_wgmma"),
-    (12, r"s884gemm", 0, "soda_native_s884gemm"),
-    (20, r"cublas", 1, "cublas_name"),
-    (21, r"cutlass", 1, "cutlass_name"),
-    (22, r"cudnn", 1, "cudnn_name"),
-    (23, r"^(sm\d+_xmma|xmma_)", 1, "cublas_xmma"),
-    (24, r"^(ampere|volta|turing|hopper|maxwell|sm\d+)_[a-z0-9_]*gemm", 1, "cublas_arch_gemm"),
-    (25, r"(gemv2[nt]_kernel|gemvx|gemmsn|gemmk1_kernel|splitkreduce_kernel|gemm_kernel\d)", 1, "cublas_family"),
-    (26, r"(implicit_convolve|explicit_convolve|winograd|fft2d_|conv2d_grouped_direct|bn_fw_|bn_bw_)", 1,
-     "cudnn_family"),
-    # ROCm counterparts (ours): rocBLAS/hipBLASLt Tensile GEMMs and Composable Kernel, as cuBLAS and CUTLASS above
-    (27, r"^Cijk_", 1, "rocblas_tensile"),
-    (28, r"ck_tile|(^|[^a-z_])ck::", 1, "composable_kernel"),
-]
-
-# Step and phase patterns (METHOD.md section 5) over user annotations / NVTX ranges; phase NULL = not decided.
-STEP_PATTERNS: list[tuple[int, str, str | None, str]] = [
-    (10, r"^ProfilerStep#\d+$", None, "profiler_step"),
-    (20, r"^prefill([#_ ]?\d+)?$", "prefill", "prefill_annotation"),
-    (21, r"^decode(_step)?([#_ ]?\d+)?$", "decode", "decode_annotation"),
-    (22, r"^step\[extend", "prefill", "sglang_extend"),
-    (23, r"^step\[decode", "decode", "sglang_decode"),
-    # vLLM's execute_<tokens>_context_<C>(...)_generation_<G>(...): C prefill and G decode requests (ours)
-    (24, r"^execute_\d+_context_0\(", "decode", "vllm_execute_decode"),
-    (25, r"^execute_\d+_context_\d+\(.*\)_generation_0\(", "prefill", "vllm_execute_prefill"),
-    (26, r"^execute_\d+_context_\d+\(", "mixed", "vllm_execute_mixed"),
-    (27, r"^serve_step#\d+$", None, "taxbreak_serve_step"),  # taxbreak capture serve
-    # PARAM / HTA benchmark iterations, e.g. '[param|pytorch.model.alex_net|0|0|0|warmup|forward]' (ours)
-    (30, r"^\[param\|.*\|(warmup|measure)\|[a-z_]+\]$", None, "param_bench_iteration"),
-]
-
-# T_sys defaults (METHOD.md section 4, SODA's fallbacks), by GPU name.
-T_SYS_DEFAULTS: list[tuple[int, str, int, str]] = [
-    (10, r"H100", 4510, "default_h100"),
-    (11, r"H200", 4300, "default_h200"),
-    (99, r".*", 4500, "default_other"),
-]
-
-
-@dataclass
-class RunConfig:
-    fusion_ps_threshold: float = 1.0
-    fusion_min_count: int = 2
-    fusion_list_pool: int = 500  # the best candidates among which the non-overlapping list is chosen (ours)
-    coverage_threshold: float = 0.9
-    null_kernel_warmup: int = 20
-    # A launch call waited rather than worked when longer than max(min, factor x its thread's median launch call)
-    # (METHOD.md section 3, ours).
-    launch_blocked_min_ns: int = 50_000
-    launch_blocked_median_factor: float = 10.0
-    # A scope's blocked dispatch is flagged when t_dispatch_blocked_ns exceeds this share of delta_ft + delta_ct (ours).
-    dispatch_blocked_share: float = 0.5
-    # A step is an outlier when longer than this factor x the median of the other steps of its level (ours).
-    outlier_step_factor: float = 5.0
-    lib_kernel_rules: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(LIB_KERNEL_RULES))
-    step_patterns: list[tuple[int, str, str | None, str]] = field(default_factory=lambda: list(STEP_PATTERNS))
-    t_sys_defaults: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(T_SYS_DEFAULTS))
-    # A launch floor the user set (``analysis.t_sys_ns``: ``--t-sys-ns``, $TAXBREAK_T_SYS_NS or taxbreak.toml):
-    # every trace uses it, provenance 'user_setting' (run_config.t_sys_override_ns; sql/trace_launch_floor.sql).
-    t_sys_override_ns: int | None = None
-
-    @classmethod
-    def from_settings(cls, t_sys_ns: int | None = None) -> RunConfig:
-        """The defaults above with the user's settings (``taxbreak.config``) applied; ``t_sys_ns``: an option."""
-        from taxbreak.config import setting
-
-        return cls(t_sys_override_ns=setting("analysis.t_sys_ns", t_sys_ns).value)
-
-
-# The run settings reach SQL as run-local tables: each rule list of RunConfig is a table of its own (columns below),
-# every scalar field is a column of the one-row table run_config.  Derived here only: the Dagster code versions
-# (settings_tables) and prepare() both read it.
-RULE_TABLES: dict[str, tuple[str, ...]] = {
-    "lib_kernel_rules": ("priority", "pattern", "i_lib", "rule"),
-    "step_patterns": ("priority", "pattern", "phase", "rule"),
-    "t_sys_defaults": ("priority", "gpu_pattern", "t_sys_ns", "rule"),
-}
-_SCALAR_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "int | None": pa.int64(),
-                 "float | None": pa.float64()}
-
-
-def settings_tables() -> dict[str, tuple[str, ...]]:
-    """Run-settings table -> the RunConfig fields it holds."""
-    scalars = tuple(f.name for f in fields(RunConfig) if f.name not in RULE_TABLES)
-    return {**{t: (t,) for t in RULE_TABLES}, "run_config": scalars}
-
-
-def settings_arrow(cfg: RunConfig) -> dict[str, pa.Table]:
-    """The run-settings tables of ``cfg`` as Arrow tables (see RULE_TABLES)."""
-    out = {t: pa.Table.from_pylist([dict(zip(cols, row, strict=True)) for row in getattr(cfg, t)])
-           for t, cols in RULE_TABLES.items()}
-    scalars = [f for f in fields(RunConfig) if f.name not in RULE_TABLES]
-    out["run_config"] = pa.Table.from_pylist(
-        [{f.name: getattr(cfg, f.name) for f in scalars}],
-        schema=pa.schema([(f.name, _SCALAR_TYPES[str(f.type)]) for f in scalars]))
-    return out
-
-
-@dataclass
-class SqlFile:
-    name: str
-    path: Path
-    text: str
-    grain: str = ""
-    reads: list[str] = field(default_factory=list)
-    description: str = ""
-    materialize: str = "table"
-    scope: str = "run"
-    columns: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def params(self) -> list[str]:
-        return sorted(set(re.findall(r"\$([A-Za-z_][A-Za-z0-9_]*)", _strip_comments(self.text))))
-
-
-def _strip_comments(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
-
-
-_HEADER = re.compile(r"^--\s*(table|grain|reads|materialize|scope|description|column):\s*(.*)$")
-
-
-def parse_sql_file(path: Path) -> SqlFile:
-    text = path.read_text(encoding="utf-8")
-    sf = SqlFile(name=path.stem, path=path, text=text)
-    for line in text.splitlines():
-        m = _HEADER.match(line.strip())
-        if not m:
-            continue
-        key, val = m.group(1), m.group(2).strip()
-        if key == "table" and val != sf.name:
-            raise ValueError(f"{path}: '-- table: {val}' does not match the file name")
-        if key == "grain":
-            sf.grain = val
-        elif key == "reads":
-            sf.reads = [r.strip() for r in val.split(",") if re.fullmatch(r"[a-z_][a-z0-9_]*", r.strip())]
-        elif key == "description":
-            sf.description = val
-        elif key == "materialize":
-            sf.materialize = val
-        elif key == "scope":
-            sf.scope = val
-        elif key == "column":
-            col, _, desc = val.partition(":")
-            sf.columns[col.strip()] = desc.strip()
-    if not sf.grain:
-        raise ValueError(f"{path}: no '-- grain:' line")
-    return sf
-
-
-_PARSED: dict[tuple[tuple[str, int, int], ...], list[SqlFile]] = {}  # the last parse, by the files' versions
-
-
-def sql_files(sql_dir: Path | None = None) -> list[SqlFile]:
-    """Every SQL file, in dependency order (topological over '-- reads:', ties by name).
-
-    Parsed once per version of the files (path, size, modification time): a run asks for them at every table."""
-    paths = sorted((sql_dir or SQL_DIR).glob("*.sql"))
-    key = tuple((str(p), st.st_size, st.st_mtime_ns) for p in paths for st in (p.stat(),))
-    if key not in _PARSED:
-        order = _ordered({p.stem: parse_sql_file(p) for p in paths})
-        _PARSED.clear()
-        _PARSED[key] = order
-    return list(_PARSED[key])
-
-
-def _ordered(files: dict[str, SqlFile]) -> list[SqlFile]:
-    order: list[SqlFile] = []
-    state: dict[str, int] = {}
-
-    def visit(name: str, chain: tuple[str, ...]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            raise ValueError("cycle in sql/ reads: " + " -> ".join(chain + (name,)))
-        state[name] = 1
-        for dep in files[name].reads:
-            if dep in files:
-                visit(dep, chain + (name,))
-        state[name] = 2
-        order.append(files[name])
-
-    for name in sorted(files):
-        visit(name, ())
-    return order
-
+# the plan and the rules live in taxbreak.plan and taxbreak.rules; the engine's callers find them here too
+__all__ = ["SQL_DIR", "RunConfig", "SqlFile", "plan_tables", "release_after", "settings_tables", "sql_files"]
 
 MEMORY_ENV = "TAXBREAK_DUCKDB_MEMORY"  # the environment variable of the analysis.duckdb_memory setting
 
@@ -409,8 +204,8 @@ def prepare(
     """Load the run's inputs into temporary tables and compute its run-local tables; returns the bound parameters
     of the statements.
 
-    Creates temporary tables ``selected_traces``, ``stg_catalogue``, ``stg_meta_raw``, ``run_config``,
-    ``lib_kernel_rules``, ``step_patterns`` and ``t_sys_defaults``; in a run over every trace (``trace_ids`` None)
+    Creates the temporary tables of ``taxbreak.plan.INPUTS`` and binds ``taxbreak.plan.PARAMETERS``; in a run over
+    every trace (``trace_ids`` None)
     also a view ``events`` and a table ``catalogue`` over the whole lake (for ad-hoc queries; no statement reads
     them).  The run-local tables that ``tables`` (None: every table) need are computed into the scratch database
     (``scratch``, ``_stage``)."""
@@ -653,46 +448,10 @@ def publication(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     fault_point("after_commit")
 
 
-def release_after(names: list[str]) -> dict[str, list[str]]:
-    """For a plan (``plan_tables``' order): table -> the run-local tables whose last reader in the plan it is.
-    Dropping those once it is built frees DuckDB's memory for the later statements (at 1 M kernels the run's
-    events alone fill most of the default memory_limit, so every later statement spilled)."""
-    files = {f.name: f for f in sql_files()}
-    last: dict[str, str] = {}
-    for name in names:
-        for dep in files[name].reads:
-            if dep in files and files[dep].materialize == "temp":
-                last[dep] = name
-    out: dict[str, list[str]] = {}
-    for dep, reader in last.items():
-        out.setdefault(reader, []).append(dep)
-    return out
-
-
 def drop_run_local(con: duckdb.DuckDBPyConnection, names: list[str]) -> None:
     """Drop the run-local tables ``names`` (``release_after``); a later statement that needs one rebuilds it."""
     for name in names:
         _drop_run_local(con, name)
-
-
-def plan_tables(tables: list[str] | None = None) -> list[str]:
-    """The files a run of ``tables`` (None: all) computes, in dependency order; ValueError names unknown ones."""
-    files = {f.name: f for f in sql_files()}  # dependency order
-    names = list(files)
-    if not tables:
-        return names
-    unknown = sorted(set(tables) - set(names))
-    if unknown:
-        raise ValueError(f"unknown table(s): {', '.join(unknown)}; known: {', '.join(names)}")
-    need: set[str] = set()
-    stack = list(tables)
-    while stack:
-        t = stack.pop()
-        if t in need:
-            continue
-        need.add(t)
-        stack.extend(d for d in files[t].reads if d in files)
-    return [n for n in names if n in need]
 
 
 def materialize(

@@ -312,8 +312,10 @@ def _match_traces(rows: list[dict], wanted: list[str]) -> tuple[list[str], list[
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from taxbreak.analysis import RunConfig, materialize, plan_tables
+    from taxbreak.analysis import materialize
     from taxbreak.ingest import Lake
+    from taxbreak.plan import plan_tables
+    from taxbreak.rules import RunConfig
     from taxbreak.warehouse import WarehouseBusy, snapshot_path, writer
 
     paths = Paths.from_args(args)

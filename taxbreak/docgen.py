@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from taxbreak.analysis import sql_files
+from taxbreak.plan import INPUTS, PARAMETERS, sql_files
 
 REPO = Path(__file__).resolve().parent.parent
 DOC_PATH = REPO / "docs" / "warehouse.md"
@@ -84,6 +84,17 @@ def generate() -> str:
         "`warehouse/lake/events/trace_id=*/part-0.parquet`.",
         "- Times are int64 nanoseconds on each trace's own clock (0 = the trace's first event); every column name "
         "that holds a quantity ends in its unit.",
+        "",
+        "## Inputs the engine prepares",
+        "",
+        "Before any statement runs, `taxbreak.analysis.prepare` loads these run-local tables (declared in "
+        "`taxbreak.plan.INPUTS`; from the lake only, so moving the bucket loses nothing) and binds these parameters; "
+        "every other name a table reads is a table below.",
+        "",
+        "| input | from | holds |",
+        "| --- | --- | --- |",
+        *[f"| `{i.name}` | {i.source} | {_cell(i.description)} |" for i in INPUTS],
+        *[f"| `${name}` (parameter) | lake | {_cell(text)} |" for name, text in PARAMETERS.items()],
         "",
         "## Tables",
         "",

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from taxbreak.analysis import SQL_DIR, SqlFile, parse_sql_file
+from taxbreak.plan import SQL_DIR, SqlFile, parse_sql_file
 
 TERMS = ("beta", "a1", "a2", "a3", "a4")
 TERM_FEATURES = ("1", "sum p", "sum c", "sum p^2", "|B|")

@@ -1067,7 +1067,7 @@ TABLE_DOCS = {
 
 def table_docs() -> list[Any]:
     """The tables' header docs as taxbreak.analysis.SqlFile objects (for docgen and COMMENT ON)."""
-    from taxbreak.analysis import _HEADER, SqlFile
+    from taxbreak.plan import _HEADER, SqlFile
 
     out = []
     for name, text in TABLE_DOCS.items():

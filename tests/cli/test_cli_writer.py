@@ -14,7 +14,7 @@ import duckdb
 import pytest
 from conftest import FUSION_ID, MIXED_ID, Run, add_fusion, build_mixed
 
-from taxbreak.analysis import plan_tables, sql_files
+from taxbreak.plan import plan_tables, sql_files
 from taxbreak.warehouse import FAULT_ENV, snapshot_path
 
 KEPT = [f.name for f in sql_files() if f.materialize != "temp"]

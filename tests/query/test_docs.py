@@ -5,8 +5,8 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from taxbreak.analysis import sql_files
 from taxbreak.docgen import DOC_PATH, example_queries, generate, split_unit
+from taxbreak.plan import sql_files
 
 QUERIES = example_queries()
 

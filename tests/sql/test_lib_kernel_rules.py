@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from taxbreak.analysis import LIB_KERNEL_RULES
+from taxbreak.rules import LIB_KERNEL_RULES
 
 
 def first_rule(name: str) -> tuple[int, str] | None:

@@ -27,6 +27,29 @@ def test_sql_files_ordered_and_documented() -> None:
     assert names.index("int_kernel_links") < names.index("kernel_taxbreak") < names.index("taxbreak_by_scope")
 
 
+def test_plan_declares_every_input(tmp_path: Path) -> None:
+    """A name in '-- reads:' is another file or an input the engine declares (taxbreak.plan.INPUTS), and prepare
+    creates exactly the declared inputs: a typo in a header or an input added without its declaration fails here."""
+    from taxbreak import plan
+
+    files = {f.name for f in plan.sql_files()}
+    declared = {i.name for i in plan.INPUTS}
+    assert declared == {"selected_traces", "stg_catalogue", "stg_meta_raw", "run_config", "lib_kernel_rules",
+                        "step_patterns", "t_sys_defaults"}
+    assert {i.name for i in plan.INPUTS if i.source == "settings"} == set(plan.settings_tables())
+    undeclared = {(f.name, r) for f in plan.sql_files() for r in f.reads if r not in files | declared}
+    assert undeclared == set()
+    assert {p for f in plan.sql_files() for p in f.params} == set(plan.PARAMETERS)
+    build_mixed(tmp_path / "lake")
+    con = analysis.connect(None)
+    before = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'").fetchall()}
+    bound = analysis.prepare(con, tmp_path / "lake", [MIXED_ID], tables=["trace_meta"])
+    made = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'").fetchall()}
+    assert made - before - {"_run_state"} == declared
+    assert set(bound) - {"trace_ids"} == set(plan.PARAMETERS) and bound["trace_ids"] == [MIXED_ID]
+    con.close()
+
+
 def test_every_column_documented_in_warehouse(tmp_path: Path) -> None:
     build_mixed(tmp_path / "lake")
     analysis.materialize(tmp_path / "wh.duckdb", tmp_path / "lake")

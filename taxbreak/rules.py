@@ -1,0 +1,115 @@
+"""The run settings of the analyses: the kernel-name, step-pattern and launch-floor rules and the scalar settings
+(``RunConfig``), and their shape as the run-settings tables the SQL reads (``settings_tables``, ``settings_arrow``).
+
+Definitions are in docs/method.md; the rules marked "ours" are this repository's, not the papers'.  The engine
+(``taxbreak.analysis``) loads them per run; Dagster hashes the ones a table reads into its code version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import pyarrow as pa
+
+# Vendor-library kernel name rules (METHOD.md section 2): the first matching rule (lowest priority number)
+# decides I_lib when the trace has no library API ranges.  Patterns are case-insensitive regular expressions,
+# matched against the kernel's own name (template arguments and parameters cut off: sql/kernel_taxbreak.sql).
+LIB_KERNEL_RULES: list[tuple[int, str, int, str]] = [
+    (5, r"^fbgemm_gpu::", 0, "fbgemm_native"),  # FBGEMM's kernels are not vendor-library kernels (ours)
+    (10, r"nvjet", 0, "soda_native_nvjet"),
+    (11, r"wgmma", 0, "soda_native_wgmma"),
+    (12, r"s884gemm", 0, "soda_native_s884gemm"),
+    (20, r"cublas", 1, "cublas_name"),
+    (21, r"cutlass", 1, "cutlass_name"),
+    (22, r"cudnn", 1, "cudnn_name"),
+    (23, r"^(sm\d+_xmma|xmma_)", 1, "cublas_xmma"),
+    (24, r"^(ampere|volta|turing|hopper|maxwell|sm\d+)_[a-z0-9_]*gemm", 1, "cublas_arch_gemm"),
+    (25, r"(gemv2[nt]_kernel|gemvx|gemmsn|gemmk1_kernel|splitkreduce_kernel|gemm_kernel\d)", 1, "cublas_family"),
+    (26, r"(implicit_convolve|explicit_convolve|winograd|fft2d_|conv2d_grouped_direct|bn_fw_|bn_bw_)", 1,
+     "cudnn_family"),
+    # ROCm counterparts (ours): rocBLAS/hipBLASLt Tensile GEMMs and Composable Kernel, as cuBLAS and CUTLASS above
+    (27, r"^Cijk_", 1, "rocblas_tensile"),
+    (28, r"ck_tile|(^|[^a-z_])ck::", 1, "composable_kernel"),
+]
+
+# Step and phase patterns (METHOD.md section 5) over user annotations / NVTX ranges; phase NULL = not decided.
+STEP_PATTERNS: list[tuple[int, str, str | None, str]] = [
+    (10, r"^ProfilerStep#\d+$", None, "profiler_step"),
+    (20, r"^prefill([#_ ]?\d+)?$", "prefill", "prefill_annotation"),
+    (21, r"^decode(_step)?([#_ ]?\d+)?$", "decode", "decode_annotation"),
+    (22, r"^step\[extend", "prefill", "sglang_extend"),
+    (23, r"^step\[decode", "decode", "sglang_decode"),
+    # vLLM's execute_<tokens>_context_<C>(...)_generation_<G>(...): C prefill and G decode requests (ours)
+    (24, r"^execute_\d+_context_0\(", "decode", "vllm_execute_decode"),
+    (25, r"^execute_\d+_context_\d+\(.*\)_generation_0\(", "prefill", "vllm_execute_prefill"),
+    (26, r"^execute_\d+_context_\d+\(", "mixed", "vllm_execute_mixed"),
+    (27, r"^serve_step#\d+$", None, "taxbreak_serve_step"),  # taxbreak capture serve
+    # PARAM / HTA benchmark iterations, e.g. '[param|pytorch.model.alex_net|0|0|0|warmup|forward]' (ours)
+    (30, r"^\[param\|.*\|(warmup|measure)\|[a-z_]+\]$", None, "param_bench_iteration"),
+]
+
+# T_sys defaults (METHOD.md section 4, SODA's fallbacks), by GPU name.
+T_SYS_DEFAULTS: list[tuple[int, str, int, str]] = [
+    (10, r"H100", 4510, "default_h100"),
+    (11, r"H200", 4300, "default_h200"),
+    (99, r".*", 4500, "default_other"),
+]
+
+
+@dataclass
+class RunConfig:
+    fusion_ps_threshold: float = 1.0
+    fusion_min_count: int = 2
+    fusion_list_pool: int = 500  # the best candidates among which the non-overlapping list is chosen (ours)
+    coverage_threshold: float = 0.9
+    null_kernel_warmup: int = 20
+    # A launch call waited rather than worked when longer than max(min, factor x its thread's median launch call)
+    # (METHOD.md section 3, ours).
+    launch_blocked_min_ns: int = 50_000
+    launch_blocked_median_factor: float = 10.0
+    # A scope's blocked dispatch is flagged when t_dispatch_blocked_ns exceeds this share of delta_ft + delta_ct (ours).
+    dispatch_blocked_share: float = 0.5
+    # A step is an outlier when longer than this factor x the median of the other steps of its level (ours).
+    outlier_step_factor: float = 5.0
+    lib_kernel_rules: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(LIB_KERNEL_RULES))
+    step_patterns: list[tuple[int, str, str | None, str]] = field(default_factory=lambda: list(STEP_PATTERNS))
+    t_sys_defaults: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(T_SYS_DEFAULTS))
+    # A launch floor the user set (``analysis.t_sys_ns``: ``--t-sys-ns``, $TAXBREAK_T_SYS_NS or taxbreak.toml):
+    # every trace uses it, provenance 'user_setting' (run_config.t_sys_override_ns; sql/trace_launch_floor.sql).
+    t_sys_override_ns: int | None = None
+
+    @classmethod
+    def from_settings(cls, t_sys_ns: int | None = None) -> RunConfig:
+        """The defaults above with the user's settings (``taxbreak.config``) applied; ``t_sys_ns``: an option."""
+        from taxbreak.config import setting
+
+        return cls(t_sys_override_ns=setting("analysis.t_sys_ns", t_sys_ns).value)
+
+
+# The run settings reach SQL as run-local tables: each rule list of RunConfig is a table of its own (columns below),
+# every scalar field is a column of the one-row table run_config.  Derived here only: the Dagster code versions
+# (settings_tables) and prepare() both read it.
+RULE_TABLES: dict[str, tuple[str, ...]] = {
+    "lib_kernel_rules": ("priority", "pattern", "i_lib", "rule"),
+    "step_patterns": ("priority", "pattern", "phase", "rule"),
+    "t_sys_defaults": ("priority", "gpu_pattern", "t_sys_ns", "rule"),
+}
+_SCALAR_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "int | None": pa.int64(),
+                 "float | None": pa.float64()}
+
+
+def settings_tables() -> dict[str, tuple[str, ...]]:
+    """Run-settings table -> the RunConfig fields it holds."""
+    scalars = tuple(f.name for f in fields(RunConfig) if f.name not in RULE_TABLES)
+    return {**{t: (t,) for t in RULE_TABLES}, "run_config": scalars}
+
+
+def settings_arrow(cfg: RunConfig) -> dict[str, pa.Table]:
+    """The run-settings tables of ``cfg`` as Arrow tables (see RULE_TABLES)."""
+    out = {t: pa.Table.from_pylist([dict(zip(cols, row, strict=True)) for row in getattr(cfg, t)])
+           for t, cols in RULE_TABLES.items()}
+    scalars = [f for f in fields(RunConfig) if f.name not in RULE_TABLES]
+    out["run_config"] = pa.Table.from_pylist(
+        [{f.name: getattr(cfg, f.name) for f in scalars}],
+        schema=pa.schema([(f.name, _SCALAR_TYPES[str(f.type)]) for f in scalars]))
+    return out
