@@ -178,3 +178,44 @@ def test_a_failed_upload_leaves_the_marts_as_they_were(home: Path, run: Run, s3:
     assert marts.pending(db) == ([], [])
     assert _snapshot_rows(db, PER_TRACE) == before
     assert json.loads(_manifest(endpoint))["replaced"]  # the fusion trace's previous objects, kept a while
+
+
+def test_segments_on_s3(home: Path, run: Run, s3: dict[str, str]) -> None:
+    """With ``marts.compact_loose = 2`` the two traces are one segment object; a trace analysed again is a loose
+    object, and the segment, half superseded, is rewritten without it (read back from S3); the other trace analysed
+    again makes two loose traces, compacted into one new segment (the first trace's loose objects read in place
+    from S3); every replaced object is collected after the grace period."""
+    endpoint = s3["TAXBREAK_S3_ENDPOINT_URL"]
+    env = {**s3, "TAXBREAK_MARTS_COMPACT_LOOSE": "2"}
+    db = home / "taxbreak.duckdb"
+    add_fusion(home / "lake")
+    assert run("analyze", "-q", env=env).returncode == 0
+    with duckdb.connect(str(db), read_only=True) as con:
+        expected = con.execute(PER_TRACE).fetchall()
+    assert {t: n for t, n, _ in expected} == KERNELS
+    first = {k for k in _objects(endpoint) if k.startswith("kernel_taxbreak/seg-")}
+    assert len(first) == 1 and not any("trace_id=" in k for k in _objects(endpoint))
+    assert _snapshot_rows(db, PER_TRACE) == expected
+
+    assert run("analyze", "-q", "--trace", FUSION_ID[:12], env=env).returncode == 0
+    view = dict(_snapshot_rows(db, "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal"))["kernel_taxbreak"]
+    # the loose object, and a segment of the mixed trace alone (half of the first one superseded: rewritten)
+    assert f"trace_id={FUSION_ID}/part-" in view and "/kernel_taxbreak/seg-" in view
+    manifest = json.loads(_manifest(endpoint))
+    assert [s["traces"] for s in manifest["segments"].values()] == [[MIXED_ID]]
+    assert _snapshot_rows(db, PER_TRACE) == expected
+
+    assert run("analyze", "-q", "--trace", MIXED_ID[:12], env=env).returncode == 0
+    objects = _objects(endpoint)
+    segments = {k for k in objects if k.startswith("kernel_taxbreak/seg-")}
+    manifest = json.loads(_manifest(endpoint))
+    assert len(manifest["segments"]) == 1 and "parts" not in manifest  # nothing loose, nothing named apart
+    (sid, seg), = manifest["segments"].items()
+    assert seg["traces"] == sorted(KERNELS) and f"kernel_taxbreak/{seg['files']['kernel_taxbreak']}" in segments
+    assert first <= {rel for rel, _ in manifest["replaced"]}  # kept for the previous snapshot's readers
+    assert _snapshot_rows(db, PER_TRACE) == expected
+    assert _snapshot_rows(db, "SELECT count(*) FROM kernel_taxbreak WHERE kernel_name = 'D'") == [(1,)]
+    marts.collect(db, keep_s=0)
+    assert {k for k in _objects(endpoint) if "/seg-" in k or "trace_id=" in k} == {
+        f"{t}/{f}" for t, f in seg["files"].items()}
+    assert _snapshot_rows(db, PER_TRACE) == expected
