@@ -18,6 +18,7 @@ import pytest
 from conftest import FUSION_ID, MIXED_ID, Run, add_fusion
 
 from taxbreak import marts
+from taxbreak.query import open_readonly
 from taxbreak.warehouse import snapshot_path, writer
 
 BUCKET = "marts"
@@ -125,6 +126,12 @@ def test_marts_on_s3(home: Path, run: Run, s3: dict[str, str]) -> None:
     compare = run("compare", MIXED_ID[:12], FUSION_ID[:12], "--json", env=s3)
     assert compare.returncode == 0, compare.stderr
     assert json.loads(compare.stdout)["b"]["trace_ids"] == [FUSION_ID]
+    # without the snapshot, the readers' last resort reads the manifest's objects directly (sandboxed too)
+    opened = open_readonly(db, prefer="exports", sandbox=True)
+    try:
+        assert opened.source == "exports" and opened.con.execute(PER_TRACE).fetchall() == expected
+    finally:
+        opened.con.close()
 
     # the fusion trace analysed again: new objects for it, the mixed trace's untouched, the old ones kept a while
     again = run("analyze", "-q", "--trace", FUSION_ID[:12], env=s3)
