@@ -81,7 +81,9 @@ def generate() -> str:
         "`warehouse/marts/_manifest.json` names the current files and the traces a segment holds that a newer "
         "file supersedes (read the files it names, or the snapshot's views, not a glob). The cross-trace tables "
         "are `warehouse/marts/<table>.parquet`; raw events in the common schema "
-        "`warehouse/lake/events/trace_id=*/part-0.parquet`.",
+        "`warehouse/lake/events/trace_id=*/part-0.parquet`. With `TAXBREAK_MARTS` (`[paths] marts`) the marts are "
+        "that folder or `s3://bucket/prefix` instead (on S3 a loose partition is a new `part-<random>.parquet` at "
+        "each write, named in the manifest's `parts`).",
         "- Times are int64 nanoseconds on each trace's own clock (0 = the trace's first event); every column name "
         "that holds a quantity ends in its unit.",
         "",
