@@ -193,7 +193,8 @@ def batch_parallel(paths: dict[str, Path], files: list[Path], workers: int) -> f
 
     from taxbreak.ingest import Lake
     from taxbreak.pipeline import local
-    from taxbreak.pipeline.defs.analysis_assets import TRACES_TAG
+    from taxbreak.pipeline.defs.analysis_assets import TRACES_TAG, range_tags
+    from taxbreak.pipeline.defs.ingest_assets import key_matches
 
     use(paths)
     for f in files:
@@ -205,8 +206,10 @@ def batch_parallel(paths: dict[str, Path], files: list[Path], workers: int) -> f
                     "forkserver": {"preload_modules": ["taxbreak.pipeline.local"]}}}}}) as ingest:
             assert ingest.success
         ids = [r["trace_id"] for r in Lake(paths["lake"]).catalogue().to_pylist()]
+        # the tables are `traces` partitions: the run spans the batch's keys (registered together, one range)
+        keys = [k for k in instance.get_dynamic_partitions("traces") if any(key_matches(k, t) for t in ids)]
         with dg.execute_job(dg.reconstructable(local.refresh_job), instance=instance,
-                            tags={TRACES_TAG: ",".join(ids)}, run_config={"execution": {"config": {
+                            tags={TRACES_TAG: ",".join(ids), **range_tags(keys)}, run_config={"execution": {"config": {
                                 "max_concurrent": workers, "start_method": {
                                     "forkserver": {"preload_modules": ["taxbreak.pipeline.local"]}}}}}) as tables:
             assert tables.success

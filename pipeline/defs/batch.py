@@ -3,8 +3,8 @@
 Per-trace work is independent, so under the multiprocess executor (the default for jobs loaded by ``dg dev``
 and the daemon) each file is ingested in its own process, and on the Kubernetes / Celery executors in its own
 pod / worker (``deploy/``).  Each step reports the ``trace_ingest`` partition it materialised, exactly like a
-sensor run does; the tables are then rebuilt once for every trace (``analysis_tables`` selected after it, or
-the ``refresh_job``).
+sensor run does; the tables are then rebuilt for the batch in one run of ``refresh_job`` over the batch's
+partitions (registered together, so one range: ``analysis_assets.range_tags``).
 """
 
 import dagster as dg

@@ -4,7 +4,8 @@ Each check counts the rows that break one rule; it passes when there are none an
 A table not built yet (no trace analysed) passes with ``rows_checked = 0``.  The checks are evaluated by the
 ``analysis_tables`` step itself (``taxbreak.pipeline.defs.analysis_assets``), on the run's rows, inside the
 run's publication and before its commit: a broken invariant fails the step and rolls the run back, so nothing of
-that trace is published (tables, marts, snapshot) and the assets downstream (exports, report, what-if) do not run.
+that trace is published (tables, marts, snapshot), its partition of the tables stays unmaterialised and the assets
+downstream (cross-trace tables, exports, report, what-if) do not run.
 """
 
 import dagster as dg

@@ -1,11 +1,12 @@
 """The per-request latency model as an asset: ``request_model_fit`` (and the tables computed from it) refitted when
 new serving steps of a (model, GPU) arrive.
 
-The asset depends on ``serving_steps`` and ``serving_step_requests`` (kept analysis tables). A sensor evaluates its
-automation condition (eager: after either table is updated); the run refits only the (model, GPU, phase) groups
-whose number of fit-ready steps changed since their stored fit (``taxbreak.requests.stale_groups``), and rebuilds
-``request_step_fit``, ``request_step_shares``, ``request_totals`` and ``request_tenants``. It runs in the
-``duckdb_writer`` pool and holds the warehouse lock like every other writer. The model: docs/method.md.
+The asset depends on ``serving_steps`` and ``serving_step_requests`` (kept analysis tables, ``traces`` partitions).
+A sensor evaluates its automation condition (eager: after any partition of either table is updated); the run refits
+only the (model, GPU, phase) groups whose number of fit-ready steps changed since their stored fit
+(``taxbreak.requests.stale_groups``), and rebuilds ``request_step_fit``, ``request_step_shares``, ``request_totals``
+and ``request_tenants``. It runs in the ``duckdb_writer`` pool and holds the warehouse lock like every other writer.
+The model: docs/method.md.
 """
 
 import dagster as dg
@@ -19,7 +20,9 @@ REQUEST_MODEL_FIT = dg.AssetKey("request_model_fit")
 @dg.asset(
     key=REQUEST_MODEL_FIT, deps=[dg.AssetKey("serving_steps"), dg.AssetKey("serving_step_requests")],
     group_name="analysis", kinds={"duckdb", "python"}, pool=POOL,
-    automation_condition=dg.AutomationCondition.eager(),
+    # eager, but not held back by missing upstream partitions: serving_steps is partitioned by trace, and a trace
+    # whose file failed never materialises its partition
+    automation_condition=dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing()),
     description="LLMVisor's step-latency model per (model, GPU, phase), two segments, beside the token-count "
     "baseline; refitted for the groups that got new serving steps, with the per-request and per-tenant shares "
     "(docs/method.md, docs/warehouse.md).",

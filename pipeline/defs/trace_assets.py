@@ -1,11 +1,10 @@
 """``trace_analysis``: each trace's analysis as a ``traces`` partition, so the UI shows per-trace status.
 
-The analysis tables are one unpartitioned multi-asset (``analysis_assets``: a run prepares its traces' inputs once
-and holds the DuckDB writer once; the full refresh rebuilds every trace in one step). This asset, partitioned like
-``trace_ingest``, is materialised by ``trace_job`` for the run's trace after the tables committed, with the trace's
-headline figures (``taxbreak.readmodel.trace_headlines``, the read model every reader uses) as metadata: the asset's
-partitions page then shows which traces are analysed, and a trace whose file failed or whose invariants broke has
-no materialisation of it (its upstream step yielded nothing or failed, so this step did not run).
+The per-trace analysis tables are ``traces`` partitions too (``analysis_assets``: one step per run over its traces).
+This asset, partitioned like them, is materialised by ``trace_job`` for the run's trace after the tables committed,
+with the trace's headline figures (``taxbreak.readmodel.trace_headlines``, the read model every reader uses) as
+metadata: the asset's partitions page then shows which traces are analysed, and a trace whose file failed or whose
+invariants broke has no materialisation of it (its upstream step yielded nothing or failed, so this step did not run).
 It reads the warehouse under the one writer rule, read-only (``duckdb_writer`` pool), one trace's rows.
 """
 
@@ -50,7 +49,7 @@ def headline_metadata(h: dict) -> dict[str, object]:
     description="One trace's analysis (a `traces` partition): its headline figures from the analysis tables "
     "(HDBI, HDBI_linked, HDBI_wall, T_Orchestrate = ΔFT + ΔCT + ΔKT, device-active time, T_sys, kernels per token; "
     "docs/method.md) and flags. Materialised by `trace_job` after the tables committed the trace, so the partitions "
-    "page shows which traces are analysed; `refresh_job` does not touch it.",
+    "page shows which traces are analysed; `refresh_job` (a run over a range of partitions) does not touch it.",
 )
 def trace_analysis(
     context: dg.AssetExecutionContext, lake: LakeResource, warehouse: WarehouseResource,

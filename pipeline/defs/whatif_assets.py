@@ -4,6 +4,8 @@ Part of ``trace_job`` (after the analysis tables): a run started for one trace r
 scenarios (``taxbreak.whatif.default_scenarios``: identity, the host-speed sweep 1x..4x, GPU 2x, CUDA graphs for
 decode, the top-5 fusion candidates); a run without a partition computes them for every analysed trace that has
 no rows yet (``full_rebuild``: for every trace). It runs in the ``duckdb_writer`` pool like every other writer.
+It stays unpartitioned: a run without a given trace replays only the traces that have no rows yet, which is not
+what a range of partitions would record.
 """
 
 import dagster as dg

@@ -121,3 +121,8 @@ def test_a_broken_invariant_blocks_the_trace(env: dict[str, Path], instance, mon
     # the downstream assets did not run for it
     done = {e.asset_key.to_user_string() for e in run.get_asset_materialization_events()}
     assert "warehouse_report" not in done and "kernel_taxbreak" not in done
+    # and the tables' partitions page shows it: only the first trace's partition is materialised
+    import dagster as dg
+
+    for table in ("kernel_taxbreak", "taxbreak_by_scope"):
+        assert set(instance.get_materialized_partitions(dg.AssetKey(table))) == set(t1.partition_keys)

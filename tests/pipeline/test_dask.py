@@ -53,7 +53,11 @@ def test_jobs_run_on_a_dask_cluster(env: dict[str, Path], instance: dg.DagsterIn
         # then outlived its SIGTERM and every step waited 60 s after it ended; the executor restores the default
         sigterm = client.run(lambda: int(signal.getsignal(signal.SIGTERM)))
         assert set(sigterm.values()) == {int(signal.SIG_DFL)}
-        with dg.execute_job(dg.reconstructable(local.refresh_job), instance=instance, run_config=execution) as refresh:
+        from taxbreak.pipeline.defs.analysis_assets import range_tags
+
+        # the refresh: one run over every `traces` partition (as refresh_tables_schedule asks for it)
+        with dg.execute_job(dg.reconstructable(local.refresh_job), instance=instance, run_config=execution,
+                            tags=range_tags(instance.get_dynamic_partitions("traces"))) as refresh:
             assert refresh.success
             events = [e.dagster_event for e in instance.all_logs(refresh.run_id) if e.dagster_event]
             assert {e.pid for e in events if e.is_step_start} <= worker_pids

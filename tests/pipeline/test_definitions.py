@@ -35,10 +35,15 @@ def test_definitions_content() -> None:
     ingest = graph.get(dg.AssetKey("trace_ingest"))
     assert isinstance(ingest.partitions_def, dg.DynamicPartitionsDefinition)
     assert ingest.partitions_def.name == "traces"
+    cross = {f.name for f in sql_files() if f.scope == "cross_trace"}
+    assert cross == {"sweep_points", "sweep_transition"}
     for name in tables:  # each table's code version hashes its SQL (and run-local inputs); all share the writer pool
         node = graph.get(dg.AssetKey(name))
         assert node.code_version and len(node.code_version) == 16
         assert node.pools == {"duckdb_writer"}
+        # per-trace tables: `traces` partitions, one step for a whole refresh; the sweeps over traces: unpartitioned
+        assert (node.partitions_def is None) if name in cross else (node.partitions_def.name == "traces")
+        assert node.backfill_policy == (None if name in cross else dg.BackfillPolicy.single_run())
     assert {s.name for s in defs.sensors} == {"bucket_sensor", "request_refit_sensor"}
     assert {s.name for s in defs.schedules} == {"bucket_sweep_schedule", "refresh_tables_schedule"}
     assert all(s.cron_schedule == "0 * * * *" for s in defs.schedules)

@@ -58,10 +58,16 @@ def test_partitions_follow_the_traces_and_the_refresh_is_one_run(env: dict[str, 
     t2 = tick(defs, instance, t1.cursor)
     (key_c,) = t2.partition_keys
     assert t2.runs[0].success and _parts(instance, "kernel_taxbreak") == {key_a}
+    refit = dg.AssetSelection.assets("request_model_fit")
+    before = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=refit)
     b = write_kineto(env["inbox"] / "b.json", 3, base_us=77.0)
     t3 = tick(defs, instance, t2.cursor)
     (key_b,) = t3.partition_keys
     assert _parts(instance, "kernel_taxbreak") == {key_a, key_b}
+    # the request model's eager condition sees serving_steps updated, not held back by c's partition missing for good
+    after = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=refit,
+                                              cursor=before.cursor)
+    assert after.get_num_requested(dg.AssetKey("request_model_fit")) == 1
     assert instance.get_dynamic_partitions("traces") == [key_a, key_c, key_b]
 
     # the refresh schedule: one run over every partition, first..last registered key; then nothing to do
