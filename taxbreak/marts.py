@@ -42,6 +42,17 @@ writer killed anywhere leaves readers the previous snapshot and the files it nam
 segment it renamed into place but never recorded is deleted by the next writer.  Which traces a write touched
 is told by its caller (``writer(db, traces=...)``); ``None`` means every trace.  The views name the marts by
 absolute path: a moved warehouse folder gets a working snapshot at its next write.
+
+The marts may be elsewhere: the ``paths.marts`` setting (``TAXBREAK_MARTS``) names a folder or
+``s3://bucket/prefix`` (``ObjectMarts``; default ``marts/`` beside the DuckDB file).  On S3 nothing is renamed:
+files are staged in the local ``marts/`` folder (which also keeps the pending markers) and uploaded whole; a loose
+partition is a new object ``part-<random>.parquet`` at each write (``Manifest.parts`` names it, and ``live_files``
+and ``replaced`` then name that file, not its folder), so a reader of the previous manifest still reads the objects
+it names; the manifest, one PUT after every other upload, is the commit point; a write that fails before it deletes
+what it uploaded.  The snapshot stays local, its views name ``s3://`` URLs, and every connection that reads them
+registers the store's filesystem first (``register_filesystem``: ``taxbreak.query``, ``build_snapshot``,
+``export``).  A killed writer's orphan segments are collected as locally (one listing per table); its orphan loose
+objects are not (they are never read).
 """
 
 from __future__ import annotations
@@ -181,10 +192,6 @@ def _check_id(trace_id: str) -> str:
     if not _ID.fullmatch(trace_id):
         raise ValueError(f"trace id {trace_id!r} cannot name a partition folder")
     return trace_id
-
-
-def _partition(table_dir: Path, trace_id: str) -> Path:
-    return table_dir / f"trace_id={_check_id(trace_id)}"
 
 
 def _loose_rel(table: str, trace_id: str) -> str:
