@@ -26,7 +26,8 @@ same invocation is the figure.  The references:
 Ratios are "how many times the reference's time ours takes" turned so that higher is better for throughput
 (reference wall / our wall); CPU ratios (reference CPU-s / our CPU-s, all threads) are printed beside them
 because CPU time moves less than wall time on a shared machine.  Results also go to
-bench/out/results_<size>MiB.json.
+bench/out/results_<size>MiB.json (a run with --only: results_<size>MiB_<sections>.json, so it never replaces a
+full run's figures).
 """
 
 from __future__ import annotations
@@ -503,7 +504,9 @@ def main(argv: list[str] | None = None) -> int:
     if rows_note:
         print("\n" + rows_note)
     results["table"] = text
-    (args.out_dir / f"results_{args.size_mib}MiB.json").write_text(json.dumps(results, indent=1, default=str))
+    # a run of some sections keeps its own file: it must not replace a full run's figures (its peers, its analysis)
+    part = "" if not args.only else "_" + "-".join(sorted(set(args.only)))
+    (args.out_dir / f"results_{args.size_mib}MiB{part}.json").write_text(json.dumps(results, indent=1, default=str))
     return 0 if all(r.met is not False for r in rows) else 1
 
 
