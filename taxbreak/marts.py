@@ -566,7 +566,11 @@ def export(
             _compact(w, new, loose_at, fan, at_once)
         for table in per_trace:  # the table's columns for readers when no trace has rows
             place = f"{table}/{EMPTY}"
-            if whole or not ((root / place).exists() if isinstance(root, Path) else root.is_file(place)):
+            if isinstance(root, Path):
+                due = whole or not (root / place).exists()
+            else:  # (no HEAD per table: on S3 every table of a manifest had its columns' object put with it)
+                due = whole or table not in old.tables
+            if due:
                 tmp = w.tmp(table, EMPTY)
                 con.sql(f"SELECT * FROM {_q(db)}.main.{_q(table)} LIMIT 0").write_parquet(str(tmp))
                 w.put(tmp, place)

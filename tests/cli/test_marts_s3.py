@@ -149,6 +149,11 @@ def test_marts_on_s3(home: Path, run: Run, s3: dict[str, str]) -> None:
     assert set(_objects(endpoint)) == set(after) - fusion
     assert json.loads(_manifest(endpoint))["replaced"] == []
     assert _snapshot_rows(db, PER_TRACE) == expected
+    # forgetting a trace deletes every object holding it at once
+    assert run("forget", FUSION_ID[:12], env=s3).returncode == 0
+    assert not any(f"trace_id={FUSION_ID}" in k for k in _objects(endpoint))
+    assert {k for k in _objects(endpoint) if "trace_id=" in k} == mixed
+    assert _snapshot_rows(db, PER_TRACE) == [r for r in expected if r[0] == MIXED_ID]
 
 
 def test_a_failed_upload_leaves_the_marts_as_they_were(home: Path, run: Run, s3: dict[str, str],
