@@ -6,8 +6,9 @@ command-line option (``--password x``, ``--api-key=x``) or assignment (``HF_TOKE
 URL (``postgres://admin:<redacted>@db``).
 
 Where: ``lake.catalogue_row`` (every adapter's trace metadata) and ``Lake.publish_events`` (every adapter's
-event ``args_json``, through ``redact_args``: a vectorised pre-filter, so rows without anything secret-looking
-cost one regular-expression scan)."""
+event ``args_json``, through ``redact_args``: a vectorised pre-filter, run over the bytes of groups of rows at
+once and then over each row of a group it matched, so rows without anything secret-looking cost one
+regular-expression scan of their bytes)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import json
 import re
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -96,11 +98,40 @@ def _redact_json_text(text: str | None) -> str | None:
     return json.dumps(clean, ensure_ascii=False, separators=(",", ":"))
 
 
+# rows whose bytes the pre-filter reads as one value first (a batch of 65,536 rows: 256 values instead of 65,536)
+PREFILTER_GROUP_ROWS = 256
+
+
+def _prefilter(args: pa.Array) -> pa.Array:
+    """The pre-filter's verdict per row of ``args`` (False for NULL), without a regular-expression call per row.
+
+    The values' bytes are contiguous, so each group of ``PREFILTER_GROUP_ROWS`` rows is read as one value (offsets
+    taken from every group's first row, the same data buffer: nothing copied).  The pre-filter has no anchors and
+    no word boundaries, so a match inside one row is a match inside its group; a match across two rows only sends
+    the group to the per-row check.  Only the rows of groups that matched are checked one by one."""
+    n = len(args)
+    if not (pa.types.is_string(args.type) or pa.types.is_large_string(args.type)) or args.buffers()[2] is None:
+        return pc.fill_null(pc.match_substring_regex(args, _ARGS_PREFILTER), False)
+    width = np.int64 if pa.types.is_large_string(args.type) else np.int32
+    offsets = np.frombuffer(args.buffers()[1], dtype=width)[args.offset: args.offset + n + 1]
+    firsts = np.arange(0, n, PREFILTER_GROUP_ROWS)
+    bounds = np.append(offsets[firsts], offsets[n]).astype(width, copy=False)
+    groups = pa.Array.from_buffers(args.type, len(firsts), [None, pa.py_buffer(bounds), args.buffers()[2]])
+    matched = pc.match_substring_regex(groups, _ARGS_PREFILTER).to_numpy(zero_copy_only=False)
+    if not matched.any():
+        return pa.array(np.zeros(n, dtype=bool))
+    rows = np.repeat(matched, np.diff(np.append(firsts, n)))
+    verdict = np.zeros(n, dtype=bool)
+    checked = pc.match_substring_regex(pc.filter(args, pa.array(rows)), _ARGS_PREFILTER)
+    verdict[rows] = pc.fill_null(checked, False).to_numpy(zero_copy_only=False)
+    return pa.array(verdict)
+
+
 def redact_args(args: pa.Array) -> pa.Array:
     """``args_json`` values (JSON text) with secrets redacted; ``args`` itself when nothing needed it."""
     if len(args) == 0 or args.null_count == len(args):
         return args
-    suspect = pc.fill_null(pc.match_substring_regex(args, _ARGS_PREFILTER), False)
+    suspect = _prefilter(args)
     if not pc.any(suspect).as_py():
         return args
     before = pc.filter(args, suspect).to_pylist()

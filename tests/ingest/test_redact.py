@@ -77,3 +77,51 @@ def test_redact_args_touches_only_rows_with_something_secret_looking() -> None:
     mixed = pa.array(['{"grid": [1, 1, 1]}', '{"api_token":"t0k","n":1}', "not json --password pw"])
     assert redact_args(mixed).to_pylist() == ['{"grid": [1, 1, 1]}', '{"api_token":"<redacted>","n":1}',
                                               "not json --password <redacted>"]
+
+
+# -- the pre-filter reads groups of rows at once (redact.PREFILTER_GROUP_ROWS) ------------------------------------
+SECRET_ROWS = {  # row -> (args text, the text stored): one of each rule, at group edges and inside groups
+    0: ('{"HF_TOKEN":"abc"}', '{"HF_TOKEN":"<redacted>"}'),
+    255: ("run --password pw", "run --password <redacted>"),
+    256: ('{"url":"postgres://admin:pw@db/x"}', '{"url":"postgres://admin:<redacted>@db/x"}'),
+    300: ('{"t":"hf_' + "a" * 34 + '"}', '{"t":"<redacted>"}'),
+    511: ("ghp_" + "b" * 36, "<redacted>"),
+    512: ("AKIAABCDEFGHIJKLMNOP", "<redacted>"),
+    700: ("x sk-" + "c" * 24, "x <redacted>"),
+    998: ("xoxb-1234567890-abc", "<redacted>"),
+    999: ('{"db":{"passwd":"p","n":1}}', '{"db":{"passwd":"<redacted>","n":1}}'),
+}
+FILLER = '{"grid":[1,1,1],"Input Dims":[[8,16],[16,4]]}'
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize("offset", [0, 1, 255])
+def test_redact_args_each_rule_in_a_long_batch(large: bool, offset: int) -> None:
+    """Every rule's row of a 1,000-row batch (NULLs between) is redacted and no other row changes, whatever the
+    array's offset (a slice) and offset width; the rows are those the per-row pre-filter found before."""
+    import pyarrow as pa
+
+    from taxbreak.ingest.redact import redact_args
+
+    n = 1000
+    text = [None if i % 97 == 5 else FILLER for i in range(n + offset)]
+    want = list(text)
+    for row, (raw, clean) in SECRET_ROWS.items():
+        text[row + offset], want[row + offset] = raw, clean
+    args = pa.array(text, pa.large_string() if large else pa.string()).slice(offset)
+    assert redact_args(args).to_pylist() == want[offset:]
+
+
+def test_redact_args_a_match_across_two_rows_redacts_neither() -> None:
+    """'tok' ending one row and 'en' starting the next make 'token' only in the group's bytes: both rows are
+    checked one by one, neither matches, and the batch is returned as it was (the same array)."""
+    import pyarrow as pa
+
+    from taxbreak.ingest.redact import redact_args
+
+    text = [FILLER] * 600
+    text[255], text[256] = '{"a":"tok', 'en":1}'
+    args = pa.array(text)
+    assert redact_args(args) is args
+    text[256] = '{"token":1}'  # a row of its own that matches: redacted (a secret key with a value)
+    assert redact_args(pa.array(text)).to_pylist()[255:257] == ['{"a":"tok', '{"token":"<redacted>"}']
