@@ -51,8 +51,8 @@ and ``replaced`` then name that file, not its folder), so a reader of the previo
 it names; the manifest, one PUT after every other upload, is the commit point; a write that fails before it deletes
 what it uploaded.  The snapshot stays local, its views name ``s3://`` URLs, and every connection that reads them
 registers the store's filesystem first (``register_filesystem``: ``taxbreak.query``, ``build_snapshot``,
-``export``).  A killed writer's orphan segments are collected as locally (one listing per table); its orphan loose
-objects are not (they are never read).
+``export``).  Before its uploads a writer lists the new objects in a local journal (``marts/.uploads-*.json``); the
+next writer deletes those of a writer killed before its manifest that no manifest names.
 """
 
 from __future__ import annotations
@@ -543,9 +543,12 @@ def export(
     for stale in local.glob(f".{MANIFEST}.*.tmp"):
         stale.unlink(missing_ok=True)
     old = load_manifest(root)
+    if isinstance(root, ObjectMarts) and old is not None:
+        _orphans(root, local, old)
     w = _Write(con, root, local)
     now = time.time()
-    uploaded: list[str] = []  # on S3: the new objects this write put, deleted again if it fails before its manifest
+    fresh: list[str] = []  # on S3: the new objects this write puts, deleted again if it fails before its manifest
+    journal: Path | None = None
     committed = False
     try:
         whole = traces is None or old is None or any(old.columns[t] != columns[t] for t in old.tables
@@ -590,12 +593,15 @@ def export(
             new.replaced = [[rel, 0] for rel, _ in new.replaced]
         fault_point("marts_staged")
         # every file of the write is staged: put them in place, one rename each (on S3 one upload each, under
-        # names no reader reads yet, but for the columns and cross-trace files), then the manifest
+        # names no reader reads yet, but for the columns and cross-trace files, after a local journal of those new
+        # names for the next writer should this one be killed), then the manifest
+        if isinstance(root, ObjectMarts):
+            fresh = [rel for rel in w.staged if "/" in rel and not rel.endswith(f"/{EMPTY}")]
+            journal = local / f"{UPLOADS}{uuid.uuid4().hex}.json"
+            journal.write_text(json.dumps(fresh), encoding="utf-8")
         for rel, tmp in w.staged.items():
             if isinstance(root, ObjectMarts):
                 root.upload(tmp, rel)
-                if rel.endswith(".parquet") and "/" in rel and not rel.endswith(f"/{EMPTY}"):
-                    uploaded.append(rel)
                 continue
             place = root / rel
             place.parent.mkdir(parents=True, exist_ok=True)
@@ -610,10 +616,30 @@ def export(
         fault_point("marts_committed")
     finally:
         shutil.rmtree(w.stage, ignore_errors=True)
-        if not committed and isinstance(root, ObjectMarts) and uploaded:  # no manifest names them: no reader reads
-            with contextlib.suppress(OSError):  # them (a killed writer's are collected with the segments', below)
-                root.delete(uploaded)
+        if journal is not None:
+            if not committed:  # no manifest names them: no reader reads them
+                with contextlib.suppress(OSError):
+                    root.delete(fresh)
+                    journal.unlink(missing_ok=True)  # (kept when the deletion failed: the next writer retries it)
+            else:
+                journal.unlink(missing_ok=True)
     return w.written
+
+
+UPLOADS = ".uploads-"  # <local marts>/.uploads-<random>.json: the new objects an S3 write is about to upload
+
+
+def _orphans(root: ObjectMarts, local: Path, manifest: Manifest) -> None:
+    """Delete the objects of S3 writers that died before their manifest (their journals, ``UPLOADS``): those the
+    manifest neither reads nor keeps for the previous snapshot's readers.  Call it holding the writer lock."""
+    keep = manifest.live_files() | {rel for rel, _ in manifest.replaced}
+    for journal in sorted(local.glob(f"{UPLOADS}*.json")):
+        try:
+            rels = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            rels = []
+        root.delete([rel for rel in rels if isinstance(rel, str) and rel not in keep])
+        journal.unlink(missing_ok=True)
 
 
 def _legacy_files(root: Root) -> set[str]:

@@ -3,7 +3,8 @@
 
 Two traces analysed with the marts on S3, read through the snapshot and ``taxbreak sql``; one re-analysed: the
 other's objects untouched, the replaced objects kept for the grace period and then collected; a write whose upload
-fails leaves the manifest, the objects and the readers' results as they were."""
+fails leaves the manifest, the objects and the readers' results as they were; a writer killed after its uploads
+leaves the manifest and the results as they were, and the next writer deletes its uploads."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from conftest import FUSION_ID, MIXED_ID, Run, add_fusion
 
 from taxbreak import marts
 from taxbreak.query import open_readonly
-from taxbreak.warehouse import snapshot_path, writer
+from taxbreak.warehouse import FAULT_ENV, snapshot_path, writer
 
 BUCKET = "marts"
 PREFIX = "team/marts"
@@ -74,6 +75,19 @@ def _objects(endpoint: str) -> dict[str, str]:
 def _manifest(endpoint: str) -> bytes:
     return boto3.client("s3", endpoint_url=endpoint).get_object(Bucket=BUCKET, Key=f"{PREFIX}/_manifest.json")[
         "Body"].read()
+
+
+def _data_objects(endpoint: str) -> set[str]:
+    """The objects holding rows of the per-trace tables (loose partitions and segments)."""
+    return {k for k in _objects(endpoint) if "/trace_id=" in k or "/seg-" in k}
+
+
+def _named(endpoint: str) -> set[str]:
+    """The objects the manifest names: read (loose partitions, segments) or kept for the grace period."""
+    m = json.loads(_manifest(endpoint))
+    return ({f"{rel}/{name}" for rel, name in m.get("parts", {}).items()}
+            | {f"{t}/{f}" for seg in m["segments"].values() for t, f in seg["files"].items()}
+            | {rel for rel, _ in m["replaced"]})
 
 
 def _snapshot_rows(db: Path, sql: str) -> list[tuple]:
@@ -180,6 +194,7 @@ def test_a_failed_upload_leaves_the_marts_as_they_were(home: Path, run: Run, s3:
     assert len(calls) == 3 and all(f"trace_id={FUSION_ID}/part-" in rel for rel in calls[:2])
     assert _manifest(endpoint) == manifest  # the commit point unchanged
     assert _objects(endpoint) == objects  # the two uploaded objects deleted again
+    assert not list(marts.marts_dir(db).glob(".uploads-*"))
     assert _snapshot_rows(db, PER_TRACE) == before
     markers, traces = marts.pending(db)
     assert len(markers) == 1 and traces == [FUSION_ID]  # the next writer exports the trace again
@@ -190,6 +205,21 @@ def test_a_failed_upload_leaves_the_marts_as_they_were(home: Path, run: Run, s3:
     assert marts.pending(db) == ([], [])
     assert _snapshot_rows(db, PER_TRACE) == before
     assert json.loads(_manifest(endpoint))["replaced"]  # the fusion trace's previous objects, kept a while
+
+    # a writer killed after its uploads, before the manifest: the manifest and the snapshot's results as they were
+    manifest = _manifest(endpoint)
+    killed = run("analyze", "-q", "--trace", FUSION_ID[:12], env={**s3, FAULT_ENV: "marts_renamed"})
+    assert killed.returncode == -9
+    assert _manifest(endpoint) == manifest
+    assert _snapshot_rows(db, PER_TRACE) == before
+    assert marts.pending(db)[1] == [FUSION_ID]
+    assert _data_objects(endpoint) - _named(endpoint)  # its uploads, named by no manifest
+    # the next writer (another trace, one table) exports the dead writer's trace again and deletes its uploads
+    assert run("analyze", "-q", "--trace", MIXED_ID[:12], "--table", "trace_meta", env=s3).returncode == 0
+    assert marts.pending(db) == ([], [])
+    assert _manifest(endpoint) != manifest and _snapshot_rows(db, PER_TRACE) == before
+    assert _data_objects(endpoint) == _named(endpoint)
+    assert not list(marts.marts_dir(db).glob(".uploads-*"))
 
 
 def test_segments_on_s3(home: Path, run: Run, s3: dict[str, str]) -> None:
