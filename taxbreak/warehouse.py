@@ -11,7 +11,8 @@ through ``writer(db)``:
 4. on success it writes the Parquet marts of the traces the write touched (``taxbreak.marts``: loose
    ``marts/<table>/trace_id=<id>/`` partitions, compacted into few segment files when enough accumulate; the
    caller says which traces, ``traces=None`` meaning all, and may say which tables, ``tables=``), replaces
-   ``marts/_manifest.json`` and publishes ``exports/snapshot.duckdb``, a small file of views over exactly the
+   ``marts/_manifest.json`` (``marts/`` beside the DuckDB file, or where the ``paths.marts`` setting says: another
+   folder or ``s3://bucket/prefix``) and publishes ``exports/snapshot.duckdb``, a small file of views over exactly the
    manifest's files plus copies of the
    cross-trace tables, written beside its place and renamed into it, so a reader sees the old snapshot or the new
    one (the commit point readers see); neither grows with the traces already analysed;
