@@ -83,7 +83,7 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
     import dataclasses
     from unittest import mock
 
-    from taxbreak import analysis
+    from taxbreak import analysis, rules
     from taxbreak.pipeline.defs.analysis_assets import code_version
 
     files = {f.name: f for f in analysis.sql_files()}
@@ -100,7 +100,7 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
         ("STEP_PATTERNS", (99, "x", "decode", "x"), {"int_steps"}),
         ("T_SYS_DEFAULTS", (99, "x", 1, "x"), {"trace_launch_floor"}),
     ):
-        with mock.patch.object(analysis, attr, [*getattr(analysis, attr), value]):
+        with mock.patch.object(rules, attr, [*getattr(rules, attr), value]):  # the run settings' defaults
             assert {n for n in before if code_version(n, files) != before[n]} == readers, attr
     # a scalar setting (a run_config column): the tables whose SQL, or run-local inputs, read run_config
     readers = {n for n in before if "run_config" in files[n].reads or any(
