@@ -100,7 +100,14 @@ class OpenContext:
     progress: Callable[[int, int], None] | None = None
 
 
-Opener = Callable[[Path, str, OpenContext], AdapterOutput]
+# A trace id, or (an adapter opened while its file is hashed: ``Adapter.early_open``) how to get it once known
+TraceId = str | Callable[[], str]
+Opener = Callable[[Path, TraceId, OpenContext], AdapterOutput]
+
+
+def trace_id_of(trace_id: TraceId) -> str:
+    """The trace id an opener was given (waits for the file's hash when it was given how to get it)."""
+    return trace_id if isinstance(trace_id, str) else trace_id()
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,10 @@ class Adapter:
     ``SNIFF_BYTES``: every adapter's ``signature`` (bytes only this format starts with) first, in registry order,
     then every ``sniff`` (a looser shape test: JSON, gzip), then the name: a file named with one of ``suffixes``
     whose bytes matched nothing is this format when ``misnamed`` is None, else not a trace, for the reason
-    ``misnamed`` gives."""
+    ``misnamed`` gives.  ``early_open``: a test of the first bytes; where it holds, the opener's own work (before
+    its batches are pulled) parses nothing and the opener reads its trace id only once its batches are pulled, so
+    ``ingest_file`` with ``force`` opens it while the file is hashed (the opener is then given a ``TraceId``
+    callable, not the id); without ``force`` the hash comes first, so stored content is skipped unopened."""
 
     name: str
     label: str
@@ -122,8 +132,9 @@ class Adapter:
     signature: Callable[[bytes], bool] | None = None
     sniff: Callable[[bytes], bool] | None = None
     misnamed: str | None = None
+    early_open: Callable[[bytes], bool] | None = None
 
-    def open(self, path: Path, trace_id: str, ctx: OpenContext) -> AdapterOutput:
+    def open(self, path: Path, trace_id: TraceId, ctx: OpenContext) -> AdapterOutput:
         opener = self.opener
         if isinstance(opener, str):
             module, _, function = opener.partition(":")

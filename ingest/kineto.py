@@ -60,9 +60,11 @@ from taxbreak.ingest.base import (
     IngestError,
     NotATraceError,
     OpenContext,
+    TraceId,
     TraceInfo,
     event_batch,
     prefetched,
+    trace_id_of,
 )
 from taxbreak.ingest.redact import redact
 from taxbreak.schemas import LAUNCH_KINDS
@@ -947,9 +949,13 @@ def _warm_up() -> None:
 
 
 def read_kineto(
-    path: Path, trace_id: str, *, workdir: Path, progress: Callable[[int, int], None] | None = None
+    path: Path, trace_id: TraceId, *, workdir: Path, progress: Callable[[int, int], None] | None = None
 ) -> AdapterOutput:
-    """Read a Kineto ``.json``/``.json.gz`` trace; batches conform to EVENT_SCHEMA, ``info`` fills as they go."""
+    """Read a Kineto ``.json``/``.json.gz`` trace; batches conform to EVENT_SCHEMA, ``info`` fills as they go.
+
+    Before the batches are pulled only the events array is copied (plain JSON: by the kernel, nothing parsed), so
+    the registry opens plain JSON while the file is hashed (``Adapter.early_open``); ``trace_id`` is read when the
+    batches are."""
     path = Path(path)
     info = TraceInfo(source_format=SOURCE_FORMAT)
     _warm_up()
@@ -1001,7 +1007,7 @@ def read_kineto(
             info.skipped_counts = skipped
             info.start_epoch_ns = _start_epoch_ns(meta, staged.origin_ns)
             try:
-                yield from _read_stage(con, staged, trace_id)
+                yield from _read_stage(con, staged, trace_id_of(trace_id))
             except _SpanError:
                 raise IngestError(f"{path}: the timestamps span more than int64 nanoseconds (from "
                                   f"{staged.origin_ns} ns); not ingested") from None
@@ -1011,6 +1017,6 @@ def read_kineto(
     return AdapterOutput(info=info, batches=batches())
 
 
-def open_trace(path: Path, trace_id: str, ctx: OpenContext) -> AdapterOutput:
+def open_trace(path: Path, trace_id: TraceId, ctx: OpenContext) -> AdapterOutput:
     """The registry's opener (``taxbreak.ingest.ADAPTERS``)."""
     return read_kineto(path, trace_id, workdir=ctx.workdir, progress=ctx.progress)
