@@ -41,11 +41,12 @@ _OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.-]*)(=|[ \t]+)" + _VALUE)
 _ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=" + _VALUE)
 # scheme://user:password@host
 _URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s\"']*):([^@/\s\"']+)@")
-# RE2 pre-filter for args_json: anything any rule above could act on (false positives only cost time)
+# RE2 pre-filter for args_json: anything any rule above could act on (false positives only cost time); camelCase
+# keys (accessKey, privateKey: is_secret_key splits them) and Bearer values included
 _ARGS_PREFILTER = (
-    r"(?i)(token|secret|passw|apikey|api_key|api-key|access_key|access-key|credential|auth|private_key|"
-    r"private-key|://[^/@\s\"]*:[^@/\s\"]*@|hf_[a-z0-9]{30}|gh[pousr]_[a-z0-9]{30}|akia[0-9a-z]{16}|sk-[a-z0-9_-]{20}|"
-    r"xox[abp]-)"
+    r"(?i)(token|secret|passw|apikey|api_key|api-key|access_key|access-key|accesskey|credential|auth|private_key|"
+    r"private-key|privatekey|bearer|://[^/@\s\"]*:[^@/\s\"]*@|hf_[a-z0-9]{30}|gh[pousr]_[a-z0-9]{30}|"
+    r"akia[0-9a-z]{16}|sk-[a-z0-9_-]{20}|xox[abp]-)"
 )
 
 

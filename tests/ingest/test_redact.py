@@ -125,3 +125,20 @@ def test_redact_args_a_match_across_two_rows_redacts_neither() -> None:
     assert redact_args(args) is args
     text[256] = '{"token":1}'  # a row of its own that matches: redacted (a secret key with a value)
     assert redact_args(pa.array(text)).to_pylist()[255:257] == ['{"a":"tok', '{"token":"<redacted>"}']
+
+
+@pytest.mark.parametrize(("raw", "clean"), [
+    ('{"accessKey":"abc"}', '{"accessKey":"<redacted>"}'),
+    ('{"awsAccessKey":"abc","n":1}', '{"awsAccessKey":"<redacted>","n":1}'),
+    ('{"privateKey":"k"}', '{"privateKey":"<redacted>"}'),
+    ("x --accessKey v", "x --accessKey <redacted>"),
+    ('{"h":"Bearer abcdefghijklmnopqrstuvwx"}', '{"h":"<redacted>"}'),
+])
+def test_redact_args_camel_case_keys_and_bearer_values(raw: str, clean: str) -> None:
+    """What ``redact`` does to these in the catalogue's metadata reaches args_json too: the pre-filter let camelCase
+    secret keys (``is_secret_key`` splits them: access_Key) and bare Bearer values through."""
+    import pyarrow as pa
+
+    from taxbreak.ingest.redact import redact_args
+
+    assert redact_args(pa.array([FILLER, raw, None])).to_pylist() == [FILLER, clean, None]
