@@ -16,9 +16,10 @@ at all (not JSON, JSON without ``traceEvents``, empty) is recorded as 'not_a_tra
 Only regular files are read (a FIFO or a device is refused without blocking).  The bytes hashed are the bytes
 parsed: the file's identity (inode, size, mtime, ctime) is taken when it is opened for hashing and compared
 once the adapter has read it; a file changed or replaced meanwhile is read again from the start (once), and
-never stored under the old content's hash.  Temporary folders are named after their process
-(``taxbreak-ingest-<host>-<pid>-...``); the first ingest of a process removes those of dead processes and
-recovers the lake (``Lake.recover``).
+never stored under the old content's hash.  With ``force`` the hash runs on a thread while an adapter whose opening
+parses nothing (``Adapter.early_open``) is opened; without it the hash comes first, so stored content costs its hash.
+Temporary folders are named after their process (``taxbreak-ingest-<host>-<pid>-...``); the first ingest of a
+process removes those of dead processes and recovers the lake (``Lake.recover``).
 """
 
 from __future__ import annotations
