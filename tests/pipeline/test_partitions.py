@@ -116,6 +116,14 @@ def test_a_range_run_analyses_the_traces_of_its_keys(env: dict[str, Path], insta
                           "refresh_job")
     assert run.success and {m.partition for m in _kernel_meta(run)} == {keys[0]}
     assert {m.metadata["scope"].value for m in _kernel_meta(run)} == {"2 traces"}
+    # a run without partitions is refused by Dagster before the step's work: no materialisation, no new snapshot
+    snapshot = env["warehouse"].parent / "exports" / "snapshot.duckdb"
+    mtime = snapshot.stat().st_mtime_ns
+    run = execute_request(defs, instance, dg.RunRequest(tags={TRACES_TAG: ids[0]}), "refresh_job")
+    assert not run.success and run.get_asset_materialization_events() == []
+    (failure,) = [e for e in run.all_events if e.is_step_failure]
+    assert "Cannot access partition_key for a non-partitioned run" in failure.step_failure_data.error.message
+    assert snapshot.stat().st_mtime_ns == mtime
 
 
 def test_trace_ids_of_keys(env: dict[str, Path]) -> None:
