@@ -48,8 +48,12 @@ def _sql_files() -> list:  # taxbreak.analysis.SqlFile, in dependency order
 
 
 def asset_deps(name: str, files: dict) -> list[dg.AssetKey]:
-    """Kept tables a table reads; run-local files are looked through; inputs prepared from the lake
-    (events, catalogue, sidecar metadata, run settings) make it depend on the ingest asset."""
+    """Kept tables a table reads; run-local files are looked through; the inputs the engine prepares from the lake
+    (``taxbreak.plan.INPUTS``, source "lake": the run's traces, catalogue rows, sidecar metadata) make it depend on
+    the ingest asset.  The run-settings inputs are no asset: they are part of the code version (``code_version``)."""
+    from taxbreak.plan import INPUTS
+
+    source = {i.name: i.source for i in INPUTS}
     out: list[dg.AssetKey] = []
 
     def visit(n: str) -> None:
@@ -59,6 +63,8 @@ def asset_deps(name: str, files: dict) -> list[dg.AssetKey]:
             elif r in files:  # run-local: built from the run's traces, so from the ingest too
                 visit(r)
                 key = TRACE_INGEST
+            elif source.get(r) == "settings":
+                continue
             else:
                 key = TRACE_INGEST
             if key not in out:
@@ -267,14 +273,13 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     "what a writer that died left pending and reports the marts.",
 )
 def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from taxbreak.marts import marts_dir, partitions
+    from taxbreak.marts import marts_location, trace_counts
 
     with warehouse.writer(traces=[]):  # only what earlier writers left pending, then the snapshot (small)
         pass
-    root = marts_dir(warehouse.file())
-    counts = {d.name: len(partitions(d)) for d in sorted(root.iterdir()) if d.is_dir() and d.name[0] not in "._"}
+    counts = trace_counts(warehouse.file())  # from the manifest: a folder or S3 alike, nothing listed
     return dg.MaterializeResult(metadata={
-        "marts_dir": str(root), "snapshot": str(warehouse.exports_dir() / SNAPSHOT_NAME),
+        "marts_dir": marts_location(warehouse.file()), "snapshot": str(warehouse.exports_dir() / SNAPSHOT_NAME),
         **{f"traces_{t}": n for t, n in counts.items()},
     })
 
@@ -295,6 +300,7 @@ def warehouse_report(
     import duckdb
 
     from taxbreak import plots, report
+    from taxbreak.marts import register_filesystem
 
     snapshot = warehouse.exports_dir() / SNAPSHOT_NAME
     out = warehouse.file().parent / "reports" / "index.html"
@@ -303,6 +309,7 @@ def warehouse_report(
     details = trace_ids_for_run(context, False)
     con = duckdb.connect(str(snapshot), read_only=True, config={"autoinstall_known_extensions": "false"})
     try:
+        register_filesystem(con, warehouse.file())  # marts on S3: the snapshot's views read them through fsspec
         data = report.collect(con, details=details)
         report.write_report(con, out, data=data)  # index.html + traces/<id>.html, changed pages only
     finally:

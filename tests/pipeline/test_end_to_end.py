@@ -106,6 +106,9 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     assert ktx.materialization.metadata["rows_computed"].value == 2
     final = _kernels_per_trace(env["warehouse"])
     assert final[_sha(fourth)] == 2 and final[_sha(nsight)] == NSIGHT_KERNELS
+    (exp,) = [e for e in run.get_asset_materialization_events() if e.asset_key.to_user_string() == "warehouse_exports"]
+    # the marts' trace counts come from the manifest: every trace with kernel rows in the warehouse, no other
+    assert exp.materialization.metadata["traces_kernel_taxbreak"].value == len(final)
     # its run wrote its own partitions and left every other trace's untouched
     after = {p: p.stat().st_mtime_ns for p in marts.parent.glob("*/trace_id=*/part-0.parquet")}
     assert {p for p in after if p not in before} == {p for p in after if p.parent.name == f"trace_id={_sha(fourth)}"}
