@@ -199,19 +199,22 @@ def batch_parallel(paths: dict[str, Path], files: list[Path], workers: int) -> f
     use(paths)
     for f in files:
         shutil.copyfile(f, paths["inbox"] / f.name)
+    before = {r["trace_id"] for r in Lake(paths["lake"]).catalogue().to_pylist()}  # the home's analysed traces
     with dg.DagsterInstance.get() as instance:
         t0 = time.perf_counter()
         with dg.execute_job(dg.reconstructable(local.ingest_batch_job), instance=instance, run_config={
                 "execution": {"config": {"max_concurrent": workers, "start_method": {
-                    "forkserver": {"preload_modules": ["taxbreak.pipeline.local"]}}}}}) as ingest:
+                    "forkserver": {"preload_modules": ["taxbreak.pipeline.preload"]}}}}}) as ingest:
             assert ingest.success
-        ids = [r["trace_id"] for r in Lake(paths["lake"]).catalogue().to_pylist()]
+        # the batch's traces only (the home's others were analysed before, as the serial home's were)
+        ids = [r["trace_id"] for r in Lake(paths["lake"]).catalogue().to_pylist() if r["trace_id"] not in before]
+        assert len(ids) == len(files), (len(ids), len(files))
         # the tables are `traces` partitions: the run spans the batch's keys (registered together, one range)
         keys = [k for k in instance.get_dynamic_partitions("traces") if any(key_matches(k, t) for t in ids)]
         with dg.execute_job(dg.reconstructable(local.refresh_job), instance=instance,
                             tags={TRACES_TAG: ",".join(ids), **range_tags(keys)}, run_config={"execution": {"config": {
                                 "max_concurrent": workers, "start_method": {
-                                    "forkserver": {"preload_modules": ["taxbreak.pipeline.local"]}}}}}) as tables:
+                                    "forkserver": {"preload_modules": ["taxbreak.pipeline.preload"]}}}}}) as tables:
             assert tables.success
         took = time.perf_counter() - t0
     return took

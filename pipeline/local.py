@@ -87,19 +87,38 @@ def run_until_idle(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: s
     return cursor, ticks
 
 
+_JOBS: dict[tuple[str, str], dg.JobDefinition] = {}  # (job, environment it was built under) -> job
+
+
+def _job(name: str) -> dg.JobDefinition:
+    """The job with its resources, built once per process (and per environment: the definitions read it).
+    Building it takes seconds (the definitions, then the job's asset graph), which every step process of a
+    multiprocess run pays again unless the forkserver built it first (``taxbreak.pipeline.preload``)."""
+    key = (name, repr(sorted(os.environ.items())))
+    if key not in _JOBS:
+        _JOBS[key] = load_defs().resolve_job_def(name)
+    return _JOBS[key]
+
+
+def warm() -> None:
+    """Build the jobs ``dagster.reconstructable`` asks for below (``taxbreak.pipeline.preload`` calls it)."""
+    for name in ("ingest_batch_job", "trace_job", "refresh_job"):
+        _job(name)
+
+
 def ingest_batch_job() -> dg.JobDefinition:
     """The batch job with its resources, for ``dagster.reconstructable`` (multiprocess execution)."""
-    return load_defs().resolve_job_def("ingest_batch_job")
+    return _job("ingest_batch_job")
 
 
 def trace_job() -> dg.JobDefinition:
     """The per-trace job with its resources, for ``dagster.reconstructable``."""
-    return load_defs().resolve_job_def("trace_job")
+    return _job("trace_job")
 
 
 def refresh_job() -> dg.JobDefinition:
     """The refresh job (every table for every trace) with its resources, for ``dagster.reconstructable``."""
-    return load_defs().resolve_job_def("refresh_job")
+    return _job("refresh_job")
 
 
 def run_inbox_pipeline(paths: Paths | None = None, settle_s: float = 0.0) -> list[IngestResult]:

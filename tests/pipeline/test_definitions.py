@@ -126,3 +126,21 @@ def test_settings_tables_are_declared_where_read() -> None:
         body = "\n".join(line for line in f.text.splitlines() if not line.startswith("--"))
         for table in SETTINGS_TABLES:
             assert bool(re.search(rf"\b{table}\b", body)) == (table in f.reads), (f.name, table)
+
+
+def test_preload_builds_the_jobs_once_per_environment(monkeypatch) -> None:  # noqa: ANN001 - pytest fixture
+    """The forkserver's preload (taxbreak.pipeline.preload) builds the jobs that reconstructable steps ask for; a
+    step process forked from it gets the same objects, and a different environment gets jobs built for it."""
+    import importlib
+
+    from taxbreak.pipeline import local
+
+    monkeypatch.setattr(local, "_JOBS", {})
+    importlib.reload(importlib.import_module("taxbreak.pipeline.preload"))
+    assert sorted(name for name, _env in local._JOBS) == ["ingest_batch_job", "refresh_job", "trace_job"]
+    built = dict(local._JOBS)
+    assert local.refresh_job() is built[("refresh_job", repr(sorted(os.environ.items())))]
+    assert local.refresh_job().name == "refresh_job" and local.ingest_batch_job().name == "ingest_batch_job"
+    monkeypatch.setenv("TAXBREAK_EXECUTOR", "in_process")
+    assert local.trace_job() is not built[next(k for k in built if k[0] == "trace_job")]
+    assert len(local._JOBS) == 4

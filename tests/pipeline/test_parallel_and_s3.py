@@ -27,7 +27,7 @@ def test_batch_job_ingests_partitions_in_parallel(env: dict[str, Path], instance
     with dg.execute_job(
         dg.reconstructable(local.ingest_batch_job), instance=instance,
         run_config={"execution": {"config": {
-            "max_concurrent": 3, "start_method": {"forkserver": {"preload_modules": ["taxbreak.pipeline.local"]}},
+            "max_concurrent": 3, "start_method": {"forkserver": {"preload_modules": ["taxbreak.pipeline.preload"]}},
         }}},
     ) as result:
         assert result.success
