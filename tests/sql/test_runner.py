@@ -42,9 +42,10 @@ def test_plan_declares_every_input(tmp_path: Path) -> None:
     assert {p for f in plan.sql_files() for p in f.params} == set(plan.PARAMETERS)
     build_mixed(tmp_path / "lake")
     con = analysis.connect(None)
-    before = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'").fetchall()}
+    temp_tables = "SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'"
+    before = {r[0] for r in con.execute(temp_tables).fetchall()}
     bound = analysis.prepare(con, tmp_path / "lake", [MIXED_ID], tables=["trace_meta"])
-    made = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'").fetchall()}
+    made = {r[0] for r in con.execute(temp_tables).fetchall()}
     assert made - before - {"_run_state"} == declared
     assert set(bound) - {"trace_ids"} == set(plan.PARAMETERS) and bound["trace_ids"] == [MIXED_ID]
     con.close()
