@@ -68,6 +68,8 @@ def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance
             s3.create_bucket(Bucket="pipeline-lake")
             lake_root = "s3://pipeline-lake/taxbreak"
             monkeypatch.setenv("TAXBREAK_LAKE", lake_root)
+            s3.create_bucket(Bucket="pipeline-marts")
+            monkeypatch.setenv("TAXBREAK_MARTS", "s3://pipeline-marts/marts")  # the marts on S3 too
         good = write_kineto(tmp_path / "src" / "k.json", 2).read_bytes()
         nsight = write_nsight(tmp_path / "src" / "n.sqlite").read_bytes()
         s3.put_object(Bucket="reports", Key="inbox/gpu-01/k.json", Body=good)
@@ -91,6 +93,16 @@ def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance
             assert keys == sorted(f"taxbreak/{d}" for t in (_sha(good), _sha(nsight))
                                   for d in (f"catalogue/{t}.parquet", f"events/trace_id={t}/part-0.parquet"))
             assert not env["lake"].exists()
+            # the marts too, and the report step read them through the snapshot (the S3 filesystem registered)
+            marts = {o["Key"] for o in s3.list_objects_v2(Bucket="pipeline-marts", Prefix="marts/")["Contents"]}
+            assert "marts/_manifest.json" in marts
+            assert any(k.startswith("marts/kernel_taxbreak/") for k in marts)
+            report = env["warehouse"].parent / "reports" / "index.html"
+            assert report.exists() and "k.json" in report.read_text(encoding="utf-8")
+            (exports,) = [e for e in t1.runs[-1].get_asset_materialization_events()
+                          if e.asset_key.to_user_string() == "warehouse_exports"]
+            assert exports.materialization.metadata["traces_kernel_taxbreak"].value == 2
+            assert exports.materialization.metadata["marts_dir"].value == "s3://pipeline-marts/marts"
         assert tick(defs, instance, t1.cursor).runs == []
     finally:
         server.stop()
