@@ -14,9 +14,9 @@ from pathlib import Path
 
 import boto3
 import duckdb
-import moto.server  # moto[server] is pinned in requirements-dev.lock: its absence fails, it does not skip
 import pytest
 from conftest import FUSION_ID, MIXED_ID, Run, add_fusion
+from s3_helpers import empty, moto_s3, point_at
 
 from taxbreak import marts
 from taxbreak.query import open_readonly
@@ -32,34 +32,16 @@ KERNELS = {MIXED_ID: 9, FUSION_ID: 10}
 
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
-    server = moto.server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                              aws_secret_access_key="testing", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
+    with moto_s3(BUCKET) as endpoint:
         yield endpoint
-        for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):  # moto's store outlives the server
-            client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-        client.delete_bucket(Bucket=BUCKET)
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def s3(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The variables pointing this process and the ``taxbreak`` processes at the server and the marts at
     ``URL`` (the bucket emptied)."""
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "TAXBREAK_S3_ENDPOINT_URL": s3_server, "TAXBREAK_MARTS": URL}
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    client = boto3.client("s3", endpoint_url=s3_server)
-    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
+    env = point_at(monkeypatch, s3_server, TAXBREAK_MARTS=URL)
+    empty(s3_server, BUCKET)
     return env
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import boto3
 import duckdb
-import moto.server  # moto[server] is pinned in requirements-dev.lock: its absence fails, it does not skip
 import pyarrow as pa
 import pytest
+from s3_helpers import empty, moto_s3, point_at
 
 from taxbreak.config import S3Settings
 from taxbreak.ingest import Lake, TraceInfo, ingest_file
@@ -26,34 +26,16 @@ ROOT = f"s3://{BUCKET}/team/lake"
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
     """An S3 endpoint URL (moto's threaded server on loopback), bucket ``lake`` created."""
-    server = moto.server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    with moto_s3(BUCKET) as endpoint:
         yield endpoint
-        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                              aws_secret_access_key="testing", region_name="us-east-1")
-        for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):  # moto's store outlives the server
-            client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-        client.delete_bucket(Bucket=BUCKET)
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def s3(s3_server: str, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - a boto3 S3 client; the lake emptied
     """A client on the server, the environment pointing at it (as the bucket's variables do), an empty lake."""
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                 "AWS_DEFAULT_REGION": "us-east-1", "TAXBREAK_S3_ENDPOINT_URL": s3_server}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    client = boto3.client("s3", endpoint_url=s3_server)
-    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-    return client
+    point_at(monkeypatch, s3_server)
+    empty(s3_server, BUCKET)
+    return boto3.client("s3", endpoint_url=s3_server)
 
 
 def _keys(client) -> list[str]:  # noqa: ANN001

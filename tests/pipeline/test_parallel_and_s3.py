@@ -8,6 +8,8 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import pytest
+from s3_helpers import client as s3_client
+from s3_helpers import moto_s3, point_at
 
 from taxbreak.ingest import Lake
 from taxbreak.pipeline.local import load_defs, tick
@@ -49,26 +51,14 @@ def test_batch_job_ingests_partitions_in_parallel(env: dict[str, Path], instance
 def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance,
                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lake_on: str) -> None:
     """Reports uploaded to S3 -> sensor tick -> runs -> tables; the lake local or on S3 (same endpoint)."""
-    import boto3  # pinned in requirements.lock: missing is a failure, not a skip
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                     "AWS_DEFAULT_REGION": "us-east-1", "TAXBREAK_S3_ENDPOINT_URL": endpoint,
-                     "TAXBREAK_BUCKET": "s3://reports/inbox"}.items():
-            monkeypatch.setenv(k, v)
-        s3 = boto3.client("s3", endpoint_url=endpoint)
-        s3.create_bucket(Bucket="reports")
+    buckets = ["reports"] + (["pipeline-lake", "pipeline-marts"] if lake_on == "s3" else [])
+    with moto_s3(*buckets) as endpoint:
+        point_at(monkeypatch, endpoint, TAXBREAK_BUCKET="s3://reports/inbox")
+        s3 = s3_client(endpoint)
         lake_root: str | Path = env["lake"]
         if lake_on == "s3":
-            s3.create_bucket(Bucket="pipeline-lake")
             lake_root = "s3://pipeline-lake/taxbreak"
             monkeypatch.setenv("TAXBREAK_LAKE", lake_root)
-            s3.create_bucket(Bucket="pipeline-marts")
             monkeypatch.setenv("TAXBREAK_MARTS", "s3://pipeline-marts/marts")  # the marts on S3 too
         good = write_kineto(tmp_path / "src" / "k.json", 2).read_bytes()
         nsight = write_nsight(tmp_path / "src" / "n.sqlite").read_bytes()
@@ -104,5 +94,3 @@ def test_s3_bucket_end_to_end(env: dict[str, Path], instance: dg.DagsterInstance
             assert exports.materialization.metadata["traces_kernel_taxbreak"].value == 2
             assert exports.materialization.metadata["marts_dir"].value == "s3://pipeline-marts/marts"
         assert tick(defs, instance, t1.cursor).runs == []
-    finally:
-        server.stop()
