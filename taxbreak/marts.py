@@ -43,16 +43,17 @@ segment it renamed into place but never recorded is deleted by the next writer. 
 is told by its caller (``writer(db, traces=...)``); ``None`` means every trace.  The views name the marts by
 absolute path: a moved warehouse folder gets a working snapshot at its next write.
 
-The marts may be elsewhere: the ``paths.marts`` setting (``TAXBREAK_MARTS``) names a folder or
-``s3://bucket/prefix`` (``ObjectMarts``; default ``marts/`` beside the DuckDB file).  On S3 nothing is renamed:
-files are staged in the local ``marts/`` folder (which also keeps the pending markers) and uploaded whole; a loose
-partition is a new object ``part-<random>.parquet`` at each write (``Manifest.parts`` names it, and ``live_files``
-and ``replaced`` then name that file, not its folder), so a reader of the previous manifest still reads the objects
-it names; the manifest, one PUT after every other upload, is the commit point; a write that fails before it deletes
-what it uploaded.  The snapshot stays local, its views name ``s3://`` URLs, and every connection that reads them
-registers the store's filesystem first (``register_filesystem``: ``taxbreak.query``, ``build_snapshot``,
-``export``).  Before its uploads a writer lists the new objects in a local journal (``marts/.uploads-*.json``); the
-next writer deletes those of a writer killed before its manifest that no manifest names.
+The marts may be elsewhere: the ``paths.marts`` setting (``TAXBREAK_MARTS``) names a folder (``LocalMarts``) or
+``s3://bucket/prefix`` (``ObjectMarts``, the same interface; default ``marts/`` beside the DuckDB file).  On S3
+nothing is renamed: files are staged in the local ``marts/`` folder (which also keeps the pending markers) and
+uploaded whole; a loose partition is a new object ``part-<random>.parquet`` at each write (``Manifest.parts`` names
+it, and ``live_files`` and ``replaced`` then name that file, not its folder), so a reader of the previous manifest
+still reads the objects it names; the manifest, one PUT after every other upload, is the commit point; a write that
+fails before it deletes what it uploaded.  The snapshot stays local, its views name ``s3://`` URLs, and every
+connection that reads them registers the store's filesystem first (``register_filesystem``: ``taxbreak.query``,
+``build_snapshot``, ``export``).  Before its uploads a writer lists the new objects in a local journal
+(``marts/.uploads-*.json``); the next writer deletes those of a writer killed before its manifest that no manifest
+names.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ PART = "part-0.parquet"
 MANIFEST = "_manifest.json"
 EMPTY = "_empty.parquet"  # no rows, the columns
 LEGACY_COLUMNS = "_columns.json"  # written by the layout before the manifest; removed when met
+UPLOADS = ".uploads-"  # <local marts>/.uploads-<random>.json: the new objects an S3 write is about to upload
 _ID = re.compile(r"[A-Za-z0-9_.:-]+")  # a trace id as a partition folder name (sha256 hex in practice)
 _VERSION = 2  # 2: a trace's tables may be placed apart (``Manifest.traces``' third field); 1 is read too
 
@@ -96,6 +98,98 @@ def _local(warehouse: str | os.PathLike[str], where: str | None) -> Path:
     return Path(warehouse).parent / MARTS_DIR if where is None or is_s3_url(where) else Path(where)
 
 
+class LocalMarts:
+    """The marts in a local folder (``marts/`` beside the DuckDB file, or the folder ``paths.marts`` names).  Files
+    are staged in the folder itself and put in place by one rename each; a loose partition keeps its name
+    (``PART``, renamed over the previous one); the manifest is replaced by a rename too."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.dir = Path(folder)
+
+    def __str__(self) -> str:
+        return str(self.dir)
+
+    def absolute(self) -> LocalMarts:
+        """The store as readers name its files (the snapshot's views): its absolute folder."""
+        return LocalMarts(self.dir.resolve())
+
+    def path(self, rel: str) -> str:
+        return str(self.dir / rel)
+
+    def read_text(self, rel: str) -> str | None:
+        try:
+            return (self.dir / rel).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def stamp(self, rel: str) -> tuple[int, int, int] | None:
+        """A key that changes whenever the file ``rel`` does (inode, mtime, size); None when it is missing."""
+        try:
+            st = (self.dir / rel).stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def is_file(self, rel: str) -> bool:
+        return (self.dir / rel).is_file()
+
+    def absent(self, rel: str, recorded: bool) -> bool:
+        """Whether the file ``rel``, which the manifest's layout has when ``recorded``, is to be written: here one
+        stat tells."""
+        return not (self.dir / rel).exists()
+
+    def names(self, rel: str = "") -> list[str]:
+        """The files directly under ``rel`` (no sub-folders; one listing, no stat per entry)."""
+        try:
+            with os.scandir(self.dir / rel) as entries:
+                return sorted(e.name for e in entries if e.is_file())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def legacy(self) -> list[Path]:
+        """The table folders of the layout before the manifest (one folder per trace) the marts folder may hold."""
+        if not self.dir.is_dir():
+            return []
+        return sorted(d for d in self.dir.iterdir() if d.is_dir() and d.name[0] not in "._")
+
+    def part_name(self) -> str:
+        """The file name of a loose partition a write puts: always ``PART``, renamed over the previous one."""
+        return PART
+
+    def upload(self, local: Path, rel: str) -> None:
+        """Put the staged file ``local`` in place: one rename (a loose partition's folder keeps that one file)."""
+        place = self.dir / rel
+        place.parent.mkdir(parents=True, exist_ok=True)
+        if place.parent.name.startswith("trace_id="):
+            for extra in place.parent.glob("*.parquet"):  # a partition is one file
+                if extra.name != place.name:
+                    extra.unlink(missing_ok=True)
+        os.replace(local, place)
+
+    def put_text(self, rel: str, text: str) -> None:
+        """Write ``rel`` whole: a temporary file beside it, renamed over it (readers see the old file or the new)."""
+        place = self.dir / rel
+        tmp = place.with_name(f".{place.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, place)
+
+    def delete(self, rels: list[str]) -> None:
+        """Delete the files and folders ``rels``; a missing one is no error."""
+        for rel in rels:
+            _remove(self.dir / rel)
+
+    def journal(self, local: Path, rels: list[str]) -> None:
+        """No journal: renamed files need none (a segment a killed writer renamed into place but never recorded is
+        deleted by ``collect``; a loose partition it renamed is its trace's, exported again from its marker)."""
+        return None
+
+    def delete_orphans(self, local: Path, manifest: Manifest) -> None:
+        """Nothing: no journals here (``journal``)."""
+
+    def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Nothing to register: DuckDB reads local files."""
+
+
 class ObjectMarts:
     """The marts on an S3-compatible store (``paths.marts = "s3://bucket/prefix"``; endpoint and credentials:
     ``taxbreak.config.S3Settings``).  No object is renamed or replaced in place by a write that readers may see
@@ -114,6 +208,9 @@ class ObjectMarts:
     def __str__(self) -> str:
         return self.url
 
+    def absolute(self) -> ObjectMarts:
+        return self
+
     def path(self, rel: str) -> str:
         return f"{self.url}/{rel}"
 
@@ -124,10 +221,19 @@ class ObjectMarts:
         except FileNotFoundError:
             return None
 
+    def stamp(self, rel: str) -> None:
+        """None: no cheap version key here (it would cost a request); the caller reads the object."""
+        return None
+
     def is_file(self, rel: str) -> bool:
         import pyarrow.fs as pafs
 
         return self.fs.get_file_info(f"{self.key}/{rel}").type == pafs.FileType.File
+
+    def absent(self, rel: str, recorded: bool) -> bool:
+        """Whether the object ``rel``, which the manifest's layout has when ``recorded``, is to be written: the
+        manifest's word (no HEAD per table: every table of a manifest had its columns' object put with it)."""
+        return not recorded
 
     def names(self, rel: str = "") -> list[str]:
         """The objects directly under ``rel`` (a folder's files, no sub-folders)."""
@@ -136,6 +242,15 @@ class ObjectMarts:
         base = f"{self.key}/{rel}".rstrip("/")
         infos = self.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+
+    def legacy(self) -> list[Path]:
+        """None: the layout before the manifest was never on S3."""
+        return []
+
+    def part_name(self) -> str:
+        """The file name of a loose partition a write puts: a new object each time (readers of the previous
+        manifest still read the old one)."""
+        return f"part-{uuid.uuid4().hex[:16]}.parquet"
 
     def upload(self, local: Path, rel: str) -> None:
         self.up.put_file(str(local), f"{self.key}/{rel}")
@@ -149,32 +264,62 @@ class ObjectMarts:
         if rels:
             self.up.rm([f"{self.key}/{rel}" for rel in rels])
 
+    def journal(self, local: Path, rels: list[str]) -> Path:
+        """List the new objects ``rels`` a write is about to upload in a journal in the local marts folder
+        ``local`` (``UPLOADS``), for the next writer should this one be killed before its manifest."""
+        path = local / f"{UPLOADS}{uuid.uuid4().hex}.json"
+        path.write_text(json.dumps(rels), encoding="utf-8")
+        return path
+
+    def delete_orphans(self, local: Path, manifest: Manifest) -> None:
+        """Delete the objects of writers that died before their manifest (their journals in ``local``): those the
+        manifest neither reads nor keeps for the previous snapshot's readers.  Call it holding the writer lock."""
+        keep = manifest.live_files() | {rel for rel, _ in manifest.replaced}
+        for journal in sorted(local.glob(f"{UPLOADS}*.json")):
+            try:
+                rels = json.loads(journal.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                rels = []
+            self.delete([rel for rel in rels if isinstance(rel, str) and rel not in keep])
+            journal.unlink(missing_ok=True)
+
     def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
         self.s3.register_filesystem(con)
 
 
-Root = Path | ObjectMarts
+Root = LocalMarts | ObjectMarts
 
 
-def marts_root(warehouse: str | os.PathLike[str]) -> Root:
-    """Where the marts of ``warehouse`` live: ``marts_dir``, or the S3 location the ``paths.marts`` setting names."""
+def _store(root: Root | Path) -> Root:
+    """``root``, a local marts folder given as a path made a ``LocalMarts``."""
+    return LocalMarts(root) if isinstance(root, Path) else root
+
+
+def _roots(warehouse: str | os.PathLike[str]) -> tuple[Root, Path]:
+    """(where the marts of ``warehouse`` live, the local marts folder: the same folder, or where the writers of
+    marts on S3 stage their files and keep their markers and journals), from one reading of the setting."""
     from taxbreak.config import is_s3_url
 
     where = _configured()
-    return ObjectMarts(where) if where is not None and is_s3_url(where) else _local(warehouse, where)
+    local = _local(warehouse, where)
+    return (ObjectMarts(where) if where is not None and is_s3_url(where) else LocalMarts(local)), local
+
+
+def marts_root(warehouse: str | os.PathLike[str]) -> Root:
+    """Where the marts of ``warehouse`` live: ``marts_dir`` (a ``LocalMarts``), or the S3 location the
+    ``paths.marts`` setting names (an ``ObjectMarts``)."""
+    return _roots(warehouse)[0]
 
 
 def marts_location(warehouse: str | os.PathLike[str]) -> str:
     """The marts' root as the snapshot's views name it: an absolute folder, or ``s3://bucket/prefix``."""
-    root = marts_root(warehouse)
-    return str(root.resolve()) if isinstance(root, Path) else root.url
+    return str(marts_root(warehouse).absolute())
 
 
 def register_filesystem(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str] | Root) -> None:
     """Let ``con`` read the marts (and the snapshot's views over them) where they are on S3; nothing locally."""
-    root = warehouse if isinstance(warehouse, ObjectMarts) else marts_root(warehouse)
-    if isinstance(root, ObjectMarts):
-        root.register_filesystem(con)
+    root = warehouse if isinstance(warehouse, LocalMarts | ObjectMarts) else marts_root(warehouse)
+    root.register_filesystem(con)
 
 
 def _q(ident: str) -> str:
@@ -348,17 +493,14 @@ def _loose_bits(entry: list) -> int:
     return mask if where == "" else mask & off
 
 
-def load_manifest(root: Root) -> Manifest | None:
-    """The manifest of the marts folder ``root``; None when there is none (or it cannot be read: the next writer
-    then rewrites the marts whole)."""
+def load_manifest(root: Root | Path) -> Manifest | None:
+    """The manifest of the marts ``root`` (a store, or a local marts folder); None when there is none (or it cannot
+    be read: the next writer then rewrites the marts whole)."""
     try:
-        if isinstance(root, Path):
-            data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-        else:
-            text = root.read_text(MANIFEST)
-            if text is None:
-                return None
-            data = json.loads(text)
+        text = _store(root).read_text(MANIFEST)
+        if text is None:
+            return None
+        data = json.loads(text)
         if data.get("version") not in (1, _VERSION):
             return None
         # version 1 (one place per trace for every table): [where, mask]
@@ -371,40 +513,31 @@ def load_manifest(root: Root) -> Manifest | None:
 
 
 def _save_manifest(root: Root, manifest: Manifest) -> None:
-    if isinstance(root, ObjectMarts):
-        root.put_text(MANIFEST, manifest.to_json())  # one PUT: the new manifest whole, or the old one
-        return
-    tmp = root / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
-    tmp.write_text(manifest.to_json(), encoding="utf-8")
-    os.replace(tmp, root / MANIFEST)
+    root.put_text(MANIFEST, manifest.to_json())  # the new manifest whole, or the old one (a rename, or one PUT)
 
 
-_READ_CACHE: dict[Path, tuple[tuple[int, int, int], Manifest]] = {}
+_READ_CACHE: dict[str, tuple[tuple[int, int, int], Manifest]] = {}
 
 
 def _read_manifest(root: Root) -> Manifest | None:
     """``load_manifest`` for readers that do not change it, parsed once per version of the file (locally)."""
-    if isinstance(root, ObjectMarts):
+    key = root.stamp(MANIFEST)
+    if key is None:  # missing (``load_manifest`` says None), or no version key (S3): read it
         return load_manifest(root)
-    try:
-        st = (root / MANIFEST).stat()
-    except OSError:
-        return None
-    key = (st.st_ino, st.st_mtime_ns, st.st_size)
-    hit = _READ_CACHE.get(root)
+    hit = _READ_CACHE.get(str(root))
     if hit is not None and hit[0] == key:
         return hit[1]
     manifest = load_manifest(root)
     if manifest is not None:
         _READ_CACHE.clear()
-        _READ_CACHE[root] = (key, manifest)
+        _READ_CACHE[str(root)] = (key, manifest)
     return manifest
 
 
 def partitions(table_dir: Path) -> dict[str, Path]:
     """trace id -> the file or folder holding its published rows of one table (its segment file, or its loose
     partition's folder), from the manifest: no listing of the traces' folders."""
-    manifest = _read_manifest(table_dir.parent)
+    manifest = _read_manifest(LocalMarts(table_dir.parent))
     table = table_dir.name
     if manifest is None:  # a marts folder no writer of this layout has published yet
         if not table_dir.is_dir():
@@ -501,17 +634,12 @@ class _Write:
     def current(self, rel: str) -> Path | str:
         """A file of the layout where it is now: staged by this write, else in place."""
         staged = self.staged.get(rel)
-        if staged is not None:
-            return staged
-        return self.root / rel if isinstance(self.root, Path) else self.root.path(rel)
-
-    def part_name(self) -> str:
-        """The file name of a loose partition this write puts: locally always ``PART`` (renamed over the previous
-        one); on S3 a new object each time (readers of the previous manifest still read the old one)."""
-        return PART if isinstance(self.root, Path) else f"part-{uuid.uuid4().hex[:16]}.parquet"
+        return staged if staged is not None else self.root.path(rel)
 
     def put_part(self, m: Manifest, tmp: Path, table: str, trace_id: str) -> None:
-        rel, name = _loose_rel(table, trace_id), self.part_name()
+        """Stage the trace's loose partition of ``table``, under the name the store gives it (``part_name``:
+        locally always ``PART``, on S3 a new object each time, recorded in ``m.parts``)."""
+        rel, name = _loose_rel(table, trace_id), self.root.part_name()
         self.put(tmp, f"{rel}/{name}", table)
         if name != PART:
             m.parts[rel] = name
@@ -529,11 +657,9 @@ def export(
     from taxbreak.warehouse import fault_point
 
     loose_at, fan = policy(compact_loose, fanout)
-    root = marts_root(warehouse)
-    local = root if isinstance(root, Path) else marts_dir(warehouse)
+    root, local = _roots(warehouse)
     local.mkdir(parents=True, exist_ok=True)
-    if isinstance(root, ObjectMarts):
-        root.register_filesystem(con)  # compaction reads the segments in place
+    root.register_filesystem(con)  # (on S3) compaction reads the segments in place
     found = warehouse_tables(con)
     db = con.execute("SELECT current_database()").fetchall()[0][0]
     per_trace = per_trace_tables(found)
@@ -543,8 +669,8 @@ def export(
     for stale in local.glob(f".{MANIFEST}.*.tmp"):
         stale.unlink(missing_ok=True)
     old = load_manifest(root)
-    if isinstance(root, ObjectMarts) and old is not None:
-        _orphans(root, local, old)
+    if old is not None:
+        root.delete_orphans(local, old)  # (on S3)
     w = _Write(con, root, local)
     now = time.time()
     fresh: list[str] = []  # on S3: the new objects this write puts, deleted again if it fails before its manifest
@@ -569,11 +695,7 @@ def export(
             _compact(w, new, loose_at, fan, at_once)
         for table in per_trace:  # the table's columns for readers when no trace has rows
             place = f"{table}/{EMPTY}"
-            if isinstance(root, Path):
-                due = whole or not (root / place).exists()
-            else:  # (no HEAD per table: on S3 every table of a manifest had its columns' object put with it)
-                due = whole or table not in old.tables
-            if due:
+            if whole or root.absent(place, recorded=table in old.tables):
                 tmp = w.tmp(table, EMPTY)
                 con.sql(f"SELECT * FROM {_q(db)}.main.{_q(table)} LIMIT 0").write_parquet(str(tmp))
                 w.put(tmp, place)
@@ -595,21 +717,10 @@ def export(
         # every file of the write is staged: put them in place, one rename each (on S3 one upload each, under
         # names no reader reads yet, but for the columns and cross-trace files, after a local journal of those new
         # names for the next writer should this one be killed), then the manifest
-        if isinstance(root, ObjectMarts):
-            fresh = [rel for rel in w.staged if "/" in rel and not rel.endswith(f"/{EMPTY}")]
-            journal = local / f"{UPLOADS}{uuid.uuid4().hex}.json"
-            journal.write_text(json.dumps(fresh), encoding="utf-8")
+        fresh = [rel for rel in w.staged if "/" in rel and not rel.endswith(f"/{EMPTY}")]
+        journal = root.journal(local, fresh)  # (on S3; None locally)
         for rel, tmp in w.staged.items():
-            if isinstance(root, ObjectMarts):
-                root.upload(tmp, rel)
-                continue
-            place = root / rel
-            place.parent.mkdir(parents=True, exist_ok=True)
-            if place.parent.name.startswith("trace_id="):
-                for extra in place.parent.glob("*.parquet"):  # a partition is one file
-                    if extra.name != place.name:
-                        extra.unlink(missing_ok=True)
-            os.replace(tmp, place)
+            root.upload(tmp, rel)
         fault_point("marts_renamed")
         _save_manifest(root, new)
         committed = True
@@ -626,29 +737,12 @@ def export(
     return w.written
 
 
-UPLOADS = ".uploads-"  # <local marts>/.uploads-<random>.json: the new objects an S3 write is about to upload
-
-
-def _orphans(root: ObjectMarts, local: Path, manifest: Manifest) -> None:
-    """Delete the objects of S3 writers that died before their manifest (their journals, ``UPLOADS``): those the
-    manifest neither reads nor keeps for the previous snapshot's readers.  Call it holding the writer lock."""
-    keep = manifest.live_files() | {rel for rel, _ in manifest.replaced}
-    for journal in sorted(local.glob(f"{UPLOADS}*.json")):
-        try:
-            rels = json.loads(journal.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            rels = []
-        root.delete([rel for rel in rels if isinstance(rel, str) and rel not in keep])
-        journal.unlink(missing_ok=True)
-
-
 def _legacy_files(root: Root) -> set[str]:
     """The files of a marts folder without a manifest (the layout before it: one folder per trace), to replace."""
     out: set[str] = set()
-    for d in root.iterdir() if isinstance(root, Path) and root.is_dir() else []:
-        if d.is_dir() and d.name[0] not in "._":
-            out |= {f"{d.name}/{p.name}" for p in d.iterdir()
-                    if p.name.startswith("trace_id=") or p.name.startswith("seg-") or p.name == LEGACY_COLUMNS}
+    for d in root.legacy():
+        out |= {f"{d.name}/{p.name}" for p in d.iterdir()
+                if p.name.startswith("trace_id=") or p.name.startswith("seg-") or p.name == LEGACY_COLUMNS}
     return out
 
 
@@ -749,7 +843,7 @@ def _traces(w: _Write, db: str, m: Manifest, work: dict[str, set[str] | None]) -
     return at_once
 
 
-def _read(path: Path, without: list[str] | None = None, only: list[str] | None = None) -> str:
+def _read(path: Path | str, without: list[str] | None = None, only: list[str] | None = None) -> str:
     where = ""
     if without:
         where = f" WHERE trace_id NOT IN ({', '.join(_lit(_check_id(t)) for t in without)})"
@@ -876,28 +970,16 @@ def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None, limi
         if since and (now - since < keep_s or budget == 0):
             kept.append([rel, since])
             continue
-        if isinstance(root, Path):
-            _remove(root / rel)
         deleted.append(rel)
         if since and budget is not None:
             budget -= 1
-    waiting = {rel for rel, _ in kept}
-    for table in manifest.tables:  # segments a killed writer renamed into place before its manifest
-        if isinstance(root, Path):
-            tdir = root / table
-            for p in tdir.glob("seg-*.parquet") if tdir.is_dir() else []:
-                rel = f"{table}/{p.name}"
-                if rel not in live and rel not in waiting:
-                    _remove(p)
-                    deleted.append(rel)
-            continue
-        doomed = set(deleted)  # on S3: one LIST per table, then one batched DELETE for all
-        for name in root.names(table):
+    known = live | {rel for rel, _ in kept} | set(deleted)
+    for table in manifest.tables:  # segments a killed writer renamed into place before its manifest: one listing
+        for name in root.names(table):  # per table, then one deletion for all (on S3 batched)
             rel = f"{table}/{name}"
-            if name.startswith("seg-") and name.endswith(".parquet") and rel not in live | waiting | doomed:
+            if name.startswith("seg-") and name.endswith(".parquet") and rel not in known:
                 deleted.append(rel)
-    if isinstance(root, ObjectMarts):
-        root.delete(deleted)
+    root.delete(deleted)
     if deleted or len(kept) != len(manifest.replaced):
         manifest.replaced = kept
         _save_manifest(root, manifest)
@@ -914,12 +996,7 @@ def _remove(path: Path) -> None:
 # -- readers ---------------------------------------------------------------------------------------------------------
 def _reader_root(warehouse: str | os.PathLike[str]) -> Root:
     """The marts' root as readers name its files: an absolute folder, or the S3 location."""
-    root = marts_root(warehouse)
-    return root.resolve() if isinstance(root, Path) else root
-
-
-def _at(root: Root, rel: str) -> str:
-    return str(root / rel) if isinstance(root, Path) else root.path(rel)
+    return marts_root(warehouse).absolute()
 
 
 def view_select(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str], table: str,
@@ -935,14 +1012,14 @@ def view_select(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str
     whole, partial = manifest.sources(table)
     if not whole and not partial:
         return None
-    first = _at(root, whole[0] if whole else partial[0][0])
+    first = root.path(whole[0] if whole else partial[0][0])
     stored = dict((r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({_lit(first)})")
                   .fetchall())
     select = ", ".join(_q(c) if stored.get(c) == typ else f"CAST({_q(c)} AS {typ}) AS {_q(c)}"
                        for c, typ in manifest.columns[table])
 
     def read(paths: list[str]) -> str:
-        files = "[" + ", ".join(_lit(_at(root, p)) for p in paths) + "]"
+        files = "[" + ", ".join(_lit(root.path(p)) for p in paths) + "]"
         return f"SELECT {select} FROM read_parquet({files}, hive_partitioning = false)"
 
     branches = [read(whole)] if whole else []
@@ -957,8 +1034,8 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
     tables = warehouse_tables(con)
     root = _reader_root(warehouse)
     manifest = load_manifest(root)
-    if manifest is not None and isinstance(root, ObjectMarts):
-        root.register_filesystem(con)
+    if manifest is not None:
+        root.register_filesystem(con)  # (on S3)
     db = con.execute("SELECT current_database()").fetchall()[0][0]
     comments = dict(con.execute(
         "SELECT table_name, comment FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'main'",
@@ -997,29 +1074,18 @@ def reader_sources(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
     root = _reader_root(warehouse)
     manifest = load_manifest(root)
     out: dict[str, str] = {}
-    if isinstance(root, ObjectMarts):
-        root.register_filesystem(con)
-        for name in root.names():
-            if name.endswith(".parquet") and name[0] not in "._":
-                out[name[:-len(".parquet")]] = f"SELECT * FROM read_parquet({_lit(root.path(name))})"
-        for table in manifest.tables if manifest is not None else []:
-            select = view_select(con, warehouse, table, manifest, root)
-            if select is None and root.is_file(f"{table}/{EMPTY}"):
-                select = f"SELECT * FROM read_parquet({_lit(root.path(f'{table}/{EMPTY}'))})"
-            if select is not None:
-                out[table] = select
-        return out
-    for p in sorted(root.glob("*.parquet")) if root.is_dir() else []:
-        if p.name[0] not in "._":
-            out[p.stem] = f"SELECT * FROM read_parquet({_lit(str(p))})"
+    root.register_filesystem(con)  # (on S3)
+    for name in root.names():
+        if name.endswith(".parquet") and name[0] not in "._":
+            out[name[:-len(".parquet")]] = f"SELECT * FROM read_parquet({_lit(root.path(name))})"
     if manifest is None:  # marts no writer of this layout has published yet: one folder per trace
-        for d in sorted(root.iterdir()) if root.is_dir() else []:
-            if d.is_dir() and d.name[0] not in "._" and any(d.glob("trace_id=*/*.parquet")):
+        for d in root.legacy():
+            if any(d.glob("trace_id=*/*.parquet")):
                 out[d.name] = f"SELECT * FROM read_parquet({_lit(str(d / 'trace_id=*' / '*.parquet'))})"
     for table in manifest.tables if manifest is not None else []:
         select = view_select(con, warehouse, table, manifest, root)
-        if select is None and (root / table / EMPTY).is_file():
-            select = f"SELECT * FROM read_parquet({_lit(str(root / table / EMPTY))})"
+        if select is None and root.is_file(f"{table}/{EMPTY}"):
+            select = f"SELECT * FROM read_parquet({_lit(root.path(f'{table}/{EMPTY}'))})"
         if select is not None:
             out[table] = select
     return out
