@@ -29,8 +29,8 @@ import json
 import os
 import re
 import shutil
-import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
@@ -112,35 +112,6 @@ def _sha256_of(fh: BinaryIO) -> str:
     for chunk in iter(lambda: fh.read(1 << 20), b""):
         digest.update(chunk)
     return digest.hexdigest()
-
-
-class _Hashing:
-    """``_sha256_of(fh)`` on a thread of its own (the reads and hashlib's update of a large buffer release the GIL),
-    so an adapter opened meanwhile (``Adapter.early_open``) prepares on the other core; ``result()`` waits for it
-    and raises what the hash raised."""
-
-    def __init__(self, fh: BinaryIO) -> None:
-        self._fh = fh
-        self._hex: str | None = None
-        self._exc: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="taxbreak-ingest-hash", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._hex = _sha256_of(self._fh)
-        except BaseException as exc:  # noqa: BLE001 - raised by result(), in the ingesting thread
-            self._exc = exc
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self) -> str:
-        self._thread.join()
-        if self._exc is not None:
-            raise self._exc
-        assert self._hex is not None
-        return self._hex
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -326,9 +297,10 @@ def ingest_file(
 
 
 @dataclass
-class _Early:
-    """An adapter opened while its file was hashed (``Adapter.early_open``): what ``_ingest_once`` makes after the
-    catalogue check (sidecar, workdir, the adapter's output), or the error it raised making them (raised there)."""
+class _Opened:
+    """The adapter opened on the file: the sidecar's update, the workdir, the adapter's output; or the error opening
+    raised (raised by ``_ingest_once`` where it records failures, so an opening done while the file was hashed,
+    ``_open_early``, fails as one done after the catalogue check)."""
 
     adapter: Adapter
     side: dict | None = None
@@ -336,8 +308,25 @@ class _Early:
     out: AdapterOutput | None = None
     error: Exception | None = None
 
+    @classmethod
+    def open(
+        cls, adapter: Adapter, p: Path, trace_id: TraceId, sidecar: Sidecar, cache_dir: Path | None,
+        tmp_dir: Path | None, progress: Callable[[int, int], None] | None,
+    ) -> _Opened:
+        opened = cls(adapter)
+        try:
+            opened.side = sidecar_update(sidecar.open, sidecar.where)
+            opened.work = make_owned_dir(WORK_PREFIX, tmp_dir)
+            opened.out = _open_adapter(adapter, p, trace_id, opened.work, cache_dir, progress)
+        except Exception as exc:  # noqa: BLE001 - raised by the caller, where failures are recorded
+            opened.error = exc
+        except BaseException:
+            opened.discard()
+            raise
+        return opened
+
     def discard(self) -> None:
-        """Content already known, or the hash failed: the batches are never pulled (nothing was parsed)."""
+        """Not ingested after all (the hash failed, or the file changed): the batches are never pulled."""
         if self.out is not None:
             close = getattr(self.out.batches, "close", None)
             if close is not None:
@@ -349,28 +338,18 @@ class _Early:
 def _open_early(
     p: Path, trace_id: Callable[[], str], sidecar: Sidecar, cache_dir: Path | None, tmp_dir: Path | None,
     progress: Callable[[int, int], None] | None,
-) -> _Early | None:
-    """The adapter opened as ``_ingest_once`` opens it, while the file is hashed, when its registry line says its
-    opening parses nothing (``Adapter.early_open``); None otherwise (then it is opened after the catalogue check)."""
+) -> _Opened | None:
+    """The adapter opened while the file is hashed, when its registry line says its opening parses nothing
+    (``Adapter.early_open``); None otherwise (then it is opened after the hash)."""
     try:
         adapter = adapter_for(p)
         with open(p, "rb") as fh:
             head = fh.read(SNIFF_BYTES)
-    except Exception:  # noqa: BLE001 - found again, and reported, after the catalogue check
+    except Exception:  # noqa: BLE001 - found again, and reported, after the hash
         return None
     if adapter.early_open is None or not adapter.early_open(head):
         return None
-    early = _Early(adapter)
-    try:
-        early.side = sidecar_update(sidecar.open, sidecar.where)
-        early.work = make_owned_dir(WORK_PREFIX, tmp_dir)
-        early.out = _open_adapter(adapter, p, trace_id, early.work, cache_dir, progress)
-    except Exception as exc:  # noqa: BLE001 - raised after the catalogue check, where the open would have been
-        early.error = exc
-    except BaseException:
-        early.discard()
-        raise
-    return early
+    return _Opened.open(adapter, p, trace_id, sidecar, cache_dir, tmp_dir, progress)
 
 
 def _ingest_once(
@@ -383,17 +362,16 @@ def _ingest_once(
     adapter whose opening parses nothing (``Adapter.early_open``) is opened meanwhile.  Without it the hash comes
     first, alone: content already in the lake is skipped for the price of its hash (opened early, its adapter's
     preparation would be wasted there: 0.55 -> 1.1 CPU-s for a stored 512 MiB Kineto trace, measured)."""
-    early: _Early | None = None
+    early: _Opened | None = None
     try:
         with open_regular(p) as fh:
             identity = file_identity(os.fstat(fh.fileno()))
             if force:
-                hashing = _Hashing(fh)
-                try:
-                    early = _open_early(p, hashing.result, sidecar, cache_dir, tmp_dir, progress)
-                finally:
-                    hashing.wait()  # the thread reads ``fh``: it is done before the file is closed
-                trace_id = hashing.result()
+                with ThreadPoolExecutor(1, thread_name_prefix="taxbreak-ingest-hash") as pool:
+                    hashed = pool.submit(_sha256_of, fh)  # (the reads and hashlib's updates release the GIL)
+                    early = _open_early(p, hashed.result, sidecar, cache_dir, tmp_dir, progress)
+                # (leaving the pool waits for the hash: the thread reads ``fh``, done before the file is closed)
+                trace_id = hashed.result()
             else:
                 trace_id = _sha256_of(fh)
             if file_identity(os.fstat(fh.fileno())) != identity:
@@ -409,40 +387,24 @@ def _ingest_once(
             return IngestResult(shown, "", "failed", None, f"{shown}: cannot read the file ({exc.strerror or exc})")
         raise
     size = identity[2]
-    try:
-        existing = lake.catalogue_row(trace_id)
-        known = None
-        if not force and existing is not None and existing["status"] == "ingested" and lake.has_events(trace_id):
-            known = IngestResult(shown, trace_id, "unchanged", _refresh_sidecar(lake, existing, sidecar, shown))
-        elif not force and existing is not None and existing["status"] in ("failed", "not_a_trace"):
-            # Failed content is retried only when it changes (a new hash) or on explicit request.
-            known = IngestResult(shown, trace_id, existing["status"], existing, existing["error"])
-    except BaseException:
-        if early is not None:
-            early.discard()
-        raise
-    if known is not None:
-        if early is not None:
-            early.discard()
-        return known
+    existing = None if force else lake.catalogue_row(trace_id)  # (with ``force`` nothing known is skipped)
+    if existing is not None and existing["status"] == "ingested" and lake.has_events(trace_id):
+        return IngestResult(shown, trace_id, "unchanged", _refresh_sidecar(lake, existing, sidecar, shown))
+    if existing is not None and existing["status"] in ("failed", "not_a_trace"):
+        # Failed content is retried only when it changes (a new hash) or on explicit request.
+        return IngestResult(shown, trace_id, existing["status"], existing, existing["error"])
     fmt: str | None = None
     status = "failed"
     work: Path | None = None
     try:
-        if early is not None:
-            adapter, work = early.adapter, early.work
-            fmt = adapter.name
-            if early.error is not None:
-                raise early.error
-            assert early.out is not None and early.side is not None
-            side, out = early.side, early.out
-        else:
-            adapter = adapter_for(p)
-            fmt = adapter.name
-            side = sidecar_update(sidecar.open, sidecar.where)
-            work = make_owned_dir(WORK_PREFIX, tmp_dir)
-            out = _open_adapter(adapter, p, trace_id, work, cache_dir, progress)
-        batches = _with_sidecar(_checked(out.batches, p, identity, shown), out.info, side)
+        opened = early if early is not None else _Opened.open(adapter_for(p), p, trace_id, sidecar, cache_dir,
+                                                              tmp_dir, progress)
+        fmt, work = opened.adapter.name, opened.work
+        if opened.error is not None:
+            raise opened.error
+        assert opened.out is not None and opened.side is not None
+        out = opened.out
+        batches = _with_sidecar(_checked(out.batches, p, identity, shown), out.info, opened.side)
         row, published = lake.publish_events(
             trace_id, batches, out.info, file_name=name, source_path=shown, file_bytes=size, replace=force,
         )
