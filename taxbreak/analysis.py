@@ -19,9 +19,12 @@ every other, which costs little: its inputs are trace-level rows).  Such a state
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
+import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -394,8 +397,10 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
         return 0  # nothing to read: no ingested trace selected
     bound = {p: state[p] for p in sf.params}
     target = f"{_q(catalog)}.main.{_q(name)}"
-    if state["all_traces"] and sf.materialize != "temp" and catalog != "memory":
-        # A full run: the table is this run's rows, written once, straight into the warehouse.
+    if (state["all_traces"] or (state.get("private") and sf.scope != "all_traces")) and (
+            sf.materialize != "temp" and catalog != "memory"):
+        # A full run, or a run's private file (``compute_run``; not the other traces' rows seeded there): the table
+        # is this run's rows, written once, straight into the database.
         _drop_run_local(con, name)
         con.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", bound)
         _comment(con, target, sf, [c for c, _t in _columns(con, catalog, name)])
@@ -425,10 +430,11 @@ _IN_PUBLICATION: set[int] = set()  # ids of connections inside ``publication``
 
 
 @contextlib.contextmanager
-def publication(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+def publication(con: duckdb.DuckDBPyConnection, faults: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
     """Everything a run writes to the warehouse as one transaction: committed whole when the block ends, rolled back
     on an exception, and absent after a crash (DuckDB replays only committed transactions).  Re-entrant: an inner
-    block joins the outer one (the Dagster step wraps its tables; ``materialize`` wraps its own)."""
+    block joins the outer one (the Dagster step wraps its tables; ``materialize`` wraps its own).  ``faults``: the
+    commit is a fault point of the crash tests (``taxbreak.warehouse.fault_point``; not for a run's private file)."""
     key = id(con)
     if key in _IN_PUBLICATION:
         yield con
@@ -443,9 +449,11 @@ def publication(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
             con.execute("ROLLBACK")
         raise
     _IN_PUBLICATION.discard(key)
-    fault_point("before_commit")
+    if faults:
+        fault_point("before_commit")
     con.execute("COMMIT")
-    fault_point("after_commit")
+    if faults:
+        fault_point("after_commit")
 
 
 def drop_run_local(con: duckdb.DuckDBPyConnection, names: list[str]) -> None:
@@ -458,9 +466,12 @@ def materialize(
     warehouse_path: str | os.PathLike[str] | None, lake_root: str | os.PathLike[str],
     trace_ids: list[str] | None = None, tables: list[str] | None = None, config: RunConfig | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
-    progress: Callable[[str, int, int, int | None], None] | None = None,
+    progress: Callable[[str, int, int, int | None], None] | None = None, private: bool = False,
 ) -> dict[str, int]:
     """(Re)compute the tables for ``trace_ids`` (default: every ingested trace); returns rows per table.
+
+    ``private``: ``con`` is a run's own file (``compute_run``), which holds only the run's rows: tables are written
+    whole, once, as in a full run.
 
     ``tables`` limits the run to those tables and what they read.  The whole run is one publication (one
     transaction): a crash leaves every table as it was.  ``progress(name, index, total, rows)`` is called before
@@ -470,14 +481,14 @@ def materialize(
     own = con is None
     con = con or connect(warehouse_path)
     try:
-        with publication(con):
+        with publication(con, faults=not private):
             if progress is not None:
                 progress("prepare", 0, len(names), None)
             params = prepare(con, lake_root, trace_ids, config, tables=names)
             if not params["trace_ids"]:
                 return {}
             files = {f.name: f for f in sql_files()}
-            state = _run_state(con)
+            state = {**_run_state(con), "private": private}
             out: dict[str, int] = {}
             release = release_after(names)
             for i, name in enumerate(names, 1):
@@ -485,7 +496,8 @@ def materialize(
                     progress(name, i, len(names), None)
                 out[name] = _build(con, name, state, files)
                 drop_run_local(con, release.get(name, []))
-                fault_point(f"publish:{name}")
+                if not private:
+                    fault_point(f"publish:{name}")
                 if progress is not None:
                     progress(name, i, len(names), out[name])
             return out
@@ -516,3 +528,157 @@ def forget_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[
             if sf.scope == "cross_trace" and _exists(con, catalog, sf.name):
                 _build_cross_trace(con, sf, state, files)
     return deleted
+
+
+# -- a run for some traces: computed without the writer, published under it -------------------------------------------
+
+RUNS_SUFFIX = ".runs"  # <warehouse>.runs/: the private files of runs computing outside the writer lock
+
+
+def runs_dir(warehouse_path: str | os.PathLike[str]) -> Path:
+    return Path(str(warehouse_path) + RUNS_SUFFIX)
+
+
+def _host_runs(warehouse_path: str | os.PathLike[str]) -> Path:
+    """This host's folder of run files: ``<warehouse>.runs/<host>/`` (a folder shared by hosts keeps them apart)."""
+    return runs_dir(warehouse_path) / re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())
+
+
+def _clear_dead_runs(folder: Path) -> None:
+    """Delete the run files (and their spill folders) in this host's ``folder`` whose process no longer exists (a
+    killed run); a live run's files, named by its pid, are left alone."""
+    for path in folder.glob("run_*"):
+        m = re.fullmatch(r"run_(\d+)_[0-9a-f]{12}\.duckdb(\.wal|\.tmp)?", path.name)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's live process
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+@dataclasses.dataclass
+class ComputedRun:
+    """A run's per-trace tables, computed into its private DuckDB file (``compute_run``), ready to publish."""
+
+    path: Path
+    con: duckdb.DuckDBPyConnection | None  # open on the run file until ``publish_run`` (checks read it)
+    trace_ids: list[str]  # the run's ingested traces (those whose rows it computed)
+    counts: dict[str, int]  # rows computed per table of the run's plan
+    kept: list[str]  # the per-trace tables it publishes, in dependency order
+    cross_trace: list[str]  # the cross-trace tables its plan names (recomputed at publication when asked)
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+
+@contextlib.contextmanager
+def compute_run(
+    warehouse_path: str | os.PathLike[str], lake_root: str | os.PathLike[str], trace_ids: list[str],
+    tables: list[str] | None = None, config: RunConfig | None = None,
+    progress: Callable[[str, int, int, int | None], None] | None = None,
+) -> Iterator[ComputedRun]:
+    """Compute the per-trace tables of a run for ``trace_ids`` without holding the warehouse's writer lock: into a
+    private DuckDB file of the run (``<warehouse>.runs/<host>/run_<pid>_<id>.duckdb``, with its own spill folder),
+    deleted when the block ends.  Runs for different traces thus compute at the same time; only ``publish_run``
+    (copying the rows into the warehouse) waits for the one writer.
+
+    The run reads the lake for its traces only.  The statements that read every trace's rows of an ``all_traces``
+    table (``trace_launch_floor`` reads every null-kernel trace's ``launch_floor_measurements``) see the rows the
+    readers' snapshot held when the run started (``taxbreak.warehouse.snapshot_path``), plus the run's own: what a
+    run started after the last publication sees.  Two runs computing at once therefore give the rows of one serial
+    order (the later publisher did not see the earlier one's rows, as if it had run first): a trace that writes a
+    floor measurement uses its own, so no run both reads and writes what another changes.  The cross-trace tables
+    are not computed here: they read every trace's published rows (``publish_run``)."""
+    if not trace_ids:
+        raise ValueError("compute_run needs the traces to analyse (a run over every trace is written whole)")
+    from taxbreak.marts import register_filesystem
+    from taxbreak.warehouse import snapshot_path
+
+    files = {f.name: f for f in sql_files()}
+    plan = plan_tables(tables)
+    per_trace = [n for n in plan if files[n].scope != "cross_trace"]
+    folder = _host_runs(warehouse_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    _clear_dead_runs(folder)
+    path = folder / f"run_{os.getpid()}_{uuid.uuid4().hex[:12]}.duckdb"  # its stem is the run's catalog name
+    con = connect(path)
+    run = ComputedRun(path, con, [], {}, [], [n for n in plan if files[n].scope == "cross_trace"])
+    try:
+        snap = snapshot_path(warehouse_path)
+        seeds = [n for n in per_trace if files[n].scope == "all_traces"]
+        if seeds and snap.exists():
+            register_filesystem(con, warehouse_path)  # the snapshot's views may name s3:// marts
+            con.execute(f"ATTACH {_lit(str(snap))} AS _published (READ_ONLY)")
+            try:
+                for name in seeds:  # every other trace's published rows; the run's own are computed below
+                    if _exists(con, "_published", name):
+                        con.execute(
+                            f"CREATE TABLE main.{_q(name)} AS SELECT * FROM _published.main.{_q(name)} "
+                            "WHERE trace_id NOT IN (SELECT unnest($ids::VARCHAR[]))", {"ids": trace_ids})
+            finally:
+                con.execute("DETACH _published")
+        run.counts = materialize(path, lake_root, trace_ids=trace_ids, tables=per_trace, config=config, con=con,
+                                 progress=progress, private=True)
+        state = _run_state(con)
+        run.trace_ids = list(state["trace_ids"]) if state else []
+        run.kept = [n for n in per_trace if files[n].materialize != "temp" and _exists(con, _catalog(con), n)]
+        fault_point("run_computed")
+        yield run
+    finally:
+        run.close()
+        for p in (path, Path(str(path) + ".wal")):
+            p.unlink(missing_ok=True)
+        shutil.rmtree(Path(str(path) + ".tmp"), ignore_errors=True)
+
+
+def publish_run(
+    con: duckdb.DuckDBPyConnection, run: ComputedRun, cross_trace: bool = True,
+    progress: Callable[[str, int, int, int | None], None] | None = None,
+) -> dict[str, int]:
+    """Publish a computed run into the warehouse open on ``con`` (hold ``taxbreak.warehouse.writer`` with
+    ``traces=run.trace_ids``), in one publication: each per-trace table's rows of the run's traces are replaced by
+    the run's (a table new to the warehouse, or whose columns changed with the code, becomes the run's rows), then
+    the cross-trace tables of the run's plan are recomputed from every trace's rows (``cross_trace``; the Dagster
+    step leaves them to their own step).  Returns the rows per table (the cross-trace tables' whole counts)."""
+    run.close()  # the run file is read by the writer's connection now
+    counts = dict(run.counts)
+    if not run.trace_ids:
+        return counts
+    catalog = _catalog(con)
+    files = {f.name: f for f in sql_files()}
+    con.execute(f"ATTACH {_lit(str(run.path))} AS _computed (READ_ONLY)")
+    try:
+        with publication(con):
+            ids = {"ids": run.trace_ids}
+            for name in run.kept:
+                target = f"{_q(catalog)}.main.{_q(name)}"
+                rows = f"SELECT * FROM _computed.main.{_q(name)} WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))"
+                columns = _columns(con, "_computed", name)
+                if _columns(con, catalog, name) != columns:
+                    con.execute(f"CREATE OR REPLACE TABLE {target} AS {rows}", ids)
+                else:
+                    con.execute(f"DELETE FROM {target} WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))", ids)
+                    con.execute(f"INSERT INTO {target} {rows}", ids)
+                _comment(con, target, files[name], [c for c, _t in columns])
+                fault_point(f"publish:{name}")
+            if cross_trace:
+                state = {"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False}
+                for i, name in enumerate(run.cross_trace, 1):
+                    if progress is not None:
+                        progress(name, i, len(run.cross_trace), None)
+                    counts[name] = _build_cross_trace(con, files[name], state, files)
+                    if progress is not None:
+                        progress(name, i, len(run.cross_trace), counts[name])
+    finally:
+        con.execute("DETACH _computed")
+    return counts

@@ -312,7 +312,7 @@ def _match_traces(rows: list[dict], wanted: list[str]) -> tuple[list[str], list[
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from taxbreak.analysis import materialize
+    from taxbreak.analysis import compute_run, materialize, publish_run
     from taxbreak.ingest import Lake
     from taxbreak.plan import plan_tables
     from taxbreak.rules import RunConfig
@@ -361,9 +361,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        with writer(paths.warehouse, traces=trace_ids, on_wait=lambda m: note(args, m)) as con:
-            counts = materialize(paths.warehouse, paths.lake, trace_ids=trace_ids, tables=args.table or None,
-                                 config=config, con=con, progress=progress)
+        if trace_ids is None:  # every trace: written whole, under the writer lock
+            with writer(paths.warehouse, traces=None, on_wait=lambda m: note(args, m)) as con:
+                counts = materialize(paths.warehouse, paths.lake, tables=args.table or None, config=config,
+                                     con=con, progress=progress)
+        else:  # some traces: computed without the lock, then published under it (taxbreak.analysis.compute_run)
+            with compute_run(paths.warehouse, paths.lake, trace_ids, tables=args.table or None, config=config,
+                             progress=progress) as run:
+                counts = {}
+                if run.trace_ids:
+                    with writer(paths.warehouse, traces=run.trace_ids, on_wait=lambda m: note(args, m)) as con:
+                        counts = publish_run(con, run, progress=progress)
     except WarehouseBusy as exc:
         emit(f"taxbreak analyze: {exc}", err=True)
         return 3

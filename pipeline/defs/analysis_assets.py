@@ -194,11 +194,18 @@ def _table_assets() -> list[dg.AssetsDefinition]:
 
     @dg.multi_asset(specs=[s for s in TABLE_SPECS if s.key.path[-1] in TRACE_TABLES], partitions_def=TRACES,
                     backfill_policy=dg.BackfillPolicy.single_run(), check_specs=check_specs(TRACE_TABLES),
-                    can_subset=True, pool=POOL, name="analysis_tables")
+                    can_subset=True, name="analysis_tables")  # no pool: it computes before it takes the lock
     def analysis_tables(
         context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource
     ):  # noqa: ANN202 - yields MaterializeResult
-        from taxbreak.analysis import drop_run_local, materialize_table, publication, release_after
+        from taxbreak.analysis import (
+            compute_run,
+            drop_run_local,
+            materialize_table,
+            publication,
+            publish_run,
+            release_after,
+        )
 
         trace_ids = trace_ids_for_run(context, config.full_rebuild)
         if trace_ids == []:
@@ -217,22 +224,42 @@ def _table_assets() -> list[dg.AssetsDefinition]:
         checks = {k.name for k in context.selected_asset_check_keys}
         scope = ("all traces" if trace_ids is None else f"trace {trace_ids[0][:16]}" if len(trace_ids) == 1
                  else f"{len(trace_ids)} traces")
+        plan = needed_files(selected)
+        if trace_ids is not None:
+            # Some traces: computed without the writer lock in the run's own file (runs of other traces compute at
+            # the same time), checked there, and only then published under the lock (taxbreak.analysis.compute_run).
+            with compute_run(warehouse.file(), lake.get(), trace_ids, tables=sorted(selected)) as run:
+                # the blocking invariants on the run's rows: a broken one publishes nothing
+                evaluations = evaluate(run.con, checks)
+                broken = [e.check_name for e in evaluations if not e.passed]
+                if broken:
+                    yield from evaluations
+                    raise dg.Failure(f"{scope}: invariant(s) {', '.join(broken)} broken; nothing published "
+                                     "(the tables, marts and snapshot stay as they were)")
+                results = [dg.MaterializeResult(asset_key=name, metadata=_metadata(run.con, name, run.counts[name],
+                                                                                   scope))
+                           for name in plan if name in selected]
+                # the marts of the run's traces only (taxbreak.marts): a run's cost does not grow with the traces
+                with warehouse.writer(traces=run.trace_ids) as con:
+                    publish_run(con, run, cross_trace=False)  # the cross-trace tables are the next step's
+            yield from results
+            yield from evaluations
+            return
         results = []
-        # the marts of the run's traces only (taxbreak.marts): a run's cost does not grow with the traces analysed
-        with warehouse.writer(traces=trace_ids) as con:
-            # Every file the selection needs, in dependency order, each with the run's traces: a table's
-            # inputs then already exist in the connection when it is computed.  One publication (one transaction):
-            # a step that dies leaves every table as it was; the results are reported once it is committed.
+        with warehouse.writer(traces=None) as con:
+            # Every trace, written whole under the writer lock: every file the selection needs, in dependency
+            # order (a table's inputs then already exist in the connection when it is computed).  One publication
+            # (one transaction): a step that dies leaves every table as it was; the results are reported once it
+            # is committed.
             with publication(con):
-                plan = needed_files(selected)
                 release = release_after(plan)
                 for name in plan:
-                    computed = materialize_table(con, name, trace_ids=trace_ids, lake_root=lake.get(), plan=plan)
+                    computed = materialize_table(con, name, trace_ids=None, lake_root=lake.get(), plan=plan)
                     drop_run_local(con, release.get(name, []))
                     if name in selected:
                         results.append(dg.MaterializeResult(asset_key=name,
                                                             metadata=_metadata(con, name, computed, scope)))
-                # the blocking invariants on the run's rows, before the commit: a broken one publishes nothing
+                # the blocking invariants, before the commit: a broken one publishes nothing
                 evaluations = evaluate(con, checks)
                 broken = [e.check_name for e in evaluations if not e.passed]
                 if broken:

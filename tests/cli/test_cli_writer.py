@@ -78,7 +78,8 @@ _KEPT_ORDER = [n for n in _NAMES if n in KEPT]
 # middle, the last file, and the moment before the commit
 KILLS = [(False, f"publish:{_KEPT_ORDER[0]}"), (False, f"publish:{_KEPT_ORDER[len(_KEPT_ORDER) // 2]}"),
          (False, f"publish:{_NAMES[-1]}"), (False, "before_commit"),
-         (True, f"publish:{_KEPT_ORDER[len(_KEPT_ORDER) // 2]}"), (True, "before_commit")]
+         (True, f"publish:{_KEPT_ORDER[len(_KEPT_ORDER) // 2]}"), (True, "before_commit"),
+         (True, "run_computed")]  # a run for some traces, killed after computing in its own file, before the lock
 
 
 @pytest.mark.parametrize(("only_new", "point"), KILLS, ids=[("one-trace-" if o else "all-") + p for o, p in KILLS])
@@ -90,9 +91,13 @@ def test_a_killed_analyze_changes_nothing(home: Path, run: Run, states: dict, po
     # readers see the state before it too
     sql = run("sql", "--format", "csv", "SELECT count(*) AS n FROM trace_meta")
     assert sql.returncode == 0 and sql.stdout.split() == ["n", "1"], sql.stderr
-    if point == "before_commit":  # and the next run completes the work
+    runs = home / "taxbreak.duckdb.runs"
+    left = sorted(p.name for p in runs.rglob("run_*.duckdb")) if runs.exists() else []
+    assert len(left) == (1 if only_new else 0), left  # a killed run for some traces leaves its own file behind
+    if point in ("before_commit", "run_computed"):  # and the next run completes the work
         assert run(*args).returncode == 0
         assert table_state(home / "taxbreak.duckdb") == states["after"]
+        assert not list(runs.rglob("run_*")) if runs.exists() else True  # the dead run's file was cleared
 
 
 def test_killed_after_the_commit_readers_read_the_committed_tables(home: Path, run: Run, states: dict) -> None:
