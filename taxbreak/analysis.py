@@ -6,7 +6,9 @@ writer rules (one publication per run).
 A run (``materialize``) analyses a set of traces: ``prepare`` loads their events, catalogue rows and
 metadata into temporary tables, then every statement is computed for those traces into a temporary table of
 the same name (so later statements read only this run's rows) and published into the warehouse by deleting the
-traces' old rows and inserting the new ones.  Re-running one trace therefore rebuilds only that trace.
+traces' old rows and inserting the new ones.  Re-running one trace therefore rebuilds only that trace.  A run for
+some traces is best computed without the writer lock: ``compute_run`` runs ``materialize`` into a DuckDB file of
+the run's own, and ``publish_run`` copies its rows into the warehouse under the lock (the CLI and Dagster do so).
 
 Two scopes read beyond the run's traces.  ``all_traces`` (a per-trace table such as the null-kernel floor
 measurements) is computed and published per trace like any other, but the statements that read it see every
