@@ -128,12 +128,24 @@ wall AS (
            sum(library_ns), sum(framework_ns), sum(sync_ns), sum(other_runtime_ns), sum(host_untraced_ns)
     FROM hp_step WHERE is_leaf_step AND phase IS NOT NULL GROUP BY trace_id, phase
 ),
--- the kernels that contribute most to T_Orchestrate, per trace and per step
+-- the kernels that contribute most to T_Orchestrate, per trace and per step: the top 3 of each are picked from
+-- kernel_taxbreak alone, and only those few look up their Python op in int_kernel_links (the same pick again over
+-- them gives the same lists, in the same order)
+charged AS (
+    SELECT trace_id, step_id, kernel_seq, kernel_name, op_name, delta_ft_ns + delta_ct_ns AS orchestrate_ns
+    FROM kernel_taxbreak WHERE is_charged
+),
+top_seqs AS (
+    SELECT trace_id, max_by(kernel_seq, (orchestrate_ns, -kernel_seq), 3) AS seqs FROM charged GROUP BY trace_id
+    UNION ALL
+    SELECT trace_id, max_by(kernel_seq, (orchestrate_ns, -kernel_seq), 3)
+    FROM charged WHERE step_id IS NOT NULL GROUP BY trace_id, step_id
+),
 contrib AS (
-    SELECT k.trace_id, k.step_id, k.kernel_seq, k.kernel_name, k.op_name, l.py_name,
-           k.delta_ft_ns + k.delta_ct_ns AS orchestrate_ns
-    FROM kernel_taxbreak k JOIN int_kernel_links l USING (trace_id, kernel_seq)
-    WHERE k.is_charged
+    SELECT k.trace_id, k.step_id, k.kernel_seq, k.kernel_name, k.op_name, l.py_name, k.orchestrate_ns
+    FROM charged k
+    SEMI JOIN (SELECT DISTINCT trace_id, unnest(seqs) AS kernel_seq FROM top_seqs) t USING (trace_id, kernel_seq)
+    JOIN int_kernel_links l USING (trace_id, kernel_seq)
 ),
 top_trace AS (
     SELECT trace_id, max_by({'kernel_seq': kernel_seq, 'kernel_name': kernel_name, 'op_name': op_name,
