@@ -60,10 +60,13 @@ chains AS (
     FROM w
     WHERE h1 IS NOT NULL
 ),
+-- the example occurrence: the first by (segment, pos), the pair packed into one BIGINT (pos < 2^32), which the
+-- aggregate over every chain compares faster than a struct
 counted AS (
     SELECT tk, chain_len, chain_hash, any_value(h0) AS first_h, count(*) AS occurrences,
-           arg_min(pk, (segment, pos)) AS ex_pk, arg_min(segment, (segment, pos)) AS ex_segment,
-           arg_min(pos, (segment, pos)) AS ex_pos
+           arg_min(pk, segment * 4294967296 + pos) AS ex_pk,
+           min(segment * 4294967296 + pos) // 4294967296 AS ex_segment,
+           min(segment * 4294967296 + pos) % 4294967296 AS ex_pos
     FROM chains WHERE chain_hash IS NOT NULL
     GROUP BY tk, chain_len, chain_hash
 ),
