@@ -39,24 +39,17 @@ pts AS (
     UNION ALL
     SELECT tk, device_id, end_ns AS t, work_class, -1 AS d FROM work
 ),
-chg AS (
-    SELECT tk, device_id, t,
-           coalesce(sum(d) FILTER (WHERE work_class = 'compute'), 0) AS d_compute,
-           coalesce(sum(d) FILTER (WHERE work_class = 'communication'), 0) AS d_comm,
-           coalesce(sum(d) FILTER (WHERE work_class = 'memcpy'), 0) AS d_memcpy,
-           coalesce(sum(d) FILTER (WHERE work_class = 'memset'), 0) AS d_memset
-    FROM pts GROUP BY tk, device_id, t
-),
--- after each change point: how many events of each class run, and for how long until the next change point
+-- after each change point: how many events of each class run, and for how long until the next change point.  The
+-- running sums take a time's peers (RANGE), so points at one time agree and all but one get seg_ns 0
 seg AS (
     SELECT tk, device_id, t,
-           sum(d_compute) OVER w AS n_compute,
-           sum(d_comm) OVER w AS n_comm,
-           sum(d_memcpy) OVER w AS n_memcpy,
-           sum(d_memset) OVER w AS n_memset,
+           sum(CASE WHEN work_class = 'compute' THEN d ELSE 0 END) OVER w AS n_compute,
+           sum(CASE WHEN work_class = 'communication' THEN d ELSE 0 END) OVER w AS n_comm,
+           sum(CASE WHEN work_class = 'memcpy' THEN d ELSE 0 END) OVER w AS n_memcpy,
+           sum(CASE WHEN work_class = 'memset' THEN d ELSE 0 END) OVER w AS n_memset,
            coalesce(lead(t) OVER (PARTITION BY tk, device_id ORDER BY t), t) - t AS seg_ns
-    FROM chg
-    WINDOW w AS (PARTITION BY tk, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
+    FROM pts
+    WINDOW w AS (PARTITION BY tk, device_id ORDER BY t RANGE UNBOUNDED PRECEDING)
 ),
 agg AS (
     SELECT tk, device_id, min(t) AS first_start_ns, max(t) AS last_end_ns,
