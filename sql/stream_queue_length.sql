@@ -24,19 +24,22 @@ pts AS (
     UNION ALL
     SELECT tk, device_id, stream_id, kernel_end_ns AS t, -1 AS d FROM k
 ),
-chg AS (
-    SELECT tk, device_id, stream_id, t, sum(d) AS d FROM pts GROUP BY tk, device_id, stream_id, t
-),
+-- the running sum takes a time's peers (RANGE), so the points at one time agree; the last of them (the one whose next
+-- point is later) is the change
 q AS (
-    SELECT
-        tk,
-        device_id,
-        stream_id,
-        t AS ts_ns,
-        CAST(sum(d) OVER w AS BIGINT) AS queue_length,
-        coalesce(lead(t) OVER (PARTITION BY tk, device_id, stream_id ORDER BY t), t) - t AS held_ns
-    FROM chg
-    WINDOW w AS (PARTITION BY tk, device_id, stream_id ORDER BY t ROWS UNBOUNDED PRECEDING)
+    SELECT tk, device_id, stream_id, ts_ns, queue_length, coalesce(next_t, ts_ns) - ts_ns AS held_ns
+    FROM (
+        SELECT
+            tk,
+            device_id,
+            stream_id,
+            t AS ts_ns,
+            CAST(sum(d) OVER (PARTITION BY tk, device_id, stream_id ORDER BY t RANGE UNBOUNDED PRECEDING) AS BIGINT)
+                AS queue_length,
+            lead(t) OVER (PARTITION BY tk, device_id, stream_id ORDER BY t) AS next_t
+        FROM pts
+    )
+    WHERE next_t IS NULL OR next_t > ts_ns
 )
 SELECT t.trace_id, q.device_id, q.stream_id, q.ts_ns, q.queue_length, q.held_ns
 FROM q JOIN traces t USING (tk)
