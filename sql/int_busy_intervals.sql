@@ -37,9 +37,12 @@ g AS (
         ) AS grp
     FROM o
 ),
+-- the first event (earliest start, then lowest event_id): the least ts_ns x 2^64 + event_id (event ids are >= 0 and
+-- < 2^64), minus its start's part; one HUGEINT min is cheaper than arg_min over a (ts_ns, event_id) struct
 busy AS (
     SELECT pk, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns,
-           arg_min(event_id, (ts_ns, event_id)) AS first_event_id
+           CAST(min(ts_ns::HUGEINT * 18446744073709551616 + event_id)
+                - min(ts_ns)::HUGEINT * 18446744073709551616 AS BIGINT) AS first_event_id
     FROM g GROUP BY pk, grp
 ),
 sets AS (
