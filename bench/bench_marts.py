@@ -230,16 +230,16 @@ def _warm(paths: dict[str, Path]) -> None:
     load_defs()
 
 
-def _execute(requests: list[tuple[str, dict[str, str]]]) -> list[bool]:
-    """In a worker process: the sensor's runs ``(partition key, tags)``, one after the other, in-process."""
+def _execute(requests: list[tuple[str, dict[str, str], dict]]) -> list[bool]:
+    """In a worker process: the sensor's runs ``(partition key, tags, run config)``, one after the other."""
     import dagster as dg
 
     from taxbreak.pipeline.local import execute_request, load_defs
 
     defs = load_defs()
     with dg.DagsterInstance.get() as instance:
-        return [execute_request(defs, instance, dg.RunRequest(partition_key=key, tags=tags)).success
-                for key, tags in requests]
+        return [execute_request(defs, instance, dg.RunRequest(partition_key=key, tags=tags, run_config=config)).success
+                for key, tags, config in requests]
 
 
 def batch_concurrent(paths: dict[str, Path], files: list[Path], workers: int) -> float:
@@ -265,7 +265,7 @@ def batch_concurrent(paths: dict[str, Path], files: list[Path], workers: int) ->
             data = evaluate_sensor(defs, instance)
             for req in data.dynamic_partitions_requests or []:
                 instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
-            requests = [(r.partition_key, dict(r.tags)) for r in data.run_requests or []]
+            requests = [(r.partition_key, dict(r.tags), dict(r.run_config or {})) for r in data.run_requests or []]
             shares = [requests[i::workers] for i in range(workers)]
             done = [ok for part in pool.map(_execute, shares) for ok in part]
             took = time.perf_counter() - t0

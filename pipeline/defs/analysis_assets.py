@@ -300,10 +300,13 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     "what a writer that died left pending and reports the marts.",
 )
 def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from taxbreak.marts import marts_location, trace_counts
+    from taxbreak.marts import marts_location, pending, trace_counts
+    from taxbreak.warehouse import snapshot_is_current
 
-    with warehouse.writer(traces=[]):  # only what earlier writers left pending, then the snapshot (small)
-        pass
+    markers, _ = pending(warehouse.file())
+    if markers or not snapshot_is_current(warehouse.file()):
+        with warehouse.writer(traces=[]):  # only what earlier writers left pending, then the snapshot (small)
+            pass
     counts = trace_counts(warehouse.file())  # from the manifest: a folder or S3 alike, nothing listed
     return dg.MaterializeResult(metadata={
         "marts_dir": marts_location(warehouse.file()), "snapshot": str(warehouse.exports_dir() / SNAPSHOT_NAME),

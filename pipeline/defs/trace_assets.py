@@ -5,14 +5,15 @@ This asset, partitioned like them, is materialised by ``trace_job`` for the run'
 with the trace's headline figures (``taxbreak.readmodel.trace_headlines``, the read model every reader uses) as
 metadata: the asset's partitions page then shows which traces are analysed, and a trace whose file failed or whose
 invariants broke has no materialisation of it (its upstream step yielded nothing or failed, so this step did not run).
-It reads the warehouse under the one writer rule, read-only (``duckdb_writer`` pool), one trace's rows.
+It reads one trace's rows from the readers' snapshot (``exports/snapshot.duckdb``, which the tables' step published
+before it): no writer lock, no pool, so it never waits for another run's writer.
 """
 
 import re
 
 import dagster as dg
 
-from taxbreak.pipeline.defs.analysis_assets import POOL, TABLE_NAMES
+from taxbreak.pipeline.defs.analysis_assets import TABLE_NAMES
 from taxbreak.pipeline.defs.ingest_assets import TRACES, run_trace_id
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
@@ -45,7 +46,6 @@ def headline_metadata(h: dict) -> dict[str, object]:
 
 @dg.asset(
     key=TRACE_ANALYSIS, partitions_def=TRACES, deps=headline_tables(), group_name="analysis", kinds={"duckdb"},
-    pool=POOL,
     description="One trace's analysis (a `traces` partition): its headline figures from the analysis tables "
     "(HDBI, HDBI_linked, HDBI_wall, T_Orchestrate = ΔFT + ΔCT + ΔKT, device-active time, T_sys, kernels per token; "
     "docs/method.md) and flags. Materialised by `trace_job` after the tables committed the trace, so the partitions "
@@ -55,10 +55,20 @@ def trace_analysis(
     context: dg.AssetExecutionContext, lake: LakeResource, warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
     from taxbreak import readmodel
+    from taxbreak.query import WarehouseUnavailable, open_readonly
 
     trace_id = run_trace_id({"dagster/partition": context.partition_key, **context.run.tags}, lambda: lake.get())
-    with warehouse.writer(read_only=True) as con:
-        heads = readmodel.trace_headlines(con, [trace_id]) if _has(con, "trace_meta") else []
+    # the readers' snapshot, published by the tables' step before this one: no lock, no wait for other runs' writers
+    try:
+        opened = open_readonly(warehouse.file(), prefer="snapshot")
+    except WarehouseUnavailable:  # no snapshot for this folder (moved since its last write): the file, locked
+        with warehouse.writer(read_only=True) as con:
+            heads = readmodel.trace_headlines(con, [trace_id]) if _has(con, "trace_meta") else []
+    else:
+        try:
+            heads = readmodel.trace_headlines(opened.con, [trace_id]) if _has(opened.con, "trace_meta") else []
+        finally:
+            opened.con.close()
     if not heads:
         row = lake.get().catalogue_row(trace_id)
         raise dg.Failure(f"partition {context.partition_key}: trace {trace_id[:16]} is not in the analysis tables "
@@ -67,7 +77,9 @@ def trace_analysis(
 
 
 def _has(con, table: str) -> bool:  # noqa: ANN001 - DuckDB connection
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $t", {"t": table}).fetchone()[0])
+    """A table, or a view (the snapshot's), of that name."""
+    return bool(con.execute("SELECT (SELECT count(*) FROM duckdb_tables() WHERE table_name = $t) + "
+                            "(SELECT count(*) FROM duckdb_views() WHERE view_name = $t)", {"t": table}).fetchone()[0])
 
 
 @dg.definitions

@@ -32,6 +32,7 @@ def test_definitions_content() -> None:
     assert keys == {"trace_ingest", "warehouse_exports", "warehouse_report", "request_model_fit", "whatif_results",
                     "critical_path", "trace_analysis"} | tables
     assert graph.get(dg.AssetKey("trace_analysis")).partitions_def.name == "traces"  # per-trace status in the UI
+    assert graph.get(dg.AssetKey("trace_analysis")).pools == set()  # it reads the snapshot: no writer, no pool
     ingest = graph.get(dg.AssetKey("trace_ingest"))
     assert isinstance(ingest.partitions_def, dg.DynamicPartitionsDefinition)
     assert ingest.partitions_def.name == "traces"
