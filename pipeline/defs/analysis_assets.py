@@ -291,6 +291,17 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     return [analysis_tables] + ([cross_trace_tables] if CROSS_TRACE else [])
 
 
+def exports_behind(db) -> bool:  # noqa: ANN001 - the warehouse file (Path)
+    """Whether the readers' copy lags the warehouse: a writer left work pending (it died before its marts), or the
+    snapshot is older than the file.  Otherwise every writer already published its marts and snapshot, and the
+    exports step need not take the lock."""
+    from taxbreak.marts import pending
+    from taxbreak.warehouse import snapshot_is_current
+
+    markers, _ = pending(db)
+    return bool(markers) or not snapshot_is_current(db)
+
+
 @dg.asset(
     key=EXPORTS, deps=[dg.AssetKey(n) for n in TABLE_NAMES] or [TRACE_INGEST], group_name="analysis",
     kinds={"parquet", "duckdb"}, pool=POOL,
@@ -300,11 +311,9 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     "what a writer that died left pending and reports the marts.",
 )
 def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from taxbreak.marts import marts_location, pending, trace_counts
-    from taxbreak.warehouse import snapshot_is_current
+    from taxbreak.marts import marts_location, trace_counts
 
-    markers, _ = pending(warehouse.file())
-    if markers or not snapshot_is_current(warehouse.file()):
+    if exports_behind(warehouse.file()):
         with warehouse.writer(traces=[]):  # only what earlier writers left pending, then the snapshot (small)
             pass
     counts = trace_counts(warehouse.file())  # from the manifest: a folder or S3 alike, nothing listed

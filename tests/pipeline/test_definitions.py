@@ -146,3 +146,24 @@ def test_preload_builds_the_jobs_once_per_environment(monkeypatch) -> None:  # n
     monkeypatch.setenv("TAXBREAK_EXECUTOR", "in_process")
     assert local.trace_job() is not built[next(k for k in built if k[0] == "trace_job")]
     assert len(local._JOBS) == 4
+
+
+def test_exports_take_the_writer_only_when_the_readers_copy_lags(tmp_path: Path) -> None:
+    """warehouse_exports: every writer publishes its own marts and snapshot, so the step takes the lock only for
+    what a killed writer left pending or a snapshot older than the file."""
+    from taxbreak.marts import mark_pending
+    from taxbreak.pipeline.defs.analysis_assets import exports_behind
+    from taxbreak.warehouse import snapshot_path, writer
+
+    db = tmp_path / "taxbreak.duckdb"
+    assert exports_behind(db)  # nothing published yet
+    with writer(db, traces=[]) as con:
+        con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    assert not exports_behind(db)
+    marker = mark_pending(db, ["a" * 64])  # a writer that died before its marts
+    assert exports_behind(db)
+    marker.unlink()
+    assert not exports_behind(db)
+    snap = snapshot_path(db).stat().st_mtime_ns
+    os.utime(db, ns=(snap + 10**9, snap + 10**9))  # the file changed after the snapshot
+    assert exports_behind(db)
