@@ -11,20 +11,32 @@
 -- column: ts_ns: start (ns)
 -- column: end_ns: end (ns)
 -- column: work_class: 'communication', 'compute', 'memcpy' or 'memset'
+WITH
+dev AS (
+    SELECT trace_id, device_id, stream_id, kind, name, ts_ns, end_ns
+    FROM stg_events
+    WHERE kind IN ('kernel', 'memcpy', 'memset') AND device_id IS NOT NULL
+),
+-- the predicate runs once per distinct kernel name (a trace repeats a few thousand names over its kernels)
+comm_names AS (
+    SELECT name,
+           regexp_matches(lower(coalesce(name, '')),
+                          'nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce')
+               AS is_comm
+    FROM (SELECT DISTINCT name FROM dev WHERE kind = 'kernel')
+)
 SELECT
-    trace_id,
-    device_id,
-    stream_id,
-    kind,
-    name,
-    ts_ns,
-    end_ns,
+    d.trace_id,
+    d.device_id,
+    d.stream_id,
+    d.kind,
+    d.name,
+    d.ts_ns,
+    d.end_ns,
     CASE
-        WHEN kind IN ('memcpy', 'memset') THEN kind
-        WHEN regexp_matches(lower(coalesce(name, '')),
-                            'nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce')
-            THEN 'communication'
+        WHEN d.kind IN ('memcpy', 'memset') THEN d.kind
+        WHEN c.is_comm THEN 'communication'
         ELSE 'compute'
     END AS work_class
-FROM stg_events
-WHERE kind IN ('kernel', 'memcpy', 'memset') AND device_id IS NOT NULL
+FROM dev d
+LEFT JOIN comm_names c ON c.name = d.name AND d.kind = 'kernel'
