@@ -2,7 +2,8 @@
 over the per-trace marts stay close to the same queries over one DuckDB table.
 
     python bench/bench_marts.py [--traces 1000] [--small 10] [--kernels 1000] [--repeat 3] [--batch 8]
-                                [--republish 100] [--out DIR] [--skip one,backlog,batch,queries]
+                                [--republish 100] [--lock-kernels 50000] [--out DIR]
+                                [--skip one,backlog,lock,batch,queries]
 
 1. **One more trace** through the Dagster path (sensor tick: hash, partition, ``trace_job`` in-process: ingest,
    tables, blocking checks, marts, snapshot, what-if) into a warehouse that already holds ``--small`` traces, and
@@ -17,7 +18,10 @@ over the per-trace marts stay close to the same queries over one DuckDB table.
    batch (tag ``taxbreak/trace_ids``).  Target: at most 0.6x on 2 cores.  Then the sensor's runs themselves,
    ``--workers`` at a time in worker processes: their tables compute outside the writer lock, only the
    publications queue (no batching).
-3. **The documented queries** (``docs/queries/*.sql``) over the snapshot's views of the marts of ``--traces``
+3. **lock**: how long one run for one trace (``--lock-kernels``) holds the warehouse's writer lock when it computes
+   under it (a run over every trace still does) vs when it computes in its own file first
+   (``taxbreak.analysis.compute_run``) and holds the lock only to publish; ``--repeat`` times each, alternating.
+4. **The documented queries** (``docs/queries/*.sql``) over the snapshot's views of the marts of ``--traces``
    traces vs the same queries on the DuckDB warehouse file (one table holding the same rows); best of 3 each.
    Target: at most 2x.  Measured on two layouts of the marts (``taxbreak.marts``): as a whole rewrite leaves them
    (one segment per table), and after ``--republish`` traces were published again one write each (the segment's
@@ -273,6 +277,34 @@ def batch_concurrent(paths: dict[str, Path], files: list[Path], workers: int) ->
     return took
 
 
+def lock_held(paths: dict[str, Path], kernels: int, repeat: int) -> list[tuple[float, float, float]]:
+    """One trace of ``kernels`` kernels re-analysed ``repeat`` times each way, alternating: (seconds the warehouse's
+    writer lock is held when the run computes under it, as a run over every trace still does and a run for some
+    traces did before; seconds a run computes outside it, ``compute_run``; seconds its publication then holds it,
+    ``publish_run``), each including the marts and snapshot of that trace."""
+    from taxbreak.analysis import compute_run, materialize, publish_run
+    from taxbreak.ingest.lake import Lake
+    from taxbreak.warehouse import writer
+
+    tid = hashlib.sha256(f"bench-marts-{kernels}-0".encode()).hexdigest()  # synthetic_traces' first id
+    if Lake(paths["lake"]).catalogue_row(tid) is None:  # (a kept --out folder: already there)
+        synthetic_traces(paths["lake"], 1, kernels)
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        with writer(paths["warehouse"], traces=[tid]) as con:
+            materialize(paths["warehouse"], paths["lake"], trace_ids=[tid], con=con)
+        under = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with compute_run(paths["warehouse"], paths["lake"], [tid]) as run:
+            t1 = time.perf_counter()
+            with writer(paths["warehouse"], traces=run.trace_ids) as con:
+                publish_run(con, run)
+            t2 = time.perf_counter()
+        out.append((under, t1 - t0, t2 - t1))
+    return out
+
+
 def whole_rewrite_over_loose(paths: dict[str, Path]) -> int:
     """Lay the home's marts out as loose partitions only (a whole rewrite that may not compact), then rewrite them
     whole into one segment (which replaces every one of those partitions); returns how many files the layout
@@ -391,7 +423,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="work folder (default: a temporary one, removed)")
     ap.add_argument("--republish", type=int, default=100, help="traces published again one by one (queries part)")
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip: one,backlog,batch,queries")
+    ap.add_argument("--lock-kernels", type=int, default=50_000, help="kernels of the trace the lock part re-analyses")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: one,backlog,lock,batch,queries")
     args = ap.parse_args()
     # the full analysis of every synthetic trace at once (the setup) needs more than the 512MB default
     os.environ.setdefault("TAXBREAK_DUCKDB_MEMORY", "4GB")
@@ -459,6 +492,13 @@ def main() -> None:
             print(f"a write with no traces of its own (warehouse_exports: marts, snapshot, partition counts): "
                   f"{s_w:.2f} s with {args.small} traces, {b_w:.2f} s with {args.traces}: {b_w / s_w:.2f}x",
                   flush=True)
+        if "lock" not in skip:
+            held = lock_held(small, args.lock_kernels, args.repeat)
+            under, outside, publish = (median([h[i] for h in held]) for i in range(3))
+            print(f"one trace of {args.lock_kernels:,} kernels re-analysed, median of {args.repeat}: the writer lock "
+                  f"held {under:.2f} s when the run computes under it, {publish:.2f} s when it computes outside it "
+                  f"({outside:.2f} s, no lock) and only publishes under it: {publish / under:.2f}x; the runs: "
+                  + ", ".join(f"{u:.2f} vs {o:.2f} + {p:.2f} s" for u, o, p in held), flush=True)
         if "batch" not in skip:
             files = [kineto_file(work / "drop" / f"t{i}.json", 2000, seed=10_000 + i) for i in range(args.batch)]
             ser = batch_serial(home_with(work / "serial", args.small, args.kernels), files)
