@@ -229,6 +229,9 @@ def _table_assets() -> list[dg.AssetsDefinition]:
             # Some traces: computed without the writer lock in the run's own file (runs of other traces compute at
             # the same time), checked there, and only then published under the lock (taxbreak.analysis.compute_run).
             with compute_run(warehouse.file(), lake.get(), trace_ids, tables=sorted(selected)) as run:
+                if not run.trace_ids:
+                    context.log.info(f"{scope}: none is ingested in the lake; tables unchanged")
+                    return
                 # the blocking invariants on the run's rows: a broken one publishes nothing
                 evaluations = evaluate(run.con, checks)
                 broken = [e.check_name for e in evaluations if not e.passed]
@@ -244,6 +247,9 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                     publish_run(con, run, cross_trace=False)  # the cross-trace tables are the next step's
             yield from results
             yield from evaluations
+            return
+        if not any(r["status"] == "ingested" for r in lake.get().catalogue().to_pylist()):
+            context.log.info("no trace in the lake is ingested; tables unchanged")
             return
         results = []
         with warehouse.writer(traces=None) as con:

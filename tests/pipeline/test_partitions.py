@@ -137,3 +137,21 @@ def test_trace_ids_of_keys(env: dict[str, Path]) -> None:
         assert ingest_file(f, lake).status == "ingested"
     keys = [f"p-{_sha(p)[:12]}", _sha(q), "gone-0123456789ab", "not a key"]
     assert trace_ids_of_keys(keys, lake) == sorted([_sha(p), _sha(q)])
+
+
+def test_a_range_of_failed_files_only_changes_nothing(env: dict[str, Path], instance: dg.DagsterInstance) -> None:
+    """A run over keys none of which was ingested (their files failed) succeeds and records no table partition:
+    over every key (the whole-lake path, a lake with no ingested trace) and over some (the per-trace path)."""
+    from taxbreak.pipeline.defs.analysis_assets import range_tags
+
+    defs = load_defs()
+    for name in ("c", "d"):
+        (env["inbox"] / f"{name}.json").write_bytes(b'{"traceEvents": [' + name.encode())  # two contents
+    t = tick(defs, instance)
+    assert len(t.partition_keys) == 2 and all(r.success for r in t.runs)
+    every = execute_request(defs, instance, dg.RunRequest(tags=range_tags(t.partition_keys)), "refresh_job")
+    assert every.success and _kernel_meta(every) == [] and _parts(instance, "kernel_taxbreak") == set()
+    write_kineto(env["inbox"] / "a.json", 2)
+    (key_a,) = tick(defs, instance, t.cursor).partition_keys
+    some = execute_request(defs, instance, dg.RunRequest(tags=range_tags(t.partition_keys)), "refresh_job")
+    assert some.success and _kernel_meta(some) == [] and _parts(instance, "kernel_taxbreak") == {key_a}
