@@ -28,6 +28,7 @@ import re
 import shutil
 import socket
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -546,24 +547,40 @@ def _host_runs(warehouse_path: str | os.PathLike[str]) -> Path:
     return runs_dir(warehouse_path) / re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())
 
 
+STALE_RUN_S = 86_400.0  # a run file of another host untouched this long belongs to a run that died (a gone pod)
+
+
 def _clear_dead_runs(folder: Path) -> None:
     """Delete the run files (and their spill folders) in this host's ``folder`` whose process no longer exists (a
-    killed run); a live run's files, named by its pid, are left alone."""
+    killed run; a live run's files, named by its pid, are left alone), and those of other hosts untouched for
+    ``STALE_RUN_S`` (a host or pod that died with its run: its pids mean nothing here)."""
+    pattern = re.compile(r"run_(\d+)_[0-9a-f]{12}\.duckdb(\.wal|\.tmp)?")
+
+    def remove(path: Path) -> None:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
     for path in folder.glob("run_*"):
-        m = re.fullmatch(r"run_(\d+)_[0-9a-f]{12}\.duckdb(\.wal|\.tmp)?", path.name)
+        m = pattern.fullmatch(path.name)
         if not m:
             continue
         try:
             os.kill(int(m.group(1)), 0)
             continue  # still running
         except ProcessLookupError:
-            pass
+            remove(path)
         except PermissionError:
             continue  # another user's live process
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+    now = time.time()
+    for other in folder.parent.iterdir() if folder.parent.is_dir() else []:
+        if other == folder or not other.is_dir():
+            continue
+        for path in other.glob("run_*"):
+            with contextlib.suppress(OSError):
+                if pattern.fullmatch(path.name) and now - path.stat().st_mtime > STALE_RUN_S:
+                    remove(path)
 
 
 @dataclasses.dataclass

@@ -92,3 +92,36 @@ def test_a_trace_analysed_before_the_floor_was_measured_keeps_the_default(tmp_pa
             analysis.publish_run(con, run)
     for name in KEPT:
         assert _rows(db, name) == _rows(serial, name), name
+
+
+def test_the_files_of_dead_runs_are_cleared(tmp_path: Path) -> None:
+    """A killed run leaves its file; the next run deletes it when its pid is gone (this host) or when it is a day
+    old (another host, whose pids mean nothing here); a live run's files stay."""
+    import os
+    import time
+
+    db = tmp_path / "wh" / "taxbreak.duckdb"
+    lake = build_mixed(tmp_path / "lake")
+    runs = Path(str(db) + ".runs")
+    here = analysis._host_runs(db)  # noqa: SLF001 - this host's folder
+    dead = next(p for p in range(4_000_000, 4_100_000) if not Path(f"/proc/{p}").exists())
+    files = {
+        "dead": here / f"run_{dead}_{'a' * 12}.duckdb",
+        "dead_spill": here / f"run_{dead}_{'a' * 12}.duckdb.tmp",
+        "alive": here / f"run_{os.getpid()}_{'b' * 12}.duckdb",
+        "old_elsewhere": runs / "gone-pod" / f"run_7_{'c' * 12}.duckdb",
+        "new_elsewhere": runs / "other-pod" / f"run_7_{'d' * 12}.duckdb",
+    }
+    for name, path in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if name == "dead_spill":
+            path.mkdir()
+            (path / "spill.block").write_bytes(b"x")
+        else:
+            path.write_bytes(b"x")
+    two_days_ago = time.time() - 2 * analysis.STALE_RUN_S
+    os.utime(files["old_elsewhere"], (two_days_ago, two_days_ago))
+    with analysis.compute_run(db, lake.root, [MIXED_ID]) as run:
+        assert run.trace_ids == [MIXED_ID]
+    left = {name for name, path in files.items() if path.exists()}
+    assert left == {"alive", "new_elsewhere"}
