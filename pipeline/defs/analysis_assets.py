@@ -1,8 +1,10 @@
 """The analysis tables as assets: one asset per kept ``sql/`` table, the exports, and the invariant checks.
 
 The per-trace tables are the specs of one multi-asset step partitioned by ``traces`` (``analysis_tables``), so a
-run prepares its traces' inputs once and holds the DuckDB writer once (``taxbreak.analysis.materialize_table`` per
-selected table, in dependency order), and each table's partitions page shows which traces are materialised.
+run prepares its traces' inputs once and publishes once, and each table's partitions page shows which traces are
+materialised.  A run for some traces computes its tables in a file of its own without the writer lock and holds
+the lock only to publish them (``taxbreak.analysis.compute_run`` / ``publish_run``); a run over every trace computes
+under it (``materialize_table`` per table, in dependency order), as it rewrites every table whole.
 The cross-trace tables (``-- scope: cross_trace``: the sweeps) belong to no trace: they are an unpartitioned
 multi-asset step after it (``cross_trace_tables``), recomputed from every trace's rows.
 Each asset's code version hashes its SQL file, the run-local files it reads and the run settings (rules).
@@ -10,8 +12,8 @@ Run-local (``-- materialize: temp``) files are not assets: their reads are folde
 A run's traces (``trace_ids_for_run``): the sensor's run for one partition rebuilds that trace; a run over a range
 of partitions (``refresh_job``; a backfill: the step's backfill policy is one run) rebuilds the range's traces, and
 every trace when the range spans every registered key; the tag ``taxbreak/trace_ids`` adds a batch's traces.
-Every step that touches the DuckDB file is in the ``duckdb_writer`` pool (limit 1 in ``dagster.yaml``) and takes
-an exclusive lock on it.
+Every step that writes the DuckDB file takes an exclusive lock on it; all but ``analysis_tables`` (which computes
+before it takes the lock) are in the ``duckdb_writer`` pool (limit 1 in ``dagster.yaml``).
 """
 
 import base64
