@@ -183,8 +183,10 @@ CROSS_TRACE = [n for n in TABLE_NAMES if FILES[n].scope == "cross_trace"]
 TRACE_TABLES = [n for n in TABLE_NAMES if n not in CROSS_TRACE]
 
 
-def _metadata(con, name: str, computed: int, scope: str) -> dict:  # noqa: ANN001 - DuckDB connection
-    (row_count,) = con.table(name).count("*").fetchall()[0]
+def _metadata(con, name: str, computed: int, scope: str, partial: bool = False) -> dict:  # noqa: ANN001 - DuckDB
+    """A table's materialisation metadata; ``partial``: a run for some traces, whose partitions hold the rows it
+    computed (its file also holds other traces' rows of an ``all_traces`` table, read from the snapshot)."""
+    (row_count,) = (computed,) if partial else con.table(name).count("*").fetchall()[0]
     return {"dagster/row_count": int(row_count), "rows_computed": int(computed), "scope": scope,
             "dagster/column_schema": column_schema(con, FILES[name]),
             "preview": dg.MetadataValue.md(markdown_preview(con, name))}
@@ -242,7 +244,7 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                     raise dg.Failure(f"{scope}: invariant(s) {', '.join(broken)} broken; nothing published "
                                      "(the tables, marts and snapshot stay as they were)")
                 results = [dg.MaterializeResult(asset_key=name, metadata=_metadata(run.con, name, run.counts[name],
-                                                                                   scope))
+                                                                                   scope, partial=True))
                            for name in plan if name in selected]
                 # the marts of the run's traces only (taxbreak.marts): a run's cost does not grow with the traces
                 with warehouse.writer(traces=run.trace_ids) as con:
