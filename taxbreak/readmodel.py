@@ -60,6 +60,13 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> l
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
+def has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """A table or a view of that name on the connection: the warehouse holds tables, the readers' snapshot views."""
+    return bool(con.execute(
+        "SELECT count(*) FROM (SELECT table_name AS n FROM duckdb_tables() UNION ALL "
+        "SELECT view_name FROM duckdb_views()) WHERE n = $n", {"n": name}).fetchone()[0])
+
+
 def trace_headlines(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> list[dict[str, Any]]:
     """One row per analysed trace: metadata, trace-scope TaxBreak with HDBI_wall and its flags, the trace without
     its outlier steps, SKIP, kernels per token and the launch floor."""

@@ -41,10 +41,7 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) 
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-def _has(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute(
-        "SELECT count(*) FROM (SELECT table_name AS n FROM duckdb_tables() UNION ALL "
-        "SELECT view_name FROM duckdb_views()) WHERE n = $n", {"n": name}).fetchone()[0])
+_has = readmodel.has_relation  # a table or a view (the snapshot's) of that name
 
 
 def trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> list[dict[str, Any]]:

@@ -55,31 +55,22 @@ def trace_analysis(
     context: dg.AssetExecutionContext, lake: LakeResource, warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
     from taxbreak import readmodel
-    from taxbreak.query import WarehouseUnavailable, open_readonly
+    from taxbreak.query import open_readonly
 
     trace_id = run_trace_id({"dagster/partition": context.partition_key, **context.run.tags}, lambda: lake.get())
-    # the readers' snapshot, published by the tables' step before this one: no lock, no wait for other runs' writers
+    # as every reader: the snapshot the tables' step published before this one (no lock, no wait for other runs'
+    # writers), else the file read-only
+    opened = open_readonly(warehouse.file())
     try:
-        opened = open_readonly(warehouse.file(), prefer="snapshot")
-    except WarehouseUnavailable:  # no snapshot for this folder (moved since its last write): the file, locked
-        with warehouse.writer(read_only=True) as con:
-            heads = readmodel.trace_headlines(con, [trace_id]) if _has(con, "trace_meta") else []
-    else:
-        try:
-            heads = readmodel.trace_headlines(opened.con, [trace_id]) if _has(opened.con, "trace_meta") else []
-        finally:
-            opened.con.close()
+        heads = (readmodel.trace_headlines(opened.con, [trace_id])
+                 if readmodel.has_relation(opened.con, "trace_meta") else [])
+    finally:
+        opened.con.close()
     if not heads:
         row = lake.get().catalogue_row(trace_id)
         raise dg.Failure(f"partition {context.partition_key}: trace {trace_id[:16]} is not in the analysis tables "
                          f"(catalogue status: {row['status'] if row else 'no row'})")
     return dg.MaterializeResult(metadata=headline_metadata(heads[0]))
-
-
-def _has(con, table: str) -> bool:  # noqa: ANN001 - DuckDB connection
-    """A table, or a view (the snapshot's), of that name."""
-    return bool(con.execute("SELECT (SELECT count(*) FROM duckdb_tables() WHERE table_name = $t) + "
-                            "(SELECT count(*) FROM duckdb_views() WHERE view_name = $t)", {"t": table}).fetchone()[0])
 
 
 @dg.definitions
