@@ -416,17 +416,28 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
     n = con.execute(f"SELECT count(*) FROM temp.main.{_q(name)}").fetchall()[0][0]
     if sf.materialize == "temp":
         return n
-    temp_cols = _columns(con, "temp", name)
-    if state["all_traces"] or _columns(con, catalog, name) != temp_cols:
-        # A full run, a new table, or columns changed with the code: the table is this run's rows.
-        con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM temp.main.{_q(name)}")
-    else:
-        con.execute(f"DELETE FROM {target} WHERE trace_id IN (SELECT trace_id FROM selected_traces)")
-        con.execute(f"INSERT INTO {target} SELECT * FROM temp.main.{_q(name)}")
-    _comment(con, target, sf, [c for c, _t in temp_cols])
+    _replace_rows(con, sf, "temp", "(SELECT trace_id FROM selected_traces)", {}, whole=state["all_traces"])
     if sf.scope == "all_traces":
         _drop_run_local(con, name)
     return n
+
+
+def _replace_rows(con: duckdb.DuckDBPyConnection, sf: SqlFile, source: str, ids: str, params: dict[str, Any],
+                  whole: bool = False) -> None:
+    """Publish the rows of table ``sf.name`` in database ``source`` whose trace is in ``ids`` (a subquery) into the
+    connection's database: the traces' old rows deleted, the new ones inserted; the whole table replaced by them in
+    a full run (``whole``), for a table new to the database or whose columns changed with the code.  Then the
+    header's comments."""
+    catalog = _catalog(con)
+    target = f"{_q(catalog)}.main.{_q(sf.name)}"
+    rows = f"SELECT * FROM {_q(source)}.main.{_q(sf.name)} WHERE trace_id IN {ids}"
+    columns = _columns(con, source, sf.name)
+    if whole or _columns(con, catalog, sf.name) != columns:
+        con.execute(f"CREATE OR REPLACE TABLE {target} AS {rows}", params)
+    else:
+        con.execute(f"DELETE FROM {target} WHERE trace_id IN {ids}", params)
+        con.execute(f"INSERT INTO {target} {rows}", params)
+    _comment(con, target, sf, [c for c, _t in columns])
 
 
 _IN_PUBLICATION: set[int] = set()  # ids of connections inside ``publication``
@@ -673,22 +684,13 @@ def publish_run(
     counts = dict(run.counts)
     if not run.trace_ids:
         return counts
-    catalog = _catalog(con)
     files = {f.name: f for f in sql_files()}
     con.execute(f"ATTACH {_lit(str(run.path))} AS _computed (READ_ONLY)")
     try:
         with publication(con):
-            ids = {"ids": run.trace_ids}
-            for name in run.kept:
-                target = f"{_q(catalog)}.main.{_q(name)}"
-                rows = f"SELECT * FROM _computed.main.{_q(name)} WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))"
-                columns = _columns(con, "_computed", name)
-                if _columns(con, catalog, name) != columns:
-                    con.execute(f"CREATE OR REPLACE TABLE {target} AS {rows}", ids)
-                else:
-                    con.execute(f"DELETE FROM {target} WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))", ids)
-                    con.execute(f"INSERT INTO {target} {rows}", ids)
-                _comment(con, target, files[name], [c for c, _t in columns])
+            for name in run.kept:  # the run's file also holds other traces' rows of an all_traces table: not those
+                _replace_rows(con, files[name], "_computed", "(SELECT unnest($ids::VARCHAR[]))",
+                              {"ids": run.trace_ids})
                 fault_point(f"publish:{name}")
             if cross_trace:
                 state = {"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False}
