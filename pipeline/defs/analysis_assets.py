@@ -202,6 +202,8 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     def analysis_tables(
         context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource
     ):  # noqa: ANN202 - yields MaterializeResult
+        import pyarrow.compute as pc
+
         from taxbreak.analysis import (
             compute_run,
             drop_run_local,
@@ -252,7 +254,7 @@ def _table_assets() -> list[dg.AssetsDefinition]:
             yield from results
             yield from evaluations
             return
-        if not any(r["status"] == "ingested" for r in lake.get().catalogue().to_pylist()):
+        if not pc.any(pc.equal(lake.get().catalogue().column("status"), "ingested")).as_py():
             context.log.info("no trace in the lake is ingested; tables unchanged")
             return
         results = []
