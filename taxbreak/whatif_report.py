@@ -10,19 +10,16 @@ from typing import Any
 import duckdb
 
 from taxbreak import plots
+from taxbreak.readmodel import has_relation
 
 CP_COLORS = {"framework": "#4e79a7", "library": "#59a14f", "launch": "#f28e2b", "launch_path": "#ffbe7d",
              "sync": "#b07aa1", "other_runtime": "#9c755f", "untraced": "#bab0ac", "kernel": "#e15759",
              "memcpy": "#76b7b2", "memset": "#edc948", "gpu_gap": "#d3d3d3"}
 
 
-def _has(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $n", {"n": name}).fetchone()[0])
-
-
 def whatif_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any] | None:
     """The trace's host-speed sweep, other scenarios and identity critical paths; None without what-if rows."""
-    if not (_has(con, "whatif_results") and _has(con, "critical_path")):
+    if not (has_relation(con, "whatif_results") and has_relation(con, "critical_path")):  # the snapshot: views
         return None
     cur = con.execute(
         "SELECT scenario, host_speedup, gpu_speedup, scenario_json, il_own_ns, il_replay_ns, il_ratio, hdbi_own, "
