@@ -264,8 +264,9 @@ def cmd_nsys_check(args: argparse.Namespace) -> int:
     trace = Path(args.trace)
     nsys = find_nsys()
     if nsys is None:
-        print("nsys-check needs the Nsight Systems CLI: no `nsys` on PATH and TAXBREAK_NSYS is not set; install "
-              "Nsight Systems (nsys) or set TAXBREAK_NSYS to its path", file=sys.stderr)
+        print("nsys-check needs the Nsight Systems CLI: no `nsys` on PATH, none under <venv>/nsys "
+              "(tests/ingest/setup_nsys.sh unpacks one there) and TAXBREAK_NSYS is not set; install Nsight Systems "
+              "(nsys) or set TAXBREAK_NSYS to its path", file=sys.stderr)
         return 2
     paths = Paths.from_args(args)
     lake = Lake(paths.lake)

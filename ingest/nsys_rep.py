@@ -1,11 +1,11 @@
 """.nsys-rep reports: converted with the installed ``nsys export --type sqlite``, then read as SQLite exports.
 
-``nsys`` comes from ``$TAXBREAK_NSYS`` or PATH.  The version that wrote a report comes from its header tag
-(``NVIDIA Tegra Profiler Report 2025@1@1@110-...``) or, when the header has none (as some 2023.1 reports), from
-the version text in the report (``2023.1.1.127-<build>v0``, kept in the session record near the end of the file);
-a report newer than the installed nsys, or one nsys fails to read with a format/version error, is refused with
-"needs nsys >= X" naming the report.  Every path handed to nsys is absolute, so a file name starting with ``-``
-is never taken for an option.  Errors name the user's ``.nsys-rep``, never the cached export.
+``nsys`` comes from ``$TAXBREAK_NSYS``, PATH or ``<venv>/nsys`` (``find_nsys``). The version that wrote a report
+comes from its header tag (``NVIDIA Tegra Profiler Report 2025@1@1@110-...``) or, when the header has none (as some
+2023.1 reports), from the version text in the report (``2023.1.1.127-<build>v0``, kept in the session record near
+the end of the file); a report newer than the installed nsys, or one nsys fails to read with a format/version error,
+is refused with "needs nsys >= X" naming the report. Every path handed to nsys is absolute, so a file name starting
+with ``-`` is never taken for an option. Errors name the user's ``.nsys-rep``, never the cached export.
 
 The export goes into ``cache_dir`` under the report's content
 hash: written to a temporary name in the same folder and renamed only when ``nsys`` succeeded, so an
@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -50,11 +51,21 @@ INSTALL_HINT = (
 )
 
 
+VENV_NSYS_DIR = "nsys"  # tests/ingest/setup_nsys.sh unpacks the Nsight Systems CLI into <venv>/nsys
+
+
 def find_nsys() -> str | None:
+    """``$TAXBREAK_NSYS``, else ``nsys`` on PATH, else the one ``tests/ingest/setup_nsys.sh`` unpacked into the
+    running virtual environment (``<venv>/nsys/**/bin/nsys``, the first in sorted order, as that script picks)."""
     env = os.environ.get(NSYS_ENV)
     if env:
         return env if Path(env).exists() else None
-    return shutil.which("nsys")
+    found = shutil.which("nsys")
+    if found:
+        return found
+    unpacked = sorted(p for p in (Path(sys.prefix) / VENV_NSYS_DIR).glob("**/bin/nsys")
+                      if p.is_file() and os.access(p, os.X_OK))
+    return str(unpacked[0]) if unpacked else None
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:

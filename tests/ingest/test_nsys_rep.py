@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def report(tmp_path: Path) -> Path:
 def no_nsys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("TAXBREAK_NSYS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "emptybin"))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))  # nor the one setup_nsys.sh unpacks into .venv/nsys
 
 
 # Public reports and the nsys version each was written by; the nvFuser report is not vendored (tests/data/SOURCES.md),
