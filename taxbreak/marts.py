@@ -174,9 +174,11 @@ class LocalMarts:
         os.replace(tmp, place)
 
     def delete(self, rels: list[str]) -> None:
-        """Delete the files and folders ``rels``; a missing one is no error."""
+        """Delete the files and folders ``rels``; a missing one is no error; one outside the folder is never
+        deleted (``confined``)."""
         for rel in rels:
-            _remove(self.dir / rel)
+            if confined(rel):
+                _remove(self.dir / rel)
 
     def journal(self, local: Path, rels: list[str]) -> None:
         """No journal: renamed files need none (a segment a killed writer renamed into place but never recorded is
@@ -261,6 +263,7 @@ class ObjectMarts:
     def delete(self, rels: list[str]) -> None:
         """Delete the objects ``rels`` (batched: up to 1,000 per request); a missing one is no error.  (s3fs, not
         pyarrow: pyarrow leaves an empty ``folder/`` marker where it deletes a folder's last object.)"""
+        rels = [rel for rel in rels if confined(rel)]  # (never a key outside the prefix)
         if rels:
             self.up.rm([f"{self.key}/{rel}" for rel in rels])
 
@@ -493,9 +496,53 @@ def _loose_bits(entry: list) -> int:
     return mask if where == "" else mask & off
 
 
+_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=-]*\.parquet")
+_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def confined(rel: object) -> bool:
+    """Whether ``rel`` names a place inside the marts folder: a relative path of plain names (no ``..``, no
+    absolute path, no backslash, no empty part)."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel:
+        return False
+    return all(part not in ("", ".", "..") for part in rel.split("/"))
+
+
+def manifest_problem(m: Manifest) -> str | None:
+    """Why the manifest ``m`` is not to be acted on (a path it names would leave the marts folder, or a name is
+    not one a writer gives), or None.  Writers check it before they delete or replace anything it names
+    (issue 30: a forged manifest must not make the next writer delete a folder outside the warehouse)."""
+    for t in m.tables:
+        if not isinstance(t, str) or not _TABLE.fullmatch(t):
+            return f"tables: {t!r} is not a table name"
+    for sid, seg in m.segments.items():
+        if not isinstance(sid, str) or not _SEGMENT.fullmatch(sid):
+            return f"segments: {sid!r} is not a segment id"
+        if not isinstance(seg, dict) or not isinstance(seg.get("files"), dict) or \
+                not isinstance(seg.get("traces"), list):
+            return f"segments.{sid}: no files or traces"
+        for table, name in seg["files"].items():
+            if table not in m.tables or not isinstance(name, str) or not _FILE.fullmatch(name):
+                return f"segments.{sid}.files: {table!r} -> {name!r} is not a segment file of a table"
+    for tid, entry in m.traces.items():
+        if not _ID.fullmatch(tid):
+            return f"traces: {tid!r} is not a trace id"
+        if entry[0] and entry[0] not in m.segments:
+            return f"traces.{tid}: segment {entry[0]!r} is not in segments"
+    for item in m.replaced:
+        if not isinstance(item, list) or len(item) != 2 or not confined(item[0]):
+            return f"replaced: {item!r} is not a path inside the marts folder"
+    for rel, name in m.parts.items():
+        if not confined(rel) or not isinstance(name, str) or not _FILE.fullmatch(name):
+            return f"parts: {rel!r} -> {name!r} is not a partition file inside the marts folder"
+    return None
+
+
 def load_manifest(root: Root | Path) -> Manifest | None:
     """The manifest of the marts ``root`` (a store, or a local marts folder); None when there is none (or it cannot
-    be read: the next writer then rewrites the marts whole)."""
+    be read, or ``manifest_problem`` finds a path in it outside the marts folder: the next writer then rewrites the
+    marts whole, deleting only what it finds in the folder itself)."""
     try:
         text = _store(root).read_text(MANIFEST)
         if text is None:
@@ -505,11 +552,12 @@ def load_manifest(root: Root | Path) -> Manifest | None:
             return None
         # version 1 (one place per trace for every table): [where, mask]
         traces = {t: [e[0], int(e[1]), int(e[2]) if len(e) > 2 else 0] for t, e in data["traces"].items()}
-        return Manifest(tables=list(data["tables"]), columns=dict(data["columns"]), segments=dict(data["segments"]),
-                        traces=traces, replaced=list(data["replaced"]), seq=int(data["seq"]),
-                        parts=dict(data.get("parts", {})))
-    except (OSError, ValueError, KeyError, TypeError):
+        m = Manifest(tables=list(data["tables"]), columns=dict(data["columns"]), segments=dict(data["segments"]),
+                     traces=traces, replaced=list(data["replaced"]), seq=int(data["seq"]),
+                     parts=dict(data.get("parts", {})))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return None
+    return None if manifest_problem(m) is not None else m
 
 
 def _save_manifest(root: Root, manifest: Manifest) -> None:

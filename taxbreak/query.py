@@ -13,8 +13,13 @@ In every case the lake is attached as views ``events`` and ``catalogue`` when it
 ``taxbreak sql`` runs the user's SQL in a sandbox unless ``--unrestricted`` (or the ``sql.unrestricted`` setting)
 lifts it: DuckDB may open only the warehouse, its snapshot, the lake and the exports (``allowed_directories``,
 ``allowed_paths``), no other file, database or extension (``enable_external_access = false``), and the query
-cannot change that (``lock_configuration``).  Text printed to a terminal has its control characters escaped
-(``printable``), so a kernel or file name cannot send escape sequences to it.
+cannot change that (``lock_configuration``).  Inside those folders DuckDB could still write (its file settings do
+not tell reading from writing), so the sandbox also runs only statements that write no file (``SANDBOX_STATEMENTS``:
+no ``COPY``, ``EXPORT``, ``ATTACH``, ``PREPARE``; ``check_statements``): a reader cannot change a lake partition, a
+mart or a manifest a writer trusts (issue 30).  A result goes to a file with ``-o FILE``, written by taxbreak itself
+anywhere but under the lake, the marts, the exports or onto the warehouse (``check_output``).  Text printed to a
+terminal has its control characters escaped (``printable``), so a kernel or file name cannot send escape sequences
+to it.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class Opened:
     source: str  # 'warehouse', 'snapshot' or 'exports'
     path: Path
     note: str | None = None  # why an older copy is read (the warehouse held by a writer, or missing)
+    sandbox: bool = False  # the user's statements are checked (``check_statements``) before they run
 
 
 def _sq(text: str) -> str:
@@ -107,6 +113,48 @@ def _attach_lake(con: duckdb.DuckDBPyConnection, lake: Path | str | None) -> Non
                     + _sq(store.catalogue_glob()) + ", union_by_name = true)")
 
 
+# the statements a sandboxed query may run: none of them writes a file (COPY ... TO, EXPORT DATABASE and ATTACH of a
+# new file can, inside the folders the sandbox lets DuckDB read; PREPARE could wrap a COPY)
+SANDBOX_STATEMENTS = frozenset({
+    "SELECT", "EXPLAIN", "PRAGMA", "SET", "VARIABLE_SET", "CREATE", "CREATE_FUNC", "DROP", "INSERT", "UPDATE",
+    "DELETE", "MERGE_INTO", "ALTER", "TRANSACTION", "CALL", "EXECUTE", "RELATION",
+})
+
+
+class SandboxRefused(ValueError):
+    """A statement or an output file the sandbox does not allow; the message says which and why."""
+
+
+def check_statements(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Raise ``SandboxRefused`` unless every statement of ``sql`` is one the sandbox runs (``SANDBOX_STATEMENTS``)."""
+    for stmt in con.extract_statements(sql):
+        kind = stmt.type.name
+        if kind not in SANDBOX_STATEMENTS:
+            raise SandboxRefused(
+                f"{kind} statements are not run by the sandbox: they could write the lake, marts or exports that "
+                "the next analysis reads. Write a result with -o FILE (outside those folders), or pass "
+                "--unrestricted")
+
+
+def check_output(output: str | None, warehouse: Path, lake: Path | str | None) -> None:
+    """Raise ``SandboxRefused`` when ``-o FILE`` would land in a folder a writer reads (the lake, the marts, the
+    exports) or on the warehouse file."""
+    if not output:
+        return
+    target = Path(output).resolve()
+    warehouse = Path(warehouse).resolve()
+    files = {warehouse, warehouse.with_name(warehouse.name + ".wal")}
+    rooms = [exports_dir(warehouse).resolve()]
+    location = marts_location(warehouse)
+    if not is_s3_url(location):
+        rooms.append(Path(location).resolve())
+    if lake is not None and not is_s3_url(str(lake)):
+        rooms.append(Path(lake).resolve())
+    if target in files or any(target == r or r in target.parents for r in rooms):
+        raise SandboxRefused(f"{output}: is in the warehouse's own files (the lake, marts, exports or the "
+                             "warehouse file), which only writers change; write the result elsewhere")
+
+
 def restrict(con: duckdb.DuckDBPyConnection, opened_path: Path, warehouse: Path, lake: Path | str | None) -> None:
     """The sandbox of ``taxbreak sql`` (module doc): only the warehouse, its snapshot, the lake and the exports."""
     paths = [str(Path(p).resolve()) for p in (opened_path, warehouse, exports_dir(warehouse) / SNAPSHOT_NAME)]
@@ -135,6 +183,7 @@ def open_readonly(
     opened = _open_readonly(Path(warehouse), lake, prefer, sandbox)
     if sandbox:
         restrict(opened.con, opened.path, Path(warehouse), lake)
+        opened.sandbox = True
     return opened
 
 
@@ -211,7 +260,7 @@ def _json_value(v: object) -> object:
 
 def write_result(rel: duckdb.DuckDBPyRelation, fmt: str, output: str | None, max_rows: int = 200) -> int:
     """Write a query result as 'table' (aligned text), 'csv', 'json' (an array of objects) or 'parquet'; returns the
-    row count.  Files are written by this process, not by DuckDB (which the sandbox keeps to the warehouse)."""
+    row count.  Files are written by this process, not by DuckDB (which the sandbox lets write nothing)."""
     if fmt == "parquet":
         if not output:
             raise ValueError("--format parquet needs --output FILE")
@@ -270,7 +319,10 @@ def format_table(cols: list[str], rows: list[tuple], max_rows: int = 200) -> str
     return "\n".join(out)
 
 
-def run_query(con: duckdb.DuckDBPyConnection, sql: str, fmt: str = "table", output: str | None = None) -> int:
+def run_query(con: duckdb.DuckDBPyConnection, sql: str, fmt: str = "table", output: str | None = None,
+              sandbox: bool = False) -> int:
+    if sandbox:
+        check_statements(con, sql)
     rel = con.sql(sql)
     if rel is None:  # a statement without a result (SET, CREATE TEMP VIEW ...)
         return 0
@@ -304,8 +356,8 @@ def interactive(opened: Opened, stdin=None, fmt: str = "table") -> int:  # noqa:
         buf.append(line)
         if s.endswith(";"):
             try:
-                run_query(opened.con, "".join(buf), fmt)
-            except duckdb.Error as exc:
+                run_query(opened.con, "".join(buf), fmt, sandbox=opened.sandbox)
+            except (duckdb.Error, SandboxRefused) as exc:
                 print(printable(f"error: {exc}"), file=sys.stderr)
             buf = []
     return 0
@@ -336,7 +388,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if args.query is None:
             return interactive(opened, fmt=args.format)
         try:
-            n = run_query(opened.con, args.query, args.format, args.output)
+            if not unrestricted:
+                paths = Paths.from_args(args)
+                check_output(args.output, paths.warehouse, paths.lake)
+            n = run_query(opened.con, args.query, args.format, args.output, sandbox=not unrestricted)
         except BrokenPipeError:
             raise  # the reader left: taxbreak.cli ends quietly
         except (duckdb.Error, ValueError, OSError) as exc:
@@ -359,7 +414,8 @@ def add_sql_parser(sub: argparse._SubParsersAction) -> None:
         description="Query the analysis tables (and the lake as views `events`, `catalogue`). Works while a "
         "writer works: the snapshot published by the last completed write is read (else the DuckDB file, else the "
         "Parquet exports). The query may read only the warehouse, the lake and the exports, and write no file "
-        "elsewhere (DuckDB's enable_external_access, allowed_directories, lock_configuration); --unrestricted "
+        "(DuckDB's enable_external_access, allowed_directories, lock_configuration; no COPY, EXPORT, ATTACH or "
+        "PREPARE); -o FILE writes a result anywhere but under the lake, marts or exports; --unrestricted "
         "lifts that. See docs/warehouse.md for every table and example queries.",
     )
     p.add_argument("query", nargs="?", help="the SQL statement; omit for an interactive prompt")
