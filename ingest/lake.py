@@ -282,7 +282,12 @@ class Lake:
             paths = self.catalogue_paths()
         else:
             paths = [p for p in (self.catalogue_path(t) for t in sorted(set(trace_ids))) if self._is_file(p)]
-        tables = [_to_catalogue_schema(self._read(path)) for path in paths]
+        tables = []
+        for path in paths:
+            try:
+                tables.append(_to_catalogue_schema(self._read(path)))
+            except FileNotFoundError:  # removed since the listing (`forget`): the lake after it (issue 30)
+                continue
         if not tables:
             return CATALOGUE_SCHEMA.empty_table()
         return pa.concat_tables(tables)

@@ -604,6 +604,7 @@ class ComputedRun:
     counts: dict[str, int]  # rows computed per table of the run's plan
     kept: list[str]  # the per-trace tables it publishes, in dependency order
     cross_trace: list[str]  # the cross-trace tables its plan names (recomputed at publication when asked)
+    lake_root: str | None = None  # the lake it read: at publication, traces no longer ingested there are left out
 
     def close(self) -> None:
         if self.con is not None:
@@ -642,7 +643,7 @@ def compute_run(
     _clear_dead_runs(folder)
     path = folder / f"run_{os.getpid()}_{uuid.uuid4().hex[:12]}.duckdb"  # its stem is the run's catalog name
     con = connect(path)
-    run = ComputedRun(path, con, [], {}, [], [n for n in plan if files[n].scope == "cross_trace"])
+    run = ComputedRun(path, con, [], {}, [], [n for n in plan if files[n].scope == "cross_trace"], str(lake_root))
     try:
         snap = snapshot_path(warehouse_path)
         seeds = [n for n in per_trace if files[n].scope == "all_traces"]
@@ -671,6 +672,21 @@ def compute_run(
         shutil.rmtree(Path(str(path) + ".tmp"), ignore_errors=True)
 
 
+def still_ingested(lake_root: str | os.PathLike[str], trace_ids: list[str]) -> list[str]:
+    """Those of ``trace_ids`` the lake's catalogue holds as ingested now.  Read under the writer lock, it is the
+    state ``taxbreak forget`` (which removes catalogue rows under that lock) left: a run that computed a trace
+    beside a ``forget`` of it then publishes nothing of it."""
+    from taxbreak.ingest import Lake
+
+    lake = Lake(lake_root)
+    out = []
+    for tid in trace_ids:
+        row = lake.catalogue_row(tid)
+        if row is not None and row["status"] == "ingested" and lake.has_events(tid):
+            out.append(tid)
+    return out
+
+
 def publish_run(
     con: duckdb.DuckDBPyConnection, run: ComputedRun, cross_trace: bool = True,
     progress: Callable[[str, int, int, int | None], None] | None = None,
@@ -684,6 +700,10 @@ def publish_run(
     counts = dict(run.counts)
     if not run.trace_ids:
         return counts
+    if run.lake_root is not None:  # forgotten (or failed again) since the run read them: not published (issue 30)
+        run.trace_ids = still_ingested(run.lake_root, run.trace_ids)
+        if not run.trace_ids:
+            return {}
     files = {f.name: f for f in sql_files()}
     con.execute(f"ATTACH {_lit(str(run.path))} AS _computed (READ_ONLY)")
     try:

@@ -473,7 +473,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     from taxbreak.analysis import forget_traces
     from taxbreak.ingest import Lake
     from taxbreak.ingest.lake import EVENTS_DIR
-    from taxbreak.warehouse import WarehouseBusy, writer
+    from taxbreak.warehouse import WarehouseBusy, warehouse_lock, writer
 
     paths = Paths.from_args(args)
     lake = Lake(paths.lake)
@@ -496,16 +496,27 @@ def cmd_forget(args: argparse.Namespace) -> int:
             return 2
         ids += [t for t in hit if t not in ids]
     out: dict[str, Any] = {"trace_ids": ids, "warehouse_rows_deleted": {}, "lake_removed": []}
+    # The tables, then the lake, both under the writer lock (issue 30): a run for these traces that computed
+    # beside this one publishes after it only what the lake still holds (taxbreak.analysis.publish_run), and a
+    # whole run reads the lake under the lock, before or after all of it.  Killed between the two, the trace is
+    # still in the lake and out of the tables: it can be analysed again, or forgotten again.
     try:
-        if Path(paths.warehouse).exists():  # the tables first: a trace still in the lake can be analysed again
-            # the marts of those traces only (taxbreak.marts removes every file holding them)
-            with writer(paths.warehouse, traces=ids, on_wait=lambda m: note(args, m)) as con:
-                out["warehouse_rows_deleted"] = forget_traces(con, ids)
+        while True:
+            if Path(paths.warehouse).exists():
+                # the marts of those traces only (taxbreak.marts removes every file holding them)
+                with writer(paths.warehouse, traces=ids, on_wait=lambda m: note(args, m)) as con:
+                    out["warehouse_rows_deleted"] = forget_traces(con, ids)
+                    for tid in ids:
+                        out["lake_removed"] += forget_in_lake(lake, tid)
+                break
+            with warehouse_lock(paths.warehouse, on_wait=lambda m: note(args, m)):
+                if not Path(paths.warehouse).exists():  # no table holds them; no writer can start meanwhile
+                    for tid in ids:
+                        out["lake_removed"] += forget_in_lake(lake, tid)
+                    break
     except WarehouseBusy as exc:
         emit(f"forget: {exc}", err=True)
         return 3
-    for tid in ids:
-        out["lake_removed"] += forget_in_lake(lake, tid)
     if args.json:
         print(_dumps(out))
         return 0
