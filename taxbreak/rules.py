@@ -12,24 +12,35 @@ from dataclasses import dataclass, field, fields
 import pyarrow as pa
 
 # Vendor-library kernel name rules (METHOD.md section 2): the first matching rule (lowest priority number)
-# decides I_lib when the trace has no library API ranges.  Patterns are case-insensitive regular expressions,
-# matched against the kernel's own name (template arguments and parameters cut off: sql/kernel_taxbreak.sql).
-LIB_KERNEL_RULES: list[tuple[int, str, int, str]] = [
-    (5, r"^fbgemm_gpu::", 0, "fbgemm_native"),  # FBGEMM's kernels are not vendor-library kernels (ours)
-    (10, r"nvjet", 0, "soda_native_nvjet"),
-    (11, r"wgmma", 0, "soda_native_wgmma"),
-    (12, r"s884gemm", 0, "soda_native_s884gemm"),
-    (20, r"cublas", 1, "cublas_name"),
-    (21, r"cutlass", 1, "cutlass_name"),
-    (22, r"cudnn", 1, "cudnn_name"),
-    (23, r"^(sm\d+_xmma|xmma_)", 1, "cublas_xmma"),
-    (24, r"^(ampere|volta|turing|hopper|maxwell|sm\d+)_[a-z0-9_]*gemm", 1, "cublas_arch_gemm"),
-    (25, r"(gemv2[nt]_kernel|gemvx|gemmsn|gemmk1_kernel|splitkreduce_kernel|gemm_kernel\d)", 1, "cublas_family"),
+# decides I_lib when the trace has no library API ranges.  Patterns are case-insensitive regular expressions
+# (RE2; `(?-i:...)` makes a part case-sensitive), matched against the kernel's own name (match_on 'own_name':
+# return type, template arguments and parameters removed, sql/int_kernel_names.sql) or the whole name with its
+# template arguments and parameters (match_on 'signature').
+LIB_KERNEL_RULES: list[tuple[int, str, int, str, str]] = [
+    (5, r"^fbgemm_gpu::", 0, "fbgemm_native", "own_name"),  # FBGEMM's kernels are not vendor-library kernels (ours)
+    (10, r"nvjet", 0, "soda_native_nvjet", "own_name"),
+    (11, r"wgmma", 0, "soda_native_wgmma", "own_name"),
+    (12, r"s884gemm", 0, "soda_native_s884gemm", "own_name"),
+    (20, r"cublas", 1, "cublas_name", "own_name"),
+    (21, r"cutlass", 1, "cutlass_name", "own_name"),
+    (22, r"cudnn", 1, "cudnn_name", "own_name"),
+    (23, r"^(sm\d+_xmma|xmma_)", 1, "cublas_xmma", "own_name"),
+    (24, r"^(ampere|volta|turing|hopper|maxwell|sm\d+)_[a-z0-9_]*gemm", 1, "cublas_arch_gemm", "own_name"),
+    (25, r"(gemv2[nt]_kernel|gemvx|gemmsn|gemmk1_kernel|splitkreduce_kernel|gemm_kernel\d)", 1, "cublas_family",
+     "own_name"),
     (26, r"(implicit_convolve|explicit_convolve|winograd|fft2d_|conv2d_grouped_direct|bn_fw_|bn_bw_)", 1,
-     "cudnn_family"),
+     "cudnn_family", "own_name"),
     # ROCm counterparts (ours): rocBLAS/hipBLASLt Tensile GEMMs and Composable Kernel, as cuBLAS and CUTLASS above
-    (27, r"^Cijk_", 1, "rocblas_tensile"),
-    (28, r"ck_tile|(^|[^a-z_])ck::", 1, "composable_kernel"),
+    (27, r"^Cijk_", 1, "rocblas_tensile", "own_name"),
+    (28, r"ck_tile|(^|[^a-z_])ck::|(^|::)ck_", 1, "composable_kernel", "own_name"),
+    # library-internal kernels that show their library nowhere: cuDNN's im2col, filter flip and older convolution
+    # engines, cuBLAS's batched-GEMM pointer set-up
+    (30, r"(^|::)(im2col4d_kernel|compute_gemm_pointers|flip_filter|wgrad_alg[a-z0-9_]*|dgrad[a-z0-9_]*)$", 1,
+     "library_internal_name", "own_name"),
+    # a vendor-library API type in the template arguments or parameters (cublasGemvParams, cublasLtEpilogue_t,
+    # cudnnKernelDataType_t, cudnnTensorStruct): cuBLASLt's epilogue::impl::globalKernel, older cuDNN's
+    # nchwToNhwcKernel.  Numeric and trait types (cutlass::bfloat16_t, flash-attention kernel traits) do not count.
+    (40, r"(?-i:(^|[^A-Za-z0-9_])(cublas|cublasLt|cudnn)[A-Z][A-Za-z0-9_]*)", 1, "library_api_type", "signature"),
 ]
 
 # Step and phase patterns (METHOD.md section 5) over user annotations / NVTX ranges; phase NULL = not decided.
@@ -44,6 +55,10 @@ STEP_PATTERNS: list[tuple[int, str, str | None, str]] = [
     (25, r"^execute_\d+_context_\d+\(.*\)_generation_0\(", "prefill", "vllm_execute_prefill"),
     (26, r"^execute_\d+_context_\d+\(", "mixed", "vllm_execute_mixed"),
     (27, r"^serve_step#\d+$", None, "taxbreak_serve_step"),  # taxbreak capture serve
+    # current vLLM's execute_context_<C>(<tokens>)_generation_<G>(<tokens>) (ours)
+    (28, r"^execute_context_0\(", "decode", "vllm_execute_context_decode"),
+    (29, r"^execute_context_\d+\(.*\)_generation_0\(", "prefill", "vllm_execute_context_prefill"),
+    (31, r"^execute_context_\d+\(", "mixed", "vllm_execute_context_mixed"),
     # PARAM / HTA benchmark iterations, e.g. '[param|pytorch.model.alex_net|0|0|0|warmup|forward]' (ours)
     (30, r"^\[param\|.*\|(warmup|measure)\|[a-z_]+\]$", None, "param_bench_iteration"),
 ]
@@ -71,31 +86,51 @@ class RunConfig:
     dispatch_blocked_share: float = 0.5
     # A step is an outlier when longer than this factor x the median of the other steps of its level (ours).
     outlier_step_factor: float = 5.0
-    lib_kernel_rules: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(LIB_KERNEL_RULES))
+    # The verdict (sql/diagnosis.sql, docs/method.md "The verdict", ours): shares of a scope's GPU window.
+    verdict_min_kernels: int = 20  # fewer kernels than this: not enough evidence
+    verdict_device_busy_share: float = 0.85  # kernels keep the GPU busy at least this share: device-bound
+    verdict_host_idle_share: float = 0.3  # the GPU waits for late launches at least this share: host-bound
+    verdict_sync_idle_share: float = 0.3  # idle while the host synchronises: sync-bound
+    verdict_transfer_share: float = 0.3  # memcpy/memset time and the gaps they end: transfer-bound
+    verdict_queued_busy_share: float = 0.6  # with queued launches (below), busy this share is device-bound too
+    verdict_queue_wait_factor: float = 10.0  # a launch is queued when its kernel starts later than this x T_sys
+    verdict_queued_launch_share: float = 0.5  # at least this share of launches queued: the host runs ahead
+    verdict_min_launch_coverage: float = 0.5  # fewer kernels than this share with a launch call: late launches unknown
+    verdict_margin: float = 0.05  # a share this close to its threshold lowers the confidence to 'low'
+    lib_kernel_rules: list[tuple[int, str, int, str, str]] = field(default_factory=lambda: list(LIB_KERNEL_RULES))
     step_patterns: list[tuple[int, str, str | None, str]] = field(default_factory=lambda: list(STEP_PATTERNS))
     t_sys_defaults: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(T_SYS_DEFAULTS))
     # A launch floor the user set (``analysis.t_sys_ns``: ``--t-sys-ns``, $TAXBREAK_T_SYS_NS or taxbreak.toml):
     # every trace uses it, provenance 'user_setting' (run_config.t_sys_override_ns; sql/trace_launch_floor.sql).
     t_sys_override_ns: int | None = None
+    # The run-spec fields of the workload key, comma-separated (``trends.workload_key``; sql/run_spec.sql, ours).
+    workload_key_fields: str = field(default_factory=lambda: _setting_default("trends.workload_key"))
 
     @classmethod
     def from_settings(cls, t_sys_ns: int | None = None) -> RunConfig:
         """The defaults above with the user's settings (``taxbreak.config``) applied; ``t_sys_ns``: an option."""
-        from taxbreak.config import setting
+        from taxbreak.config import setting, workload_key_fields
 
-        return cls(t_sys_override_ns=setting("analysis.t_sys_ns", t_sys_ns).value)
+        return cls(t_sys_override_ns=setting("analysis.t_sys_ns", t_sys_ns).value,
+                   workload_key_fields=",".join(workload_key_fields()))
+
+
+def _setting_default(key: str) -> str:
+    from taxbreak.config import SETTINGS
+
+    return str(SETTINGS[key].default)
 
 
 # The run settings reach SQL as run-local tables: each rule list of RunConfig is a table of its own (columns below),
 # every scalar field is a column of the one-row table run_config.  Derived here only: the Dagster code versions
 # (settings_tables) and prepare() both read it.
 RULE_TABLES: dict[str, tuple[str, ...]] = {
-    "lib_kernel_rules": ("priority", "pattern", "i_lib", "rule"),
+    "lib_kernel_rules": ("priority", "pattern", "i_lib", "rule", "match_on"),
     "step_patterns": ("priority", "pattern", "phase", "rule"),
     "t_sys_defaults": ("priority", "gpu_pattern", "t_sys_ns", "rule"),
 }
-_SCALAR_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "int | None": pa.int64(),
-                 "float | None": pa.float64()}
+_SCALAR_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "str": pa.string(),
+                 "int | None": pa.int64(), "float | None": pa.float64()}
 
 
 def settings_tables() -> dict[str, tuple[str, ...]]:

@@ -72,9 +72,14 @@ class Scenario:
     graph_gap_ns: int | None = None  # with cuda_graph: GPU gap between graph kernels (default: the stream floor)
     fuse_top: int = 0  # fuse the top N fusion candidates (fusion_candidates.rank <= N)
     host_delay_ns: int = 0  # a fixed host delay added to each outermost framework op (after / s)
+    framework_speedup: float = 1.0  # framework op / Python self time / f on top of / s (the verdict's levers)
+    library_speedup: float = 1.0  # cuBLAS/cuDNN call self time / l on top of / s
+    top_kernels: int = 0  # the N kernel names with the most total time ...
+    top_kernels_speedup: float = 1.0  # ... run this much faster (on top of / g)
 
     def __post_init__(self) -> None:
-        for f in ("host_speedup", "gpu_speedup", "t_sys_scale"):
+        for f in ("host_speedup", "gpu_speedup", "t_sys_scale", "framework_speedup", "library_speedup",
+                  "top_kernels_speedup"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
                 raise ValueError(f"scenario {self.name!r}: {f} must be a positive number, not {v!r}")
@@ -84,6 +89,8 @@ class Scenario:
             raise ValueError(f"scenario {self.name!r}: host_delay_ns must be >= 0")
         if self.fuse_top < 0:
             raise ValueError(f"scenario {self.name!r}: fuse_top must be >= 0")
+        if self.top_kernels < 0:
+            raise ValueError(f"scenario {self.name!r}: top_kernels must be >= 0")
         if self.cuda_graph is not None and not re.fullmatch(r"all|[A-Za-z_]+|step:\d+(,\d+)*", self.cuda_graph):
             raise ValueError(f"scenario {self.name!r}: cuda_graph must be a phase name, 'all' or 'step:N[,M...]'")
 
@@ -101,7 +108,18 @@ def default_scenarios() -> list[Scenario]:
     out[0] = replace(out[0], name="identity")
     out += [Scenario(name="gpu_x2", gpu_speedup=2.0), Scenario(name="cuda_graph_decode", cuda_graph="decode"),
             Scenario(name="fuse_top5", fuse_top=5)]
-    return out
+    return out + lever_scenarios()
+
+
+def lever_scenarios() -> list[Scenario]:
+    """The scenarios only the verdict's levers read (sql/whatif/levers.sql, docs/method.md "The verdict"): one host
+    component at a time twice as fast, the launch path halved, the top three kernels twice as fast, every step
+    as a CUDA graph. The other levers read the default scenarios host_x1.5, gpu_x2, cuda_graph_decode, fuse_top5."""
+    return [Scenario(name="lever_framework_x2", framework_speedup=2.0),
+            Scenario(name="lever_library_x2", library_speedup=2.0),
+            Scenario(name="lever_launch_x0.5", t_sys_scale=0.5),
+            Scenario(name="lever_top3_kernels_x2", top_kernels=3, top_kernels_speedup=2.0),
+            Scenario(name="cuda_graph_all", cuda_graph="all")]
 
 
 # --- the graph -------------------------------------------------------------------------------------------------------
@@ -558,17 +576,32 @@ def _fusion_plan(g: Graph, chains: list[list[str]]) -> tuple[np.ndarray, np.ndar
     return head, is_head
 
 
+def top_kernel_codes(g: Graph, n: int) -> np.ndarray:
+    """The name codes of the ``n`` kernel names with the most total duration (ties: the earlier code)."""
+    is_k = g.d_kind == 0
+    totals = np.bincount(g.d_name_code[is_k], weights=g.d_dur[is_k].astype(np.float64), minlength=len(g.d_names))
+    return np.argsort(-totals, kind="stable")[:n]
+
+
 def prepare_inputs(g: Graph, sc: Scenario) -> Times:
     """The edge weights of a scenario (see docs/method.md): host / s, launch path x T_sys'/T_sys, kernels / g,
     graph and fusion rewrites."""
     s = float(sc.host_speedup)
     t_sys_factor = (sc.t_sys_ns / g.t_sys_ns if g.t_sys_ns else 1.0) if sc.t_sys_ns is not None else sc.t_sys_scale
-    h_w = np.rint(g.h_dur / s).astype(np.int64) + sc.host_delay_ns * g.h_leaf_ops
+    div = np.full(len(g.h_dur), s, dtype=np.float64)
+    if sc.framework_speedup != 1.0:
+        div[g.h_cat == CAT_FRAMEWORK] *= sc.framework_speedup
+    if sc.library_speedup != 1.0:
+        div[g.h_cat == CAT_LIBRARY] *= sc.library_speedup
+    h_w = np.rint(g.h_dur / div).astype(np.int64) + sc.host_delay_ns * g.h_leaf_ops
     h_wake_w = np.rint(g.h_wake / s).astype(np.int64)
     waited = g.h_await >= 0
     h_w[waited] = h_wake_w[waited]
     is_k = g.d_kind == 0
-    d_dur = np.where(is_k, np.rint(g.d_dur / sc.gpu_speedup), g.d_dur).astype(np.int64)
+    d_div = np.where(is_k, float(sc.gpu_speedup), 1.0)
+    if sc.top_kernels > 0 and sc.top_kernels_speedup != 1.0 and is_k.any() and g.d_name_code is not None:
+        d_div[is_k & np.isin(g.d_name_code, top_kernel_codes(g, sc.top_kernels))] *= sc.top_kernels_speedup
+    d_dur = np.rint(g.d_dur / d_div).astype(np.int64)
     d_lat_w = np.rint(g.d_lat_w * t_sys_factor).astype(np.int64)
     d_gap_w = g.d_gap_w.copy()
     d_launch_seg = g.d_launch_seg.copy()
@@ -1087,7 +1120,17 @@ def table_docs() -> list[Any]:
                 col, _, desc = val.partition(":")
                 sf.columns[col.strip()] = desc.strip()
         out.append(sf)
-    return out
+    return out + [levers_sql_file()]
+
+
+LEVERS_SQL = Path(__file__).resolve().parent.parent / "sql" / "whatif" / "levers.sql"
+
+
+def levers_sql_file() -> Any:
+    """sql/whatif/levers.sql, the verdict's levers over the replay's rows (run by write_tables after them)."""
+    from taxbreak.plan import parse_sql_file
+
+    return parse_sql_file(LEVERS_SQL)
 
 
 _CP_COLS = ["cp_total_ns", "cp_host_ns", "cp_device_ns"] + [f"cp_{p}_ns" for p in CP_PARTS] + [
@@ -1154,14 +1197,35 @@ def write_tables(con: duckdb.DuckDBPyConnection, results: list[dict[str, Any]]) 
             con.execute(f"INSERT INTO main.{_q(name)} SELECT * FROM _wi_rows")
             con.unregister("_wi_rows")
             _comment(con, f"main.{_q(name)}", docs[name], tbl.column_names)
-    return {"whatif_results": res_t.num_rows, "critical_path": cp_t.num_rows}
+        n_levers = _write_levers(con, docs["levers"], sorted({t for t, _ in keys}))
+    return {"whatif_results": res_t.num_rows, "critical_path": cp_t.num_rows, "levers": n_levers}
+
+
+def _write_levers(con: duckdb.DuckDBPyConnection, sf: Any, trace_ids: list[str]) -> int:
+    """Replace the levers of ``trace_ids`` from their whatif_results rows (inside the caller's publication). A table
+    whose columns differ from the statement's (an older release) is rebuilt, keeping nothing stale."""
+    from taxbreak.analysis import _comment
+
+    if not trace_ids or not all(_table_exists(con, t) for t in sf.reads):
+        return 0
+    want = [d[0] for d in con.execute(f"SELECT * FROM ({sf.text}) LIMIT 0", {"trace_ids": []}).description]
+    have = [r[0] for r in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = 'levers' AND schema_name = 'main' "
+        "AND database_name = current_database() ORDER BY column_index").fetchall()]
+    if have != want:
+        con.execute("DROP TABLE IF EXISTS main.levers")
+        con.execute(f"CREATE TABLE main.levers AS SELECT * FROM ({sf.text}) LIMIT 0", {"trace_ids": []})
+    con.execute("DELETE FROM main.levers WHERE trace_id IN (SELECT unnest($t::VARCHAR[]))", {"t": trace_ids})
+    n = con.execute(f"INSERT INTO main.levers {sf.text}", {"trace_ids": trace_ids}).fetchone()[0]
+    _comment(con, "main.levers", sf, want)
+    return int(n)
 
 
 def compute_and_write(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str], trace_ids: list[str],
                       scenarios: list[Scenario] | None = None) -> dict[str, int]:
     """Build each trace's graph from the warehouse on ``con`` and the lake, replay the scenarios (default:
     ``default_scenarios()``) and publish the rows. Traces without kernels give no rows."""
-    out = {"whatif_results": 0, "critical_path": 0}
+    out = {"whatif_results": 0, "critical_path": 0, "levers": 0}
     for tid in trace_ids:
         g = build_graph(con, lake_root, tid)
         if not (g.d_kind == 0).any():
@@ -1246,13 +1310,11 @@ def cmd_whatif(args: Any) -> int:
         print(f"whatif: {exc}", file=sys.stderr)
         return 2
     try:
-        rows = con.execute("SELECT trace_id FROM trace_meta WHERE starts_with(trace_id, $p) OR file_name = $p",
-                           {"p": args.trace}).fetchall() if _table_exists(con, "trace_meta") else []
-        if len(rows) != 1:
-            print(f"whatif: {args.trace!r} matches {len(rows)} analysed traces in {paths.warehouse}"
-                  + (": give more of the trace id" if rows else ": run `taxbreak analyze` first"), file=sys.stderr)
+        from taxbreak.tracenames import resolve_for_cli
+
+        tid = resolve_for_cli(con, args.trace, "whatif", paths)
+        if tid is None:
             return 2
-        tid = rows[0][0]
         g = build_graph(con, paths.lake, tid)
         if not (g.d_kind == 0).any():
             print(f"whatif: trace {tid[:16]} has no kernels: nothing to replay", file=sys.stderr)
@@ -1292,7 +1354,7 @@ def add_whatif_parser(sub: Any) -> None:
         description="Build the trace's dependency graph (host threads, launches, stream order, waiting syncs), "
         "replay it under the scenario and print IL, HDBI, HDBI_wall, GPU idle and TKLQT per scope beside the "
         "trace's own values, and the critical path's host share (docs/method.md, 'What-if replay').")
-    p.add_argument("trace", help="trace id prefix or file name")
+    p.add_argument("trace", help="trace id prefix, file name, its stem or a unique substring")
     p.add_argument("--host-speedup", type=float, default=1.0, help="every host duration / S (default 1)")
     p.add_argument("--t-sys-ns", type=int, default=None, help="a new launch floor T_sys' in ns")
     p.add_argument("--t-sys-scale", type=float, default=1.0, help="or scale the launch path by this factor")

@@ -13,7 +13,7 @@ import dagster as dg
 from taxbreak.pipeline.defs.analysis_assets import POOL, AnalysisConfig, trace_ids_for_run
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
-WHATIF_KEYS = [dg.AssetKey("whatif_results"), dg.AssetKey("critical_path")]
+WHATIF_KEYS = [dg.AssetKey("whatif_results"), dg.AssetKey("critical_path"), dg.AssetKey("levers")]
 READS = ["int_kernel_links", "kernel_taxbreak", "int_steps", "trace_launch_floor", "skip_by_trace",
          "fusion_candidates", "taxbreak_by_scope"]
 
@@ -49,7 +49,7 @@ def whatif_tables(
                 con, "whatif_results") else set()
             trace_ids = sorted(analysed if config.full_rebuild else analysed - done)
         todo = [t for t in trace_ids if t in analysed]
-        rows = {"whatif_results": 0, "critical_path": 0}
+        rows = {"whatif_results": 0, "critical_path": 0, "levers": 0}
         for tid in todo:
             try:
                 n = whatif.compute_and_write(con, lake.get(), [tid])

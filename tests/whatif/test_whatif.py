@@ -274,7 +274,8 @@ def test_report_section(tiny: tuple) -> None:
     d = whatif_report.whatif_data(con, TINY)
     assert [r["host_speedup"] for r in d["sweep"]] == list(whatif.SWEEP_SPEEDUPS)
     assert d["sweep"][0]["il_replay_ns"] == 31000
-    assert {r["scenario"] for r in d["other"]} == {"gpu_x2", "cuda_graph_decode", "fuse_top5"}
+    assert {r["scenario"] for r in d["other"]} == {"gpu_x2", "cuda_graph_decode", "fuse_top5"} | {
+        s.name for s in whatif.lever_scenarios()}
     html = whatif_report.whatif_section(d)
     # identity path: k2 <- gap 1000 <- k1 <- launch path 6000 <- aten::a 4000: host 10000 of 31000 ns
     assert "<svg" in html and "Critical path split" in html and "host 32%" in html
