@@ -2,8 +2,10 @@
 
 A group spec is a comma-separated list of items; each item is
 ``model:NAME`` (trace_meta.model), ``kind:dense|moe`` (trace_meta.model_kind), ``bs:N`` (batch size),
-a trace-id prefix, or a file-name glob (``*bs16*``).  A group's figures are sums over its traces, with HDBI
-and kernels per token recomputed from the sums (not averaged)."""
+a file-name glob (``*bs16*``), or one trace named as every command names TRACE (``taxbreak.tracenames``: id
+prefix, file name, its stem or a unique substring; an ambiguous name is an error listing the candidates).
+A group's figures are sums over its traces, with HDBI and kernels per token recomputed from the sums (not
+averaged)."""
 
 from __future__ import annotations
 
@@ -60,10 +62,19 @@ def resolve_group(con: duckdb.DuckDBPyConnection, spec: str) -> list[str]:
             hit = [r[0] for r in rows if r[3] == val]
         elif key == "bs" and val.isdigit():
             hit = [r[0] for r in rows if r[4] == int(val)]
-        else:
-            hit = [r[0] for r in rows if r[0].startswith(item.lower())]
-            if not hit:
-                hit = [r[0] for r in rows if fnmatch.fnmatch(r[1] or "", item)]
+        elif any(c in item for c in "*?["):
+            hit = [r[0] for r in rows if fnmatch.fnmatch(r[1] or "", item)]
+        else:  # one trace, named as every command names TRACE (taxbreak.tracenames)
+            from taxbreak.tracenames import TraceAmbiguous, resolve
+
+            try:
+                hit = [resolve([(r[0], r[1]) for r in rows], item, "analysed trace")]
+            except TraceAmbiguous as exc:
+                raise GroupError(f"{exc} (a file-name glob such as '*{item}*' takes them all)") from None
+            except LookupError:
+                raise GroupError(f"no trace matches '{item}' among the analysed traces (a trace-id prefix, file "
+                                 "name, stem or unique substring; or a file-name glob, model:NAME, kind:dense|moe, "
+                                 "bs:N)") from None
         if not hit:
             raise GroupError(
                 f"'{item}' matches no analysed trace: use a trace-id prefix, a file-name glob, model:NAME, "
@@ -123,7 +134,60 @@ def compare(con: duckdb.DuckDBPyConnection, spec_a: str, spec_b: str) -> dict:
         rows.append({"metric": metric, "unit": unit, "a": va, "b": vb, "delta": delta, "delta_ratio": pct,
                      "lower_is_better": lower_better})
     return {"a": {"spec": spec_a, "trace_ids": ids_a, "caveats": a["caveats"]},
-            "b": {"spec": spec_b, "trace_ids": ids_b, "caveats": b["caveats"]}, "rows": rows}
+            "b": {"spec": spec_b, "trace_ids": ids_b, "caveats": b["caveats"]}, "rows": rows,
+            "verdict": verdict_change(con, ids_a, ids_b)}
+
+
+def verdict_change(con: duckdb.DuckDBPyConnection, ids_a: list[str], ids_b: list[str]) -> dict | None:
+    """Whether the verdict changed from A to B and which lever moved (docs/method.md "The verdict"): each side's
+    bounds (trace count per bound), its top lever where the side is one trace, and per lever the predicted IL change
+    (percent) on each side, largest move first. None when neither side has a verdict."""
+    va = {t: readmodel.verdict(con, t) for t in ids_a}
+    vb = {t: readmodel.verdict(con, t) for t in ids_b}
+    if not any(va.values()) and not any(vb.values()):
+        return None
+
+    def bounds(vs: dict) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for v in vs.values():
+            key = v["bound"] if v else "not computed"
+            out[key] = out.get(key, 0) + 1
+        return dict(sorted(out.items()))
+
+    def lever_pct(vs: dict) -> dict[str, float]:
+        if len(vs) != 1:
+            return {}
+        v = next(iter(vs.values()))
+        return {lv["lever"]: lv["il_change_pct"] for lv in (v or {}).get("levers") or []}
+
+    def top(vs: dict) -> str | None:
+        if len(vs) != 1 or not next(iter(vs.values())):
+            return None
+        t = readmodel.top_levers(next(iter(vs.values())), 1)
+        return t[0]["label"] if t else None
+
+    pa_, pb_ = lever_pct(va), lever_pct(vb)
+    moves = sorted(({"lever": k, "a_pct": pa_[k], "b_pct": pb_[k], "delta_pct": pb_[k] - pa_[k]}
+                    for k in pa_.keys() & pb_.keys()), key=lambda m: (-abs(m["delta_pct"]), m["lever"]))
+    ba, bb = bounds(va), bounds(vb)
+    return {"a": ba, "b": bb, "changed": ba != bb, "a_top_lever": top(va), "b_top_lever": top(vb),
+            "lever_moves": moves}
+
+
+def format_verdict_change(vc: dict | None) -> list[str]:
+    if vc is None:
+        return []
+
+    def side(b: dict[str, int]) -> str:
+        return ", ".join(k if n == 1 and len(b) == 1 else f"{k} x{n}" for k, n in b.items())
+
+    lines = [f"verdict: A {side(vc['a'])} -> B {side(vc['b'])}" + ("  (CHANGED)" if vc["changed"] else "  (same)")]
+    if vc["a_top_lever"] or vc["b_top_lever"]:
+        lines.append(f"top lever: A {vc['a_top_lever'] or 'none'} -> B {vc['b_top_lever'] or 'none'}")
+    if vc["lever_moves"] and abs(vc["lever_moves"][0]["delta_pct"]) >= 0.05:
+        m = vc["lever_moves"][0]
+        lines.append(f"lever that moved most: {m['lever']} {m['a_pct']:+.1f}% -> {m['b_pct']:+.1f}% of IL")
+    return lines + [""]
 
 
 def format_compare(result: dict) -> str:
@@ -133,6 +197,7 @@ def format_compare(result: dict) -> str:
              + ", ".join(t[:12] for t in result["a"]["trace_ids"][:6]),
              f"B = {result['b']['spec']}: {len(result['b']['trace_ids'])} trace(s) "
              + ", ".join(t[:12] for t in result["b"]["trace_ids"][:6]), ""]
+    lines += format_verdict_change(result.get("verdict"))
     lines.append(f"{'metric':<20} {'A':>14} {'B':>14} {'B - A':>14} {'change':>9}")
     for r in result["rows"]:
         unit = r["unit"] if r["unit"] in ("ns", "fraction") else ""
@@ -178,7 +243,8 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
         help="two traces or two groups side by side: T_Orchestrate and its parts, HDBI, kernels per token, latency",
-        description="Compare A and B. Each is a comma-separated list of trace-id prefixes, file-name globs, "
+        description="Compare A and B. Each is a comma-separated list of traces (id prefix, file name, stem or unique "
+        "substring), file-name globs, "
         "model:NAME, kind:dense|moe or bs:N. Figures are sums over each group from the warehouse tables.",
     )
     p.add_argument("a", help="group A")

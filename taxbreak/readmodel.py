@@ -13,6 +13,8 @@ from typing import Any
 
 import duckdb
 
+from taxbreak.kernel_names import short_name
+
 # HDBI reading aids; not thresholds from the paper (docs/method.md section 2).
 HDBI_REFERENCE_LINES = (0.2, 0.5)
 
@@ -172,17 +174,157 @@ def caveats(h: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def resolve_trace(con: duckdb.DuckDBPyConnection, trace_id_prefix: str) -> str:
-    """The one analysed trace a prefix or file name names; LookupError saying why not."""
-    matches = con.execute(
-        "SELECT trace_id FROM trace_meta WHERE starts_with(trace_id, $p) OR file_name = $p ORDER BY trace_id",
-        {"p": trace_id_prefix},
-    ).fetchall()
-    if len(matches) > 1:
-        raise LookupError(f"{trace_id_prefix!r} matches {len(matches)} traces; give more of the trace id")
-    if not matches:
-        raise LookupError(f"no analysed trace matches {trace_id_prefix!r}: run `taxbreak analyze` first")
-    return matches[0][0]
+def resolve_trace(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """The one analysed trace ``name`` names (id prefix, file name, stem or unique substring: taxbreak.tracenames,
+    the one resolver of every command); LookupError (TraceNotFound / TraceAmbiguous) saying why not."""
+    from taxbreak.tracenames import resolve
+
+    cands = con.execute("SELECT trace_id, file_name FROM trace_meta").fetchall()
+    return resolve(cands, name, "analysed trace")
+
+
+# The caveat a verdict block shows when no disagreement or HDBI note comes first: the most consequential present.
+_CAVEAT_PRIORITY = ("no_kernels", "outlier", "wall", "coverage", "blocked", "steps", "launch_floor", "dispatch_base",
+                    "python_op", "threads", "tklqt", "kernels_per_token", "library_rule")
+VERDICT_TOP_LEVERS = 3
+
+
+def verdicts(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The verdicts of several traces at once (one statement per table, for the report's index): trace id ->
+    the trace-scope ``diagnosis`` row (bound, confidence, reason, evidence, disagreement, HDBI note) with its
+    phases' bounds (``phases``), its steps counted by bound (``steps_by_bound``) and the ranked ``levers`` with their
+    replayed gain (``levers`` for the trace, ``phase_levers``; None when the what-if replay has not run for it);
+    docs/method.md "The verdict". Traces without a diagnosis row (an older analysis) are absent."""
+    if not trace_ids or not has_relation(con, "diagnosis"):
+        return {}
+    p = {"ids": list(trace_ids)}
+    ids = "trace_id IN (SELECT unnest($ids::VARCHAR[]))"
+    out: dict[str, dict[str, Any]] = {}
+    for r in _rows(con, f"SELECT * FROM diagnosis WHERE {ids} AND scope_kind = 'trace'", p):
+        out[r["trace_id"]] = {**r, "phases": [], "steps_by_bound": {}, "levers": None, "phase_levers": None}
+    for r in _rows(con, "SELECT trace_id, scope_key AS phase, bound, confidence, reason, busy_share, host_idle_share, "
+                        f"hdbi, hdbi_wall, hdbi_disagrees FROM diagnosis WHERE {ids} AND scope_kind = 'phase' "
+                        "ORDER BY trace_id, scope_key", p):
+        if r["trace_id"] in out:
+            out[r["trace_id"]]["phases"].append(r)
+    for r in _rows(con, f"SELECT trace_id, bound, count(*) AS steps FROM diagnosis WHERE {ids} AND "
+                        "scope_kind = 'step' GROUP BY ALL ORDER BY trace_id, steps DESC, bound", p):
+        if r["trace_id"] in out:
+            out[r["trace_id"]]["steps_by_bound"][r["bound"]] = r["steps"]
+    if has_relation(con, "levers"):
+        for r in _rows(con, f"SELECT * FROM levers WHERE {ids} ORDER BY trace_id, scope_kind DESC, scope_key, "
+                            "lever_rank", p):
+            v = out.get(r["trace_id"])
+            if v is None:
+                continue
+            key = "levers" if r["scope_kind"] == "trace" else "phase_levers"
+            v[key] = (v[key] or []) + [r]
+        for v in out.values():
+            if v["levers"] is not None and v["phase_levers"] is None:
+                v["phase_levers"] = []
+    if has_relation(con, "critical_path"):
+        for r in _rows(con, f"SELECT * FROM critical_path WHERE {ids} AND scenario = 'identity' AND "
+                            "scope_kind = 'trace'", p):
+            if r["trace_id"] in out:
+                out[r["trace_id"]]["critical_path"] = r
+    return out
+
+
+CP_LABELS = {"framework": "framework", "library": "library calls", "launch": "launch calls",
+             "launch_path": "launch path", "sync": "syncs", "other_runtime": "other runtime calls",
+             "untraced": "untraced host time", "kernel": "kernels", "memcpy": "memcpys", "memset": "memsets",
+             "gpu_gap": "GPU-side gaps", "unattributed": "unattributed"}
+
+
+def critical_path_text(cp: dict[str, Any] | None, parts: int = 3) -> str | None:
+    """Where the trace's own critical path goes (critical_path, scenario identity): its largest parts as shares."""
+    if not cp or not cp.get("cp_total_ns"):
+        return None
+    total = cp["cp_total_ns"]
+    shares = sorted(((cp.get(f"cp_{k}_ns") or 0, k) for k in CP_LABELS), reverse=True)
+    top = [f"{CP_LABELS[k]} {100 * ns / total:.1f}%" for ns, k in shares[:parts] if ns > 0]
+    return (f"critical path {_ms(total)}: host {100 * (cp['cp_host_ns'] or 0) / total:.1f}%, device "
+            f"{100 * (cp['cp_device_ns'] or 0) / total:.1f}%; largest parts " + ", ".join(top))
+
+
+def verdict(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any] | None:
+    """The verdict of one trace (``verdicts``); None when the warehouse has none for it."""
+    return verdicts(con, [trace_id]).get(trace_id)
+
+
+def top_levers(v: dict[str, Any], n: int = VERDICT_TOP_LEVERS) -> list[dict[str, Any]]:
+    """The first ``n`` levers of the trace that the replay says cut latency (il_change_ns < 0), best first."""
+    return [lv for lv in (v.get("levers") or []) if (lv.get("il_change_ns") or 0) < 0][:n]
+
+
+def main_caveat(v: dict[str, Any] | None, cav: list[dict[str, str]]) -> str | None:
+    """The one caveat that matters most beside the verdict: the HDBI disagreement, else why HDBI is not the figure
+    to read, else the most consequential caveat of the trace."""
+    if v and v.get("disagreement"):
+        return v["disagreement"]
+    if v and v.get("hdbi_note"):
+        return v["hdbi_note"]
+    by_kind = {c["kind"]: c["text"] for c in cav}
+    return next((by_kind[k] for k in _CAVEAT_PRIORITY if k in by_kind), cav[0]["text"] if cav else None)
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+def lever_text(lv: dict[str, Any]) -> str:
+    """One lever as every reader words it: label, predicted IL change in ms and %, and its first targets."""
+    change = lv.get("il_change_ns") or 0
+    out = f"{lv['label']}: IL {'-' if change < 0 else '+'}{_ms(abs(change))} ({lv['il_change_pct']:+.1f}%)"
+    targets = lv.get("targets") or []
+    if targets:
+        out += "; where: " + ", ".join(f"{target_text(str(t['name']))} {_ms(t['value_ns'])}" for t in targets[:3])
+    return out
+
+
+def target_text(name: str, max_names: int = 3) -> str:
+    """A lever target in short names: an op or kernel, or a fusion chain (``a → b → c``) cut after a few kernels."""
+    parts = name.split(" → ")
+    shown = " → ".join(_short(short_name(n), 60) for n in parts[:max_names])
+    return shown + (f" → … ({len(parts)} kernels)" if len(parts) > max_names else "")
+
+
+def format_verdict(v: dict[str, Any] | None, cav: list[dict[str, str]]) -> list[str]:
+    """The verdict block that opens ``taxbreak summary``: bound, confidence, reason, the evidence, the levers to
+    fix first with their replayed gain, and the caveat that matters most."""
+    if v is None:
+        return ["  VERDICT  not computed: this warehouse predates the verdict; run `taxbreak analyze` again"]
+    lines = [f"  VERDICT  {v['bound'].upper()} (confidence {v['confidence']}): {v['reason']}"]
+    if v.get("gpu_window_ns"):
+        wait = "n/a" if v.get("median_launch_wait_ns") is None else f"{v['median_launch_wait_ns'] / 1000:,.1f} µs"
+        lead = (f"HDBI_wall {_frac(v.get('hdbi_wall'))} (HDBI undefined: no linked kernel)"
+                if v.get("lead_index") == "hdbi_wall" else
+                f"HDBI {_frac(v.get('hdbi'))} (coverage {_pct(v.get('linked_fraction'))}), HDBI_wall "
+                f"{_frac(v.get('hdbi_wall'))}")
+        lines.append(f"    evidence: GPU busy {_pct(v['busy_share'])} of the window (kernels "
+                     f"{_pct(v['kernel_busy_share'])}); idle from late launches {_pct(v['host_idle_share'])}, syncs "
+                     f"{_pct(v['sync_idle_share'])}, transfers {_pct(v['transfer_share'])}, other "
+                     f"{_pct(v['other_idle_share'])}; launches queued {_pct(v.get('queued_launch_share'))} (median "
+                     f"wait {wait}, T_sys {v['t_sys_ns'] / 1000:.2f} µs); {lead}")
+    cpt = critical_path_text(v.get("critical_path"))
+    if cpt:
+        lines.append(f"    {cpt}")
+    if v.get("phases"):
+        lines.append("    phases: " + "; ".join(f"{p['phase']} {p['bound']} ({p['confidence']})" for p in v["phases"]))
+    if v.get("levers") is None:
+        lines.append("    fix first: levers not replayed yet (the pipeline's what-if step, or "
+                     "`taxbreak whatif TRACE --save`)")
+    else:
+        top = top_levers(v)
+        if top:
+            lines.append("    fix first (gain replayed on this trace, docs/method.md \"The verdict\"):")
+            lines += [f"      {i}. [{lv['side']}] {lever_text(lv)}" for i, lv in enumerate(top, 1)]
+        else:
+            lines.append("    fix first: no lever the replay models shortens this trace")
+    c = main_caveat(v, cav)
+    if c:
+        lines.append(f"    caveat: {c}")
+    return lines
 
 
 def summary(
@@ -211,6 +353,7 @@ def summary(
             "i_lib_rules": _rows(con, "SELECT i_lib_rule, i_lib, count(*) AS kernels FROM kernel_taxbreak WHERE "
                                       "trace_id = $t AND is_linked GROUP BY ALL ORDER BY kernels DESC", {"t": tid}),
         }
+        out["verdict"] = verdict(con, tid)
     finally:
         if own:
             con.close()
@@ -226,6 +369,8 @@ def format_summary(s: dict[str, Any]) -> str:
     h = s["headline"]
     lines = [f"trace {h['trace_id'][:16]}  {h['file_name']}  ({h['source_format']}, GPU {h['gpu_name'] or 'unknown'}; "
              f"{h['gpus_with_kernels'] or 0} GPU(s) ran kernels)"]
+    lines += format_verdict(s.get("verdict"), s.get("caveats") or [])
+    lines.append("  detail:")
     if h.get("kernels"):
         lines += [
             f"  {hdbi_text(h)}   (0 = host-bound, 1 = device-bound)",
