@@ -1,11 +1,11 @@
 -- table: serving_steps
 -- grain: one row per serving-engine step (a batch of co-scheduled requests) found in a trace
 -- reads: stg_events, stg_meta_raw, trace_meta, int_meta_step_requests, kernel_taxbreak
--- description: Batch composition per engine step (METHOD.md section 8, LLMVisor), from where the trace carries it: the metadata's steps[].requests[] (per request: id, tenant, tokens, context), vLLM-style annotations execute_N_context_C(sq..sk..sqsq..sqsk..)_generation_G(sq..sk..sqsq..sqsk..) (per step sums: requests, tokens, tokens squared, attended keys, no request ids), and SGLang's step[EXTEND bs=B toks=T] / step[DECODE bs=B] (requests and tokens only: no squared tokens, no context). When annotations overlap (SGLang traces carry both forms) the richest source gives the composition and the shortest overlapping range the timing (ours). Device time and orchestration come from the kernels the step's process launched (any process's when it launches none) whose launch call (their start when they have none) lies in the step. The per-step sums are what the fitted latency model (request_model_fit, docs/method.md) reads.
+-- description: Batch composition per engine step (METHOD.md section 8, LLMVisor), from where the trace carries it: the metadata's steps[].requests[] (per request: id, tenant, tokens, context), vLLM-style annotations execute_N_context_C(sq..sk..sqsq..sqsk..)_generation_G(sq..sk..sqsq..sqsk..) (per phase sums: requests, tokens, tokens squared, attended keys, no request ids), current vLLM's execute_context_C(tokens)_generation_G(tokens) (per phase: requests and scheduled tokens, one count per request or one sum; no attended context, so not fit-ready), and SGLang's step[EXTEND bs=B toks=T] / step[DECODE bs=B] (requests and tokens only: no squared tokens, no context). When annotations overlap (SGLang traces carry both forms) the richest source gives the composition and the shortest overlapping range the timing (ours). Device time and orchestration come from the kernels the step's process launched (any process's when it launches none) whose launch call (their start when they have none) lies in the step. The per-step sums are what the fitted latency model (request_model_fit, docs/method.md) reads.
 -- column: trace_id: trace key
 -- column: step_id: 1-based position of the serving step in the trace by start time
 -- column: step_name: annotation name that gave the composition
--- column: composition_source: 'sidecar' (metadata steps[].requests[]), 'vllm_execute' or 'sglang_step'
+-- column: composition_source: 'sidecar' (metadata steps[].requests[]), 'vllm_execute' (execute_N_context_C(sq..)_generation_G(sq..)), 'vllm_execute_context' (execute_context_C(..)_generation_G(..)) or 'sglang_step'
 -- column: has_request_detail: the composition lists the individual requests (only the metadata does); per-request shares need it
 -- column: model_name: model from the metadata; 'unknown' when the trace has none
 -- column: gpu_name: GPU model of the trace; 'cpu' for a CPU capture; 'unknown' when neither is known
@@ -19,11 +19,18 @@
 -- column: tokens_sum: tokens processed in the step, sum of p_i (tokens)
 -- column: tokens_sq_sum: sum of p_i squared; NULL when the source does not give it (SGLang EXTEND) (tokens squared)
 -- column: context_sum: attended context, sum of c_i (tokens already cached per request: vLLM sk - sq); NULL when the source does not give it (SGLang) (tokens)
+-- column: prefill_tokens_sum: sum of p_i over the step's prefill requests (tokens)
+-- column: prefill_tokens_sq_sum: sum of p_i squared over its prefill requests; NULL when the source does not give it (tokens squared)
+-- column: prefill_context_sum: sum of c_i over its prefill requests; NULL when not given (tokens)
+-- column: decode_tokens_sum: sum of p_i over the step's decode requests (tokens)
+-- column: decode_tokens_sq_sum: sum of p_i squared over its decode requests; NULL when not given (tokens squared)
+-- column: decode_context_sum: sum of c_i over its decode requests; NULL when not given (tokens)
 -- column: kernels: kernels launched in the step (kernels)
 -- column: device_active_ns: sum of those kernels' durations, T_DeviceActive of the step (ns)
 -- column: t_orchestrate_ns: T_Orchestrate of those kernels: sum of delta_ft + delta_ct + delta_kt (METHOD.md section 2) (ns)
 -- column: latency_ns: observed step latency: from step start to the later of the annotation end and the last kernel end (ours) (ns)
--- column: fit_ready: every sum the latency model needs is known and latency_ns > 0
+-- column: fit_ready: every per-phase sum the latency model needs is known and latency_ns > 0 (unfit_reason is NULL)
+-- column: unfit_reason: why the step cannot be attributed: no requests, no token counts, no squared token counts, no attended context, zero latency; NULL when fit-ready
 WITH ann AS (
     SELECT trace_id, event_id, name, pid, ts_ns, end_ns, dur_ns
     FROM stg_events
@@ -36,12 +43,18 @@ side_sum AS (
            count(*) FILTER (WHERE request_phase = 'decode') AS decode_requests,
            sum(tokens) AS tokens_sum,
            sum(tokens * tokens) AS tokens_sq_sum,
-           sum(context_tokens) AS context_sum
+           sum(context_tokens) AS context_sum,
+           coalesce(sum(tokens) FILTER (WHERE request_phase = 'prefill'), 0) AS prefill_tokens_sum,
+           coalesce(sum(tokens * tokens) FILTER (WHERE request_phase = 'prefill'), 0) AS prefill_tokens_sq_sum,
+           coalesce(sum(context_tokens) FILTER (WHERE request_phase = 'prefill'), 0) AS prefill_context_sum,
+           coalesce(sum(tokens) FILTER (WHERE request_phase = 'decode'), 0) AS decode_tokens_sum,
+           coalesce(sum(tokens * tokens) FILTER (WHERE request_phase = 'decode'), 0) AS decode_tokens_sq_sum,
+           coalesce(sum(context_tokens) FILTER (WHERE request_phase = 'decode'), 0) AS decode_context_sum
     FROM int_meta_step_requests GROUP BY ALL
 ),
 side AS (
     SELECT a.*, 'sidecar' AS source, 1 AS richness, true AS detail,
-           s.batch_requests, s.prefill_requests, s.decode_requests, s.tokens_sum, s.tokens_sq_sum, s.context_sum
+           s.* EXCLUDE (trace_id, step_name)
     FROM ann a JOIN side_sum s ON s.trace_id = a.trace_id AND s.step_name = a.name
     QUALIFY row_number() OVER (PARTITION BY a.trace_id, a.name ORDER BY a.ts_ns, a.event_id) = 1
 ),
@@ -59,8 +72,41 @@ vllm AS (
            CAST(g.gn AS BIGINT) AS decode_requests,
            CAST(g.csq AS BIGINT) + CAST(g.gsq AS BIGINT) AS tokens_sum,
            CAST(g.csqsq AS BIGINT) + CAST(g.gsqsq AS BIGINT) AS tokens_sq_sum,
-           CAST(g.csk AS BIGINT) - CAST(g.csq AS BIGINT) + CAST(g.gsk AS BIGINT) - CAST(g.gsq AS BIGINT) AS context_sum
+           CAST(g.csk AS BIGINT) - CAST(g.csq AS BIGINT) + CAST(g.gsk AS BIGINT) - CAST(g.gsq AS BIGINT) AS context_sum,
+           CAST(g.csq AS BIGINT) AS prefill_tokens_sum, CAST(g.csqsq AS BIGINT) AS prefill_tokens_sq_sum,
+           CAST(g.csk AS BIGINT) - CAST(g.csq AS BIGINT) AS prefill_context_sum,
+           CAST(g.gsq AS BIGINT) AS decode_tokens_sum, CAST(g.gsqsq AS BIGINT) AS decode_tokens_sq_sum,
+           CAST(g.gsk AS BIGINT) - CAST(g.gsq AS BIGINT) AS decode_context_sum
     FROM vllm_raw WHERE g.n <> ''
+),
+-- Current vLLM: execute_context_<C>(<tokens>)_generation_<G>(<tokens>), each bracket the scheduled tokens of
+-- that phase's requests: one count per request joined by '_' (then sum p and sum p^2 are known), or one sum
+-- (sum p^2 then unknown unless the phase has one request). No attended context, no request ids.
+vllmc_raw AS (
+    SELECT a.*, regexp_extract(a.name, '^execute_context_(\d+)\(([^)]*)\)_generation_(\d+)\(([^)]*)\)',
+                                ['cn', 'ctoks', 'gn', 'gtoks']) AS g
+    FROM ann a WHERE starts_with(a.name, 'execute_context_')
+),
+vllmc_tok AS (
+    SELECT *, CAST(g.cn AS BIGINT) AS cn, CAST(g.gn AS BIGINT) AS gn,
+           list_transform(regexp_extract_all(g.ctoks, '\d+'), lambda x: CAST(x AS BIGINT)) AS ct,
+           list_transform(regexp_extract_all(g.gtoks, '\d+'), lambda x: CAST(x AS BIGINT)) AS gt
+    FROM vllmc_raw WHERE g.cn <> ''
+),
+vllmc AS (
+    SELECT trace_id, event_id, name, pid, ts_ns, end_ns, dur_ns, 'vllm_execute_context' AS source, 2 AS richness,
+           false AS detail,
+           cn + gn AS batch_requests, cn AS prefill_requests, gn AS decode_requests,
+           coalesce(list_sum(ct), 0) + coalesce(list_sum(gt), 0) AS tokens_sum,
+           coalesce(list_sum(ct), 0) AS prefill_tokens_sum,
+           coalesce(list_sum(gt), 0) AS decode_tokens_sum,
+           CASE WHEN cn = 0 THEN 0 WHEN len(ct) = cn OR cn = 1 THEN list_sum(list_transform(ct, lambda x: x * x)) END
+               AS prefill_tokens_sq_sum,
+           CASE WHEN gn = 0 THEN 0 WHEN len(gt) = gn OR gn = 1 THEN list_sum(list_transform(gt, lambda x: x * x)) END
+               AS decode_tokens_sq_sum,
+           CAST(NULL AS BIGINT) AS prefill_context_sum, CAST(NULL AS BIGINT) AS decode_context_sum,
+           CAST(NULL AS BIGINT) AS context_sum
+    FROM vllmc_tok
 ),
 sglang_raw AS (
     SELECT a.*, upper(regexp_extract(a.name, '^step\[(EXTEND|DECODE)\b', 1, 'i')) AS kind,
@@ -76,12 +122,19 @@ sglang AS (
            CASE WHEN kind = 'DECODE' THEN bs ELSE 0 END AS decode_requests,
            CASE WHEN kind = 'EXTEND' THEN toks ELSE bs END AS tokens_sum,
            CASE WHEN kind = 'DECODE' THEN bs END AS tokens_sq_sum,  -- p_i = 1 for every decode request
-           CAST(NULL AS BIGINT) AS context_sum
+           CAST(NULL AS BIGINT) AS context_sum,
+           CASE WHEN kind = 'EXTEND' THEN toks ELSE 0 END AS prefill_tokens_sum,
+           CASE WHEN kind = 'DECODE' THEN 0 END AS prefill_tokens_sq_sum,
+           CASE WHEN kind = 'DECODE' THEN 0 END AS prefill_context_sum,
+           CASE WHEN kind = 'DECODE' THEN bs ELSE 0 END AS decode_tokens_sum,
+           CASE WHEN kind = 'DECODE' THEN bs ELSE 0 END AS decode_tokens_sq_sum,
+           CASE WHEN kind = 'EXTEND' THEN 0 END AS decode_context_sum
     FROM sglang_raw WHERE bs IS NOT NULL
 ),
 cand AS (
     SELECT * FROM side
     UNION ALL BY NAME SELECT * FROM vllm
+    UNION ALL BY NAME SELECT * FROM vllmc
     UNION ALL BY NAME SELECT * FROM sglang
 ),
 -- A candidate is kept unless an overlapping one on the same process has a richer source.
@@ -118,7 +171,8 @@ kern AS (
      AND coalesce(k.launch_ts_ns, k.kernel_ts_ns) >= s.step_ts_ns
      AND coalesce(k.launch_ts_ns, k.kernel_ts_ns) < s.step_end_ns
     GROUP BY ALL
-)
+),
+base AS (
 SELECT
     s.trace_id,
     row_number() OVER (PARTITION BY s.trace_id ORDER BY s.step_ts_ns, s.event_id) AS step_id,
@@ -138,12 +192,30 @@ SELECT
     CAST(s.tokens_sum AS BIGINT) AS tokens_sum,
     CAST(s.tokens_sq_sum AS BIGINT) AS tokens_sq_sum,
     CAST(s.context_sum AS BIGINT) AS context_sum,
+    CAST(s.prefill_tokens_sum AS BIGINT) AS prefill_tokens_sum,
+    CAST(s.prefill_tokens_sq_sum AS BIGINT) AS prefill_tokens_sq_sum,
+    CAST(s.prefill_context_sum AS BIGINT) AS prefill_context_sum,
+    CAST(s.decode_tokens_sum AS BIGINT) AS decode_tokens_sum,
+    CAST(s.decode_tokens_sq_sum AS BIGINT) AS decode_tokens_sq_sum,
+    CAST(s.decode_context_sum AS BIGINT) AS decode_context_sum,
     coalesce(k.kernels, 0) AS kernels,
     CAST(coalesce(k.device_active_ns, 0) AS BIGINT) AS device_active_ns,
     CAST(coalesce(k.t_orchestrate_ns, 0) AS BIGINT) AS t_orchestrate_ns,
-    greatest(s.step_end_ns, coalesce(k.last_kernel_end_ns, s.step_end_ns)) - s.step_ts_ns AS latency_ns,
-    s.batch_requests > 0 AND s.tokens_sum IS NOT NULL AND s.tokens_sq_sum IS NOT NULL AND s.context_sum IS NOT NULL
-        AND greatest(s.step_end_ns, coalesce(k.last_kernel_end_ns, s.step_end_ns)) > s.step_ts_ns AS fit_ready
+    greatest(s.step_end_ns, coalesce(k.last_kernel_end_ns, s.step_end_ns)) - s.step_ts_ns AS latency_ns
 FROM steps s
 JOIN trace_meta tm USING (trace_id)
 LEFT JOIN kern k USING (trace_id, event_id)
+),
+reasoned AS (
+    SELECT *, CASE
+        WHEN batch_requests = 0 THEN 'no requests in the step'
+        WHEN tokens_sum IS NULL THEN 'no token counts'
+        WHEN prefill_tokens_sq_sum IS NULL OR decode_tokens_sq_sum IS NULL
+            THEN 'no squared token counts (sum p^2): the annotation gives a phase''s token sum, not each request''s'
+        WHEN prefill_context_sum IS NULL OR decode_context_sum IS NULL
+            THEN 'no attended context (sum c): the annotation does not give the requests'' cached tokens'
+        WHEN latency_ns <= 0 THEN 'zero latency'
+        END AS unfit_reason
+    FROM base
+)
+SELECT * EXCLUDE (unfit_reason), unfit_reason IS NULL AS fit_ready, unfit_reason FROM reasoned

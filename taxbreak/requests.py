@@ -7,21 +7,30 @@ model of a step B with requests i (Jin et al., LLMVisor, arXiv 2608.08382)::
     T(B) = beta + a1 * sum p_i + a2 * sum c_i + a3 * sum p_i^2 + a4 * |B|
 
 p_i: tokens the request processed in the step (its prompt chunk in prefill, 1 in decode); c_i: tokens already in
-its KV cache (attended context). It is fitted per (model, GPU, phase) by least squares, with two segments per phase
-(memory-bound below the breakpoint on sum p, compute-bound above). Ours: the breakpoint is chosen by grid search
-on sum p minimising the squared error; a term that is collinear with an earlier one over the phase's steps (in
-decode sum p = |B| = sum p^2) is dropped (its coefficient stored as 0 and named in ``dropped_terms``); 'mixed'
-steps (prefill and decode requests together) are fitted as a third phase of the same form.
+its KV cache (attended context). It is fitted per (model, GPU) and phase (prefill, decode) by least squares, with
+two segments per phase (memory-bound below the breakpoint on sum p, compute-bound above). Ours: the breakpoint is
+chosen by grid search on sum p minimising the squared error, each side holding at least max(5, 5% of the phase's
+steps); a term that is collinear with an earlier one over the phase's steps (in decode sum p = |B| = sum p^2) is
+dropped (its coefficient stored as 0 and named in ``dropped_terms``).
 
-Each request's share of a step is ``a1 p_i + a2 c_i + a3 p_i^2 + (beta + a4 |B|) / |B|``; the shares add up to the
-step's prediction exactly. The step's device time and its host orchestration (T_Orchestrate) are split by the same
-fractions (the orchestration split is ours). Beside every fit the token-count baseline ``alpha + gamma * sum p``
-is fitted on the same steps, with the same error figures.
+Mixed steps (chunked prefill: prefill chunks and decode requests in one step; ours, docs/method.md) are never
+pooled into one feature set: ``T(B) = T_prefill(B_p) + T_decode(B_d) + delta``, each part from its own phase's
+model over its own requests, and ``delta`` one constant fitted on the mixed steps' residuals (0 with fewer than
+MIXED_MIN_STEPS mixed steps). The phase models are fitted on the pure steps, or, for a phase with fewer than
+PURE_MIN_STEPS pure steps, jointly on its pure steps and the mixed steps (backfitting: each phase refitted on the
+mixed steps' latency less the other part and delta, until the squared error settles); ``fit_basis`` says which.
+
+Each request's share of a step is its own phase's ``a1 p_i + a2 c_i + a3 p_i^2 + (beta + a4 |B_phase|) /
+|B_phase|``, scaled by (T_prefill + T_decode + delta) / (T_prefill + T_decode) in a mixed step (delta spread in
+proportion to the shares); the shares add up to the step's prediction exactly, and the step's prefill/decode split
+is the two parts so scaled. The step's device time and its host orchestration (T_Orchestrate) are split by the
+same fractions (the orchestration split is ours). Beside every fit the token-count baseline ``alpha + gamma *
+sum p`` is fitted on the same steps (for mixed steps: on the mixed steps), with the same error figures.
 
 Where things live: the per-step sums are the warehouse table ``serving_steps`` (sql/serving_steps.sql); this module
 fits (vectorised numpy, cumulative normal equations over the grid) and writes ``request_model_fit`` through
-``sql/requests/request_model_fit.sql``; the per-step predictions and the shares are SQL (``sql/requests/*.sql``),
-run after each fit by ``refit``.
+``sql/requests/request_model_fit.sql``; the per-step predictions, the split and the shares are SQL
+(``sql/requests/*.sql``), run after each fit by ``refit``.
 """
 
 from __future__ import annotations
@@ -42,7 +51,16 @@ from taxbreak.plan import SQL_DIR, SqlFile, parse_sql_file
 TERMS = ("beta", "a1", "a2", "a3", "a4")
 TERM_FEATURES = ("1", "sum p", "sum c", "sum p^2", "|B|")
 GRID_POINTS = 128  # coarse candidate breakpoints: quantiles of sum p, refined around the best (ours)
-MIN_SEGMENT_STEPS = 15  # fewest steps a segment may hold: 3 per coefficient (ours)
+# A breakpoint needs at least max(SEGMENT_MIN_STEPS, SEGMENT_MIN_SHARE x the phase's steps) on each side; with
+# fewer steps, one segment (docs/method.md section 8).
+SEGMENT_MIN_STEPS = 5
+SEGMENT_MIN_SHARE = 0.05
+MIXED_MIN_STEPS = 20  # fewer mixed steps than this: the shared constant delta is 0, and the fit says so
+PURE_MIN_STEPS = 20  # a phase with fewer pure steps than this is fitted jointly with the mixed steps (ours)
+FEW_STEPS_WARNING = 50  # a fit resting on fewer steps than this carries a warning (ours)
+JOINT_MAX_ROUNDS = 30  # backfitting rounds of a joint fit at most; it stops when the squared error settles (ours)
+JOINT_TOLERANCE = 1e-9  # relative change of the mixed steps' squared error under which a joint fit stops (ours)
+PHASES = ("prefill", "decode")
 REQUEST_SQL_DIR = SQL_DIR / "requests"
 # The statements run after a fit, in this order (each reads the ones before and the warehouse's serving tables).
 REQUEST_TABLES = ("request_model_fit", "request_step_fit", "request_step_shares", "request_totals", "request_tenants")
@@ -125,19 +143,27 @@ class PhaseFit:
         return self.baseline[0] + self.baseline[1] * tokens_sum
 
 
+def segment_min_steps(n: int) -> int:
+    """The fewest steps a segment of a phase with ``n`` steps may hold: max(5, 5% of n) (docs/method.md)."""
+    return max(SEGMENT_MIN_STEPS, int(np.ceil(SEGMENT_MIN_SHARE * n)))
+
+
 def fit_phase(x: np.ndarray, y: np.ndarray, grid_points: int = GRID_POINTS,
-              min_segment_steps: int = MIN_SEGMENT_STEPS) -> PhaseFit:
+              min_segment_steps: int | None = None) -> PhaseFit:
     """Fit the two-segment model on steps ``x`` (``design``) with observed latencies ``y`` (ns).
 
     Candidate breakpoints are up to ``grid_points`` distinct quantiles of sum p leaving at least
-    ``min_segment_steps`` steps on each side; each candidate's squared error comes from cumulative normal
-    equations over the steps sorted by sum p (one pass, no refit per candidate). With no valid candidate (too few
-    steps, or sum p takes one value) both segments are one fit and ``breakpoint_tokens`` is None."""
+    ``min_segment_steps`` steps on each side (default ``segment_min_steps(n)``); each candidate's squared error
+    comes from cumulative normal equations over the steps sorted by sum p (one pass, no refit per candidate). With
+    no valid candidate (too few steps, or sum p takes one value) both segments are one fit and
+    ``breakpoint_tokens`` is None."""
     t0 = time.perf_counter()
     y = np.asarray(y, dtype=np.float64)
     n = len(y)
     if n < 2:
         raise RequestsError(f"cannot fit a phase from {n} step(s)")
+    if min_segment_steps is None:
+        min_segment_steps = segment_min_steps(n)
     keep = _kept_terms(x)
     dropped = [TERMS[j] for j in range(len(TERMS)) if not keep[j]]
     scale = np.abs(x[:, keep]).max(axis=0)
@@ -202,6 +228,180 @@ def fit_phase(x: np.ndarray, y: np.ndarray, grid_points: int = GRID_POINTS,
     return fit
 
 
+def _baseline(tokens_sum: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """The token-count baseline alpha + gamma * sum p by least squares, and its figures."""
+    bx = np.column_stack([np.ones(len(y)), tokens_sum])
+    bscale = np.abs(bx).max(axis=0)
+    bscale[bscale == 0] = 1.0
+    bc, *_ = np.linalg.lstsq(bx / bscale, y, rcond=None)
+    coef = bc / bscale
+    return coef, _figures(coef[0] + coef[1] * tokens_sum, y)
+
+
+@dataclass
+class GroupFit:
+    """The fits of one (model, GPU): a model per phase with steps (``phases``; ``basis`` 'pure' or 'joint'), the
+    mixed steps' shared constant ``shared_ns`` (delta) with ``notes`` saying why it is 0 when it is, and the
+    mixed steps' figures beside their own token-count baseline."""
+
+    phases: dict[str, PhaseFit]
+    basis: dict[str, str]
+    pure_steps: dict[str, int]
+    mixed_steps: int
+    shared_ns: float
+    notes: dict[str, list[str]]
+    mixed_figures: dict[str, float] = field(default_factory=dict)
+    mixed_baseline: np.ndarray | None = None
+    mixed_baseline_figures: dict[str, float] = field(default_factory=dict)
+    rounds: int = 0
+    fit_seconds: float = 0.0
+
+    def predict_parts(self, xp: np.ndarray, xd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each phase's part of the steps (its own model over its own requests; 0 where the step has none)."""
+        parts = []
+        for ph, x in (("prefill", xp), ("decode", xd)):
+            has = x[:, 4] > 0
+            f = self.phases.get(ph)
+            parts.append(np.where(has, f.predict(x), 0.0) if f is not None else np.zeros(len(x)))
+        return parts[0], parts[1]
+
+
+def fit_group(xp: np.ndarray, xd: np.ndarray, y: np.ndarray, phase: np.ndarray, grid_points: int = GRID_POINTS,
+              min_segment_steps: int | None = None) -> GroupFit:
+    """Fit the steps of one (model, GPU) per docs/method.md section 8: ``xp`` / ``xd`` the ``design`` of each
+    step's prefill / decode part (its own requests' sums; zeros where it has none), ``y`` the observed latencies,
+    ``phase`` 'prefill' / 'decode' / 'mixed' per step.
+
+    A phase with at least PURE_MIN_STEPS pure steps is fitted on them; one with fewer is fitted jointly on its pure
+    steps and the mixed steps, by backfitting (its target on a mixed step is the latency less the other part and
+    delta) until the mixed steps' squared error settles. delta is the mean residual of the mixed steps (0 with
+    fewer than MIXED_MIN_STEPS of them, or when a joint phase has no pure step at all: its intercept and delta are
+    then one constant, kept in the intercept)."""
+    t0 = time.perf_counter()
+    y = np.asarray(y, dtype=np.float64)
+    phase = np.asarray(phase, dtype=object)
+    rows = {"prefill": phase == "prefill", "decode": phase == "decode"}
+    mixed = phase == "mixed"
+    n_mixed = int(mixed.sum())
+    xs = {"prefill": xp, "decode": xd}
+    pure = {ph: int(rows[ph].sum()) for ph in PHASES}
+    notes: dict[str, list[str]] = {"prefill": [], "decode": [], "mixed": []}
+    joint = {ph: pure[ph] < PURE_MIN_STEPS and n_mixed > 0 for ph in PHASES}
+    basis = {ph: "joint" if joint[ph] else "pure" for ph in PHASES}
+    for ph in PHASES:
+        if joint[ph]:
+            notes[ph].append(f"fitted jointly with the {n_mixed:,} mixed steps: {pure[ph]:,} pure steps "
+                             f"(< {PURE_MIN_STEPS})")
+    fits: dict[str, PhaseFit] = {}
+    for ph in PHASES:  # the pure fits (the start of a joint one)
+        if pure[ph] >= 2:
+            fits[ph] = fit_phase(xs[ph][rows[ph]], y[rows[ph]], grid_points, min_segment_steps)
+    fix_delta = n_mixed < MIXED_MIN_STEPS or any(joint[ph] and pure[ph] == 0 for ph in PHASES)
+    if n_mixed and n_mixed < MIXED_MIN_STEPS:
+        notes["mixed"].append(f"delta = 0: {n_mixed:,} mixed steps (< {MIXED_MIN_STEPS})")
+    elif n_mixed and fix_delta:
+        gone = [ph for ph in PHASES if joint[ph] and pure[ph] == 0]
+        notes["mixed"].append(f"delta = 0: no pure {' or '.join(gone)} step, so delta and that phase's intercept "
+                              "are one constant (kept in the intercept)")
+    delta = 0.0
+    gf = GroupFit(fits, basis, pure, n_mixed, 0.0, notes)
+
+    def mixed_parts() -> tuple[np.ndarray, np.ndarray]:
+        return gf.predict_parts(xp[mixed], xd[mixed])
+
+    rounds = 0
+    if n_mixed and any(joint.values()):
+        # Rounds: each joint phase's breakpoint by fit_phase on its target (the latency less the other part and
+        # delta on the mixed steps), then every joint coefficient and delta at once by least squares over the
+        # joint phases' pure steps and the mixed steps, those breakpoints fixed; until the breakpoints settle.
+        jp = [ph for ph in PHASES if joint[ph]]
+        sel = mixed.copy()
+        for ph in jp:
+            sel |= rows[ph]
+        last: tuple | None = None
+        for rounds in range(1, JOINT_MAX_ROUNDS + 1):  # noqa: B007 - the count is reported
+            for ph in jp:
+                pp, pd_ = mixed_parts()
+                other = pd_ if ph == "prefill" else pp
+                xr = np.concatenate([xs[ph][rows[ph]], xs[ph][mixed]])
+                yr = np.concatenate([y[rows[ph]], y[mixed] - other - delta])
+                fits[ph] = fit_phase(xr, yr, grid_points, min_segment_steps)
+            bps = tuple(fits[ph].breakpoint_tokens for ph in jp)
+            delta = _joint_solve(fits, jp, xs, y, sel, mixed, gf, fix_delta)
+            if bps == last:
+                break
+            last = bps
+    elif n_mixed and not fix_delta and all(ph in fits for ph in PHASES):
+        pp, pd_ = mixed_parts()
+        delta = float(np.mean(y[mixed] - pp - pd_))
+    gf.shared_ns = delta
+    gf.rounds = rounds
+    if n_mixed >= 2 and all(ph in fits for ph in PHASES):
+        pp, pd_ = mixed_parts()
+        gf.mixed_figures = _figures(pp + pd_ + delta, y[mixed])
+        gf.mixed_baseline, gf.mixed_baseline_figures = _baseline(xp[mixed, 1] + xd[mixed, 1], y[mixed])
+    elif n_mixed:
+        notes["mixed"].append("not predicted: a phase has no model (fewer than 2 steps of its own)")
+    for ph in list(fits):  # a phase's figures and baseline are over its pure steps
+        f = fits[ph]
+        if pure[ph] >= 2:
+            f.figures = _figures(f.predict(xs[ph][rows[ph]]), y[rows[ph]])
+            f.baseline, f.baseline_figures = _baseline(xs[ph][rows[ph], 1], y[rows[ph]])
+        else:
+            f.figures = dict.fromkeys(("r2", "rel_err_p50", "rel_err_p90", "rel_err_p99"), float("nan"))
+            f.baseline, f.baseline_figures = np.array([np.nan, np.nan]), dict(f.figures)
+    gf.fit_seconds = time.perf_counter() - t0
+    return gf
+
+
+def _joint_solve(fits: dict[str, PhaseFit], jp: list[str], xs: dict[str, np.ndarray], y: np.ndarray,
+                 sel: np.ndarray, mixed: np.ndarray, gf: GroupFit, fix_delta: bool) -> float:
+    """The joint least squares of a joint fit: over the steps ``sel`` (the joint phases' pure steps and the mixed
+    steps), the coefficients of each joint phase's segments (its breakpoint fixed) and delta (unless
+    ``fix_delta``), the other phase's part (a pure fit) subtracted from the latency. Writes the coefficients into
+    ``fits``; returns delta."""
+    target = y[sel].copy()
+    for ph in PHASES:
+        if ph not in jp and ph in fits:
+            x = xs[ph][sel]
+            target -= np.where(x[:, 4] > 0, fits[ph].predict(x), 0.0)
+    blocks, where = [], []
+    for ph in jp:
+        x = xs[ph][sel]
+        has = x[:, 4] > 0
+        f = fits[ph]
+        hi = x[:, 1] > f.breakpoint_tokens if f.breakpoint_tokens is not None else np.zeros(len(x), bool)
+        for seg, mask in (("lo", has & ~hi), ("hi", has & hi)) if f.breakpoint_tokens is not None else (
+                ("lo", has),):
+            blocks.append(x * mask[:, None])
+            where.append((ph, seg))
+    if not fix_delta:
+        blocks.append(mixed[sel].astype(np.float64)[:, None])
+        where.append(("delta", ""))
+    xj = np.hstack(blocks)
+    keep = _kept_terms(xj)
+    scale = np.abs(xj[:, keep]).max(axis=0)
+    scale[scale == 0] = 1.0
+    c, *_ = np.linalg.lstsq(xj[:, keep] / scale, target, rcond=None)
+    full = np.zeros(xj.shape[1])
+    full[keep] = c / scale
+    delta, col = 0.0, 0
+    for ph, seg in where:
+        if ph == "delta":
+            delta = float(full[col])
+            col += 1
+            continue
+        coef = full[col:col + len(TERMS)]
+        col += len(TERMS)
+        if seg == "lo":
+            fits[ph].lo = coef.copy()
+            if fits[ph].breakpoint_tokens is None:
+                fits[ph].hi = coef.copy()
+        else:
+            fits[ph].hi = coef.copy()
+    return delta
+
+
 # --- warehouse -----------------------------------------------------------------------------------------------------
 def request_sql_files() -> list[SqlFile]:
     """The statements run after a fit (``sql/requests/*.sql``), in REQUEST_TABLES order."""
@@ -221,35 +421,69 @@ def _has_table(con: Any, name: str) -> bool:
 
 
 FIT_SCHEMA = pa.schema([
-    ("model_name", pa.string()), ("gpu_name", pa.string()), ("phase", pa.string()), ("steps_fitted", pa.int64()),
-    ("traces", pa.int64()), ("breakpoint_tokens", pa.float64()), ("lo_steps", pa.int64()), ("hi_steps", pa.int64()),
+    ("model_name", pa.string()), ("gpu_name", pa.string()), ("phase", pa.string()), ("fit_basis", pa.string()),
+    ("steps_fitted", pa.int64()), ("phase_steps", pa.int64()), ("traces", pa.int64()),
+    ("breakpoint_tokens", pa.float64()), ("lo_steps", pa.int64()), ("hi_steps", pa.int64()),
     *[(f"{s}_{t}", pa.float64()) for s in ("lo", "hi") for t in TERMS],
+    ("shared_ns", pa.float64()),
     ("dropped_terms", pa.string()), ("r2", pa.float64()), ("rel_err_p50", pa.float64()),
     ("rel_err_p90", pa.float64()), ("rel_err_p99", pa.float64()), ("baseline_alpha", pa.float64()),
     ("baseline_gamma", pa.float64()), ("baseline_r2", pa.float64()), ("baseline_rel_err_p50", pa.float64()),
-    ("baseline_rel_err_p90", pa.float64()), ("baseline_rel_err_p99", pa.float64()), ("fit_seconds", pa.float64()),
-    ("fitted_at", pa.timestamp("us", tz="UTC")),
+    ("baseline_rel_err_p90", pa.float64()), ("baseline_rel_err_p99", pa.float64()), ("few_steps", pa.bool_()),
+    ("fit_note", pa.string()), ("fit_seconds", pa.float64()), ("fitted_at", pa.timestamp("us", tz="UTC")),
 ])
 
 
-def _fit_row(key: tuple[str, str, str], fit: PhaseFit, traces: int, now: datetime) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "model_name": key[0], "gpu_name": key[1], "phase": key[2], "steps_fitted": fit.steps, "traces": traces,
-        "breakpoint_tokens": fit.breakpoint_tokens, "lo_steps": fit.lo_steps, "hi_steps": fit.hi_steps,
-        "dropped_terms": ",".join(fit.dropped), "fit_seconds": fit.fit_seconds, "fitted_at": now,
-        "baseline_alpha": float(fit.baseline[0]), "baseline_gamma": float(fit.baseline[1]),
-    }
-    for seg, coef in (("lo", fit.lo), ("hi", fit.hi)):
-        for t, v in zip(TERMS, coef, strict=True):
-            row[f"{seg}_{t}"] = float(v)
-    row.update(fit.figures)
-    row.update({f"baseline_{k}": v for k, v in fit.baseline_figures.items()})
-    return row
+def _nan_none(v: float) -> float | None:
+    return None if v is None or v != v else float(v)
+
+
+def _group_rows(key: tuple[str, str], gf: GroupFit, traces: int, now: datetime) -> list[dict[str, Any]]:
+    """The request_model_fit rows of one (model, GPU): one per phase model, and one 'mixed' row (delta and the
+    mixed steps' figures) when the group has mixed steps."""
+    out = []
+    for ph, fit in gf.phases.items():
+        row: dict[str, Any] = {
+            "model_name": key[0], "gpu_name": key[1], "phase": ph, "fit_basis": gf.basis[ph],
+            "steps_fitted": fit.steps, "phase_steps": gf.pure_steps[ph], "traces": traces,
+            "breakpoint_tokens": fit.breakpoint_tokens, "lo_steps": fit.lo_steps, "hi_steps": fit.hi_steps,
+            "shared_ns": None, "dropped_terms": ",".join(fit.dropped), "fit_seconds": gf.fit_seconds,
+            "fitted_at": now, "baseline_alpha": _nan_none(fit.baseline[0]),
+            "baseline_gamma": _nan_none(fit.baseline[1]), "few_steps": fit.steps < FEW_STEPS_WARNING,
+        }
+        for seg, coef in (("lo", fit.lo), ("hi", fit.hi)):
+            for t, v in zip(TERMS, coef, strict=True):
+                row[f"{seg}_{t}"] = float(v)
+        row.update({k: _nan_none(v) for k, v in fit.figures.items()})
+        row.update({f"baseline_{k}": _nan_none(v) for k, v in fit.baseline_figures.items()})
+        note = list(gf.notes[ph])
+        if row["few_steps"]:
+            note.append(f"rests on {fit.steps:,} steps (< {FEW_STEPS_WARNING})")
+        row["fit_note"] = "; ".join(note)
+        out.append(row)
+    if gf.mixed_steps:
+        row = {"model_name": key[0], "gpu_name": key[1], "phase": "mixed", "fit_basis": "composed",
+               "steps_fitted": gf.mixed_steps, "phase_steps": gf.mixed_steps, "traces": traces,
+               "shared_ns": gf.shared_ns, "dropped_terms": "", "fit_seconds": gf.fit_seconds, "fitted_at": now,
+               "few_steps": gf.mixed_steps < FEW_STEPS_WARNING}
+        row.update({k: _nan_none(v) for k, v in gf.mixed_figures.items()})
+        if gf.mixed_baseline is not None:
+            row.update(baseline_alpha=float(gf.mixed_baseline[0]), baseline_gamma=float(gf.mixed_baseline[1]))
+        row.update({f"baseline_{k}": _nan_none(v) for k, v in gf.mixed_baseline_figures.items()})
+        note = list(gf.notes["mixed"])
+        if gf.rounds:
+            note.append(f"joint fit in {gf.rounds} rounds (breakpoints, then one least squares)")
+        if row["few_steps"]:
+            note.append(f"rests on {gf.mixed_steps:,} steps (< {FEW_STEPS_WARNING})")
+        row["fit_note"] = "; ".join(note)
+        out.append(row)
+    return out
 
 
 def stale_groups(con: Any) -> list[tuple[str, str, str]]:
     """(model, GPU, phase) groups whose fit-ready steps in ``serving_steps`` differ in number from the stored fit
-    (or have none): the groups new steps arrived for; and fitted groups that no longer have any step."""
+    (``phase_steps``; or have none): the groups new steps arrived for; and fitted groups that no longer have any
+    step. A refit refits every phase of their (model, GPU): a mixed step's parts come from the phase models."""
     if not _has_table(con, "serving_steps"):
         return []
     fitted = "request_model_fit" if _has_table(con, "request_model_fit") else None
@@ -258,40 +492,53 @@ def stale_groups(con: Any) -> list[tuple[str, str, str]]:
     ).fetchall()
     have: dict[tuple[str, str, str], int] = {}
     if fitted:
+        cols = {r[0] for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'request_model_fit'").fetchall()}
+        count = "phase_steps" if "phase_steps" in cols else "NULL"  # a fit stored before issue 26: refit
         have = {(m, g, p): n for m, g, p, n in con.execute(
-            "SELECT model_name, gpu_name, phase, steps_fitted FROM request_model_fit").fetchall()}
+            f"SELECT model_name, gpu_name, phase, {count} FROM request_model_fit").fetchall()}
     now = {(m, g, p): n for m, g, p, n in rows}
     changed = {k for k, n in now.items() if have.get(k) != n}
     gone = {k for k in have if k not in now}  # their steps were removed (a trace forgotten): drop the fit
     return sorted(changed | gone)
 
 
-def refit(con: Any, groups: list[tuple[str, str, str]] | None = None, *, grid_points: int = GRID_POINTS,
-          min_segment_steps: int = MIN_SEGMENT_STEPS) -> dict[str, Any]:
-    """Fit the model for ``groups`` (default: the stale ones) from the warehouse's ``serving_steps``, replace their
-    rows of ``request_model_fit`` (other groups' fits are kept; groups without fit-ready steps lose theirs) and
-    rebuild the tables that read it (REQUEST_TABLES). Returns {"fitted": [...], "rows": {table: n}, "seconds": s}."""
+PART_COLUMNS = {ph: (f"{ph}_tokens_sum", f"{ph}_context_sum", f"{ph}_tokens_sq_sum", f"{ph}_requests")
+                for ph in PHASES}
+
+
+def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points: int = GRID_POINTS,
+          min_segment_steps: int | None = None) -> dict[str, Any]:
+    """Fit the model for the (model, GPU) pairs of ``groups`` ((model, GPU) or (model, GPU, phase) tuples;
+    default: the stale ones) from the warehouse's ``serving_steps``, replace their rows of ``request_model_fit``
+    (other pairs' fits are kept; pairs without fit-ready steps lose theirs) and rebuild the tables that read it
+    (REQUEST_TABLES). Returns {"fitted": [...], "skipped": [...], "rows": {table: n}, "seconds": s}."""
     t0 = time.perf_counter()
     if not _has_table(con, "serving_steps"):
         raise RequestsError("the warehouse has no serving_steps table: run `taxbreak analyze` first")
     groups = stale_groups(con) if groups is None else groups
+    pairs = sorted({(g[0], g[1]) for g in groups})
     fitted: list[dict[str, Any]] = []
     now = datetime.now(UTC)
     skipped: list[str] = []
-    for key in groups:
+    part_cols = [c for ph in PHASES for c in PART_COLUMNS[ph]]
+    for key in pairs:
         tbl = con.execute(
-            "SELECT tokens_sum, context_sum, tokens_sq_sum, batch_requests, latency_ns, trace_id FROM serving_steps "
-            "WHERE fit_ready AND model_name = $m AND gpu_name = $g AND phase = $p",
-            {"m": key[0], "g": key[1], "p": key[2]}).fetchnumpy()
+            f"SELECT phase, latency_ns, trace_id, {', '.join(part_cols)} FROM serving_steps "
+            "WHERE fit_ready AND model_name = $m AND gpu_name = $g", {"m": key[0], "g": key[1]}).fetchnumpy()
         n = len(tbl["latency_ns"])
         if n < 2:
             skipped.append(f"{'/'.join(key)}: {n} fit-ready step(s)")
             continue
-        cols = [np.asarray(tbl[c], dtype=np.float64)
-                for c in ("tokens_sum", "context_sum", "tokens_sq_sum", "batch_requests", "latency_ns")]
-        fit = fit_phase(design(*cols[:4]), cols[4], grid_points, min_segment_steps)
+        xd = {ph: design(*(np.asarray(tbl[c], dtype=np.float64) for c in PART_COLUMNS[ph])) for ph in PHASES}
+        phase = np.asarray(tbl["phase"], dtype=object)
+        gf = fit_group(xd["prefill"], xd["decode"], np.asarray(tbl["latency_ns"], dtype=np.float64), phase,
+                       grid_points, min_segment_steps)
+        for ph in PHASES:
+            if ph not in gf.phases and gf.pure_steps[ph]:
+                skipped.append(f"{'/'.join(key)}/{ph}: {gf.pure_steps[ph]} fit-ready step(s)")
         traces = len(np.unique(np.asarray(tbl["trace_id"], dtype=object)))
-        fitted.append(_fit_row(key, fit, traces, now))
+        fitted.extend(_group_rows(key, gf, traces, now))
     rows = pa.Table.from_pylist(fitted, schema=FIT_SCHEMA)
     files = request_sql_files()
     counts: dict[str, int] = {}
@@ -302,12 +549,16 @@ def refit(con: Any, groups: list[tuple[str, str, str]] | None = None, *, grid_po
             first = files[0]
             con.execute(f"CREATE OR REPLACE TEMP TABLE _new_fit AS {first.text}")
             if _has_table(con, first.name):
-                con.execute(
-                    "CREATE OR REPLACE TEMP TABLE _old_fit AS SELECT * FROM main.request_model_fit o WHERE NOT EXISTS ("
-                    "SELECT 1 FROM (SELECT unnest($k::VARCHAR[][]) AS k) q WHERE q.k[1] = o.model_name AND "
-                    "q.k[2] = o.gpu_name AND q.k[3] = o.phase)", {"k": [list(k) for k in groups]})
-                con.execute("CREATE OR REPLACE TABLE main.request_model_fit AS SELECT * FROM _old_fit "
-                            "UNION ALL BY NAME SELECT * FROM _new_fit")
+                old_cols = {r[0] for r in con.execute(
+                    "SELECT column_name FROM duckdb_columns() WHERE table_name = 'request_model_fit' "
+                    "AND schema_name = 'main'").fetchall()}
+                keep = ("SELECT * FROM main.request_model_fit o WHERE NOT EXISTS (SELECT 1 FROM (SELECT "
+                        "unnest($k::VARCHAR[][]) AS k) q WHERE q.k[1] = o.model_name AND q.k[2] = o.gpu_name)")
+                if "phase_steps" not in old_cols:  # stored before issue 26: its columns differ, refit all
+                    keep += " AND false"
+                con.execute(f"CREATE OR REPLACE TEMP TABLE _old_fit AS {keep}", {"k": [list(k) for k in pairs]})
+                con.execute("CREATE OR REPLACE TABLE main.request_model_fit AS SELECT * FROM _new_fit "
+                            "UNION ALL BY NAME SELECT * FROM _old_fit")
             else:
                 con.execute("CREATE OR REPLACE TABLE main.request_model_fit AS SELECT * FROM _new_fit")
             _comment(con, first)
@@ -324,7 +575,8 @@ def refit(con: Any, groups: list[tuple[str, str, str]] | None = None, *, grid_po
             raise
     finally:
         con.unregister("request_fit_rows")
-    return {"fitted": [{k: r[k] for k in ("model_name", "gpu_name", "phase", "steps_fitted")} for r in fitted],
+    return {"fitted": [{k: r[k] for k in ("model_name", "gpu_name", "phase", "fit_basis", "steps_fitted")}
+                       for r in fitted],
             "skipped": skipped, "rows": counts, "seconds": time.perf_counter() - t0}
 
 
@@ -353,14 +605,11 @@ def trace_requests(con: Any, trace: str, top: int = 20) -> dict[str, Any]:
     fits of the (model, GPU) groups its steps belong to. ``trace``: trace id prefix or file name."""
     if not _has_table(con, "serving_steps"):
         raise LookupError("the warehouse has no serving_steps table: run `taxbreak analyze` first")
-    m = con.execute("SELECT trace_id, file_name FROM trace_meta WHERE starts_with(trace_id, $p) OR file_name = $p",
-                    {"p": trace}).fetchall()
-    if not m:
-        raise LookupError(f"no analysed trace matches {trace!r}")
-    if len(m) > 1:
-        raise LookupError(f"{trace!r} matches {len(m)} traces; give more of the trace id")
-    t = m[0][0]
-    out: dict[str, Any] = {"trace_id": t, "file_name": m[0][1]}
+    from taxbreak.tracenames import resolve
+
+    names = dict(con.execute("SELECT trace_id, file_name FROM trace_meta").fetchall())
+    t = resolve(names.items(), trace, "analysed trace")  # the one resolver (taxbreak.tracenames)
+    out: dict[str, Any] = {"trace_id": t, "file_name": names[t]}
     out["steps"] = _rows(con, "SELECT composition_source, phase, count(*) AS steps, count(*) FILTER (WHERE fit_ready) "
                               "AS fit_ready_steps, bool_or(has_request_detail) AS has_request_detail, "
                               "sum(batch_requests) AS request_steps, sum(latency_ns) AS latency_ns, "
@@ -481,7 +730,7 @@ def cmd_requests(args: Any) -> int:
         if not args.trace:
             return 0
     if not args.trace:
-        print("requests: give a TRACE (id prefix or file name), or --refit", file=sys.stderr)
+        print("requests: give a TRACE (id prefix, file name, stem or unique substring), or --refit", file=sys.stderr)
         return 2
     opened = open_for_cli(args, "requests")
     if opened is None:
@@ -489,7 +738,11 @@ def cmd_requests(args: Any) -> int:
     try:
         d = trace_requests(opened.con, args.trace, top=args.top)
     except LookupError as exc:
-        print(f"requests: {opened.path}: {exc}", file=sys.stderr)
+        from taxbreak.tracenames import TraceNotFound, explain_unanalysed
+
+        msg = explain_unanalysed(paths.lake, args.trace, opened.path) if isinstance(exc, TraceNotFound) else (
+            f"{opened.path}: {exc}")
+        print(f"requests: {msg}", file=sys.stderr)
         return 2
     finally:
         opened.con.close()
@@ -506,7 +759,7 @@ def add_requests_parser(sub: Any) -> None:
         "R2 and p50/p90/p99 errors beside the token-count baseline, and each request's and tenant's share of "
         "latency, device time and host orchestration (docs/method.md). --refit fits the (model, GPU) groups that "
         "got new steps since their last fit (needs the warehouse for writing).")
-    p.add_argument("trace", nargs="?", help="trace id prefix or file name")
+    p.add_argument("trace", nargs="?", help="trace id prefix, file name, its stem or a unique substring")
     p.add_argument("--refit", action="store_true", help="refit the stale (model, GPU, phase) groups first")
     p.add_argument("--all", action="store_true", help="with --refit: refit every group, not only the stale ones")
     p.add_argument("--top", type=int, default=20, help="requests listed (default 20)")

@@ -1,46 +1,81 @@
 -- table: request_step_fit
--- grain: one row per fit-ready serving step whose (model, GPU, phase) has a fit
+-- grain: one row per fit-ready serving step whose parts all have a fit (a mixed step: both phase models)
 -- reads: serving_steps, request_model_fit
--- description: Fitted against observed latency per serving step: the segment the step falls in, its coefficients, the model's and the token-count baseline's predictions. The one place the segment is chosen; request_step_shares reads the coefficients from here.
+-- description: Fitted against observed latency per serving step, and the step's prefill/decode split (docs/method.md section 8): each part from its own phase's model over its own requests, in the segment its own sum p falls in; a mixed step adds the shared constant delta (request_model_fit.shared_ns of its 'mixed' row), spread over the two parts in proportion to them (ours). The one place the segments are chosen; request_step_shares reads them from here.
 -- column: trace_id: trace key
 -- column: step_id: serving step (serving_steps.step_id)
 -- column: phase: step phase
--- column: segment: 'lo' (sum p <= breakpoint) or 'hi'
+-- column: prefill_segment: 'lo' (the prefill part's sum p <= the prefill breakpoint) or 'hi'; NULL when the step has no prefill request
+-- column: decode_segment: 'lo' or 'hi' for the decode part; NULL when the step has no decode request
 -- column: batch_requests: requests in the step, |B| (requests)
 -- column: tokens_sum: sum p (tokens)
 -- column: latency_ns: observed step latency (ns)
--- column: beta: the segment's beta (ns)
--- column: a1: the segment's a1 (ns per token)
--- column: a2: the segment's a2 (ns per token)
--- column: a3: the segment's a3 (ns per token squared)
--- column: a4: the segment's a4 (ns per request)
--- column: predicted_ns: the model's step latency (ns)
--- column: baseline_predicted_ns: the token-count baseline's step latency (ns)
+-- column: prefill_model_ns: the prefill model over the step's prefill requests, before delta (ns)
+-- column: decode_model_ns: the decode model over the step's decode requests, before delta (ns)
+-- column: shared_ns: delta, the constant a mixed step's parts share; 0 in a pure step (ns)
+-- column: prefill_part_ns: the step's prefill part: prefill_model_ns plus its proportional part of delta (ns)
+-- column: decode_part_ns: the step's decode part: decode_model_ns plus its proportional part of delta (ns)
+-- column: prefill_fraction: prefill_part_ns / predicted_ns: the prefill share of the step (1 in a prefill step, 0 in a decode step)
+-- column: predicted_ns: the model's step latency: prefill_part_ns + decode_part_ns (ns)
+-- column: baseline_predicted_ns: the token-count baseline of the step's phase (mixed: fitted on the mixed steps) (ns)
 -- column: rel_err: |predicted - observed| / observed
 -- column: baseline_rel_err: the baseline's |predicted - observed| / observed
 WITH j AS (
-    SELECT s.trace_id, s.step_id, s.phase, s.batch_requests, s.tokens_sum, s.tokens_sq_sum, s.context_sum,
-           s.latency_ns, f.baseline_alpha, f.baseline_gamma,
-           CASE WHEN f.breakpoint_tokens IS NULL OR s.tokens_sum <= f.breakpoint_tokens THEN 'lo' ELSE 'hi' END AS segment,
-           f.lo_beta, f.lo_a1, f.lo_a2, f.lo_a3, f.lo_a4, f.hi_beta, f.hi_a1, f.hi_a2, f.hi_a3, f.hi_a4
+    SELECT s.trace_id, s.step_id, s.phase, s.batch_requests, s.tokens_sum, s.latency_ns,
+           s.prefill_requests, s.prefill_tokens_sum, s.prefill_context_sum, s.prefill_tokens_sq_sum,
+           s.decode_requests, s.decode_tokens_sum, s.decode_context_sum, s.decode_tokens_sq_sum,
+           CASE WHEN s.prefill_requests > 0 THEN
+               CASE WHEN fp.breakpoint_tokens IS NULL OR s.prefill_tokens_sum <= fp.breakpoint_tokens THEN 'lo'
+                    ELSE 'hi' END END AS prefill_segment,
+           CASE WHEN s.decode_requests > 0 THEN
+               CASE WHEN fd.breakpoint_tokens IS NULL OR s.decode_tokens_sum <= fd.breakpoint_tokens THEN 'lo'
+                    ELSE 'hi' END END AS decode_segment,
+           fp.lo_beta AS p_lo_beta, fp.lo_a1 AS p_lo_a1, fp.lo_a2 AS p_lo_a2, fp.lo_a3 AS p_lo_a3, fp.lo_a4 AS p_lo_a4,
+           fp.hi_beta AS p_hi_beta, fp.hi_a1 AS p_hi_a1, fp.hi_a2 AS p_hi_a2, fp.hi_a3 AS p_hi_a3, fp.hi_a4 AS p_hi_a4,
+           fd.lo_beta AS d_lo_beta, fd.lo_a1 AS d_lo_a1, fd.lo_a2 AS d_lo_a2, fd.lo_a3 AS d_lo_a3, fd.lo_a4 AS d_lo_a4,
+           fd.hi_beta AS d_hi_beta, fd.hi_a1 AS d_hi_a1, fd.hi_a2 AS d_hi_a2, fd.hi_a3 AS d_hi_a3, fd.hi_a4 AS d_hi_a4,
+           CASE WHEN s.phase = 'mixed' THEN coalesce(fm.shared_ns, 0) ELSE 0 END AS shared_ns,
+           coalesce(fb.baseline_alpha, 0) + coalesce(fb.baseline_gamma, 0) * s.tokens_sum AS baseline_predicted_ns,
+           fb.baseline_alpha IS NOT NULL AS has_baseline
     FROM serving_steps s
-    JOIN request_model_fit f USING (model_name, gpu_name, phase)
+    LEFT JOIN request_model_fit fp ON fp.model_name = s.model_name AND fp.gpu_name = s.gpu_name AND fp.phase = 'prefill'
+    LEFT JOIN request_model_fit fd ON fd.model_name = s.model_name AND fd.gpu_name = s.gpu_name AND fd.phase = 'decode'
+    LEFT JOIN request_model_fit fm ON fm.model_name = s.model_name AND fm.gpu_name = s.gpu_name AND fm.phase = 'mixed'
+    LEFT JOIN request_model_fit fb ON fb.model_name = s.model_name AND fb.gpu_name = s.gpu_name AND fb.phase = s.phase
     WHERE s.fit_ready
+      AND (s.prefill_requests = 0 OR fp.phase IS NOT NULL)
+      AND (s.decode_requests = 0 OR fd.phase IS NOT NULL)
 ),
-c AS (
+parts AS (
     SELECT *,
-           CASE segment WHEN 'lo' THEN lo_beta ELSE hi_beta END AS beta,
-           CASE segment WHEN 'lo' THEN lo_a1 ELSE hi_a1 END AS a1,
-           CASE segment WHEN 'lo' THEN lo_a2 ELSE hi_a2 END AS a2,
-           CASE segment WHEN 'lo' THEN lo_a3 ELSE hi_a3 END AS a3,
-           CASE segment WHEN 'lo' THEN lo_a4 ELSE hi_a4 END AS a4
+           CASE prefill_segment
+               WHEN 'lo' THEN p_lo_beta + p_lo_a1 * prefill_tokens_sum + p_lo_a2 * prefill_context_sum
+                              + p_lo_a3 * prefill_tokens_sq_sum + p_lo_a4 * prefill_requests
+               WHEN 'hi' THEN p_hi_beta + p_hi_a1 * prefill_tokens_sum + p_hi_a2 * prefill_context_sum
+                              + p_hi_a3 * prefill_tokens_sq_sum + p_hi_a4 * prefill_requests
+               ELSE 0 END AS prefill_model_ns,
+           CASE decode_segment
+               WHEN 'lo' THEN d_lo_beta + d_lo_a1 * decode_tokens_sum + d_lo_a2 * decode_context_sum
+                              + d_lo_a3 * decode_tokens_sq_sum + d_lo_a4 * decode_requests
+               WHEN 'hi' THEN d_hi_beta + d_hi_a1 * decode_tokens_sum + d_hi_a2 * decode_context_sum
+                              + d_hi_a3 * decode_tokens_sq_sum + d_hi_a4 * decode_requests
+               ELSE 0 END AS decode_model_ns
     FROM j
+),
+split AS (
+    SELECT *,
+           prefill_model_ns + decode_model_ns + shared_ns AS predicted_ns,
+           (prefill_model_ns + decode_model_ns + shared_ns) / nullif(prefill_model_ns + decode_model_ns, 0) AS scale
+    FROM parts
 )
 SELECT
-    trace_id, step_id, phase, segment, batch_requests, tokens_sum, latency_ns, beta, a1, a2, a3, a4,
-    beta + a1 * tokens_sum + a2 * context_sum + a3 * tokens_sq_sum + a4 * batch_requests AS predicted_ns,
-    baseline_alpha + baseline_gamma * tokens_sum AS baseline_predicted_ns,
-    abs(beta + a1 * tokens_sum + a2 * context_sum + a3 * tokens_sq_sum + a4 * batch_requests - latency_ns)
-        / latency_ns AS rel_err,
-    abs(baseline_alpha + baseline_gamma * tokens_sum - latency_ns) / latency_ns AS baseline_rel_err
-FROM c
+    trace_id, step_id, phase, prefill_segment, decode_segment, batch_requests, tokens_sum, latency_ns,
+    prefill_model_ns, decode_model_ns, shared_ns,
+    prefill_model_ns * scale AS prefill_part_ns,
+    decode_model_ns * scale AS decode_part_ns,
+    prefill_model_ns * scale / nullif(predicted_ns, 0) AS prefill_fraction,
+    predicted_ns,
+    CASE WHEN has_baseline THEN baseline_predicted_ns END AS baseline_predicted_ns,
+    abs(predicted_ns - latency_ns) / latency_ns AS rel_err,
+    CASE WHEN has_baseline THEN abs(baseline_predicted_ns - latency_ns) / latency_ns END AS baseline_rel_err
+FROM split

@@ -1,7 +1,7 @@
 -- table: request_step_shares
 -- grain: one row per request per fitted serving step that lists its requests
--- reads: request_step_fit, serving_step_requests, serving_steps
--- description: Each request's share of a serving step (LLMVisor, docs/method.md): a1 p_i + a2 c_i + a3 p_i^2 + (beta + a4 |B|) / |B| with the step's segment coefficients; the shares of a step add up to its prediction exactly. The observed latency, the device time and the host orchestration (T_Orchestrate) of the step are split by the same fractions (the orchestration split is ours).
+-- reads: request_step_fit, serving_step_requests, serving_steps, request_model_fit
+-- description: Each request's share of a serving step (LLMVisor, docs/method.md section 8): its own phase's a1 p_i + a2 c_i + a3 p_i^2 + (beta + a4 |B_phase|) / |B_phase| with the coefficients of that phase's segment in the step (request_step_fit) and |B_phase| the step's requests of that phase; in a mixed step scaled by predicted / (prefill model + decode model), so the shared constant delta is spread in proportion to the shares (ours). The shares of a step add up to its prediction exactly. The observed latency, the device time and the host orchestration (T_Orchestrate) of the step are split by the same fractions (the orchestration split is ours).
 -- column: trace_id: trace key
 -- column: step_id: serving step
 -- column: request_id: request id
@@ -15,15 +15,26 @@
 -- column: latency_share_ns: share_fraction times the observed step latency (ns)
 -- column: device_share_ns: share_fraction times the step's device-active time (ns)
 -- column: orchestration_share_ns: share_fraction times the step's T_Orchestrate (ours) (ns)
-WITH sh AS (
+WITH j AS (
     SELECT r.trace_id, r.step_id, r.request_id, r.tenant, r.request_phase, r.tokens, r.context_tokens,
-           r.output_tokens,
-           f.a1 * r.tokens + f.a2 * r.context_tokens + f.a3 * r.tokens * r.tokens
-               + (f.beta + f.a4 * f.batch_requests) / f.batch_requests AS share,
-           f.predicted_ns, s.latency_ns, s.device_active_ns, s.t_orchestrate_ns
+           r.output_tokens, f.predicted_ns, s.latency_ns, s.device_active_ns, s.t_orchestrate_ns,
+           CASE r.request_phase WHEN 'prefill' THEN s.prefill_requests ELSE s.decode_requests END AS part_requests,
+           CASE r.request_phase WHEN 'prefill' THEN f.prefill_segment ELSE f.decode_segment END AS segment,
+           f.predicted_ns / nullif(f.prefill_model_ns + f.decode_model_ns, 0) AS scale,
+           m.lo_beta, m.lo_a1, m.lo_a2, m.lo_a3, m.lo_a4, m.hi_beta, m.hi_a1, m.hi_a2, m.hi_a3, m.hi_a4
     FROM serving_step_requests r
     JOIN request_step_fit f USING (trace_id, step_id)
     JOIN serving_steps s USING (trace_id, step_id)
+    JOIN request_model_fit m ON m.model_name = s.model_name AND m.gpu_name = s.gpu_name AND m.phase = r.request_phase
+),
+sh AS (
+    SELECT *,
+           scale * CASE segment
+               WHEN 'lo' THEN lo_a1 * tokens + lo_a2 * context_tokens + lo_a3 * tokens * tokens
+                              + (lo_beta + lo_a4 * part_requests) / part_requests
+               ELSE hi_a1 * tokens + hi_a2 * context_tokens + hi_a3 * tokens * tokens
+                    + (hi_beta + hi_a4 * part_requests) / part_requests END AS share
+    FROM j
 )
 SELECT
     trace_id, step_id, request_id, tenant, request_phase, tokens, context_tokens, output_tokens,

@@ -4,8 +4,10 @@ attribution (docs/method.md, "Per-request latency attribution").
 SYNTHETIC DATA. Nothing here was measured. A continuous-batching scheduler (``schedule``, also used by the real
 serving loop in ``taxbreak.capture.serving``) runs requests of different prompt and output lengths from several
 tenants; each step's latency is the sum of its requests' true costs under a known two-segment LLMVisor model
-(``TrueModel``), times lognormal noise. The true cost of each request in each step is written into the sidecar
-(``steps[].requests[].true_cost_ns``), so the attribution can be checked request by request.
+per phase (``PhaseTruth``; a mixed step is its prefill part plus its decode part plus a shared constant, as
+in docs/method.md section 8: ``mixed_shares``), times lognormal noise. The true cost of each request in each
+step is written into the sidecar (``steps[].requests[].true_cost_ns``), so the attribution can be checked
+request by request.
 
 Caveat: the true costs follow the model's own additive form, so this validates the estimator (fit, breakpoint
 search, attribution), not whether real hardware follows the form; real captures answer that.
@@ -38,10 +40,12 @@ class ServedRequest:
 
 
 def schedule(requests: list[ServedRequest], *, max_batch_requests: int = 32, max_batch_tokens: int = 4096,
-             policy: str = "separate") -> Iterator[list[dict[str, Any]]]:
+             policy: str = "separate", prefill_only_every: int = 0) -> Iterator[list[dict[str, Any]]]:
     """Yield one list per engine step: the requests in it as sidecar entries (``request_id``, ``tenant``,
     ``phase``, ``tokens`` p_i, ``context_tokens`` c_i, ``output_tokens``). Steps with no work are skipped (the
-    scheduler jumps to the next arrival). A prompt longer than the token budget is prefilled in chunks."""
+    scheduler jumps to the next arrival). A prompt longer than the token budget is prefilled in chunks.
+    ``prefill_only_every`` (chunked only; 0: never): every k-th step that has prompts to prefill runs them alone,
+    the decoding requests waiting (a prefill-first step, so a chunked workload also has pure prefill steps)."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     if max_batch_requests < 1 or max_batch_tokens < 1:
@@ -54,6 +58,7 @@ def schedule(requests: list[ServedRequest], *, max_batch_requests: int = 32, max
     if len(by_id) != len(requests):
         raise ValueError("request ids must be unique")
     step = 0
+    prompt_steps = 0  # steps so far that had prompts to prefill
     last_was_prefill = False
     while pending or waiting or prefilled or running:
         while pending and pending[0].arrival_step <= step:
@@ -66,8 +71,12 @@ def schedule(requests: list[ServedRequest], *, max_batch_requests: int = 32, max
             prefilled[waiting.pop(0).request_id] = 0
         batch: list[dict[str, Any]] = []
         do_prefill = bool(prefilled) and (policy == "chunked" or not running or not last_was_prefill)
+        prefill_only = False
+        if do_prefill and policy == "chunked":
+            prompt_steps += 1
+            prefill_only = prefill_only_every > 0 and prompt_steps % prefill_only_every == 0
         budget = max_batch_tokens
-        if policy == "chunked" or not do_prefill:
+        if (policy == "chunked" and not prefill_only) or not do_prefill:
             for rid, gen in list(running.items()):
                 r = by_id[rid]
                 batch.append({"request_id": rid, "tenant": r.tenant, "phase": "decode", "tokens": 1,
@@ -145,8 +154,6 @@ def _default_truth() -> dict[str, PhaseTruth]:
                               Segment(1.5e6, 140.0, 4.0, 0.010, 25_000.0)),
         "decode": PhaseTruth(16, Segment(5.0e6, 40_000.0, 45.0, 0.0, 0.0),
                              Segment(3.0e6, 160_000.0, 50.0, 0.0, 0.0)),
-        "mixed": PhaseTruth(1024, Segment(4.0e6, 70.0, 45.0, 0.004, 30_000.0),
-                            Segment(2.0e6, 150.0, 50.0, 0.010, 30_000.0)),
     }
 
 
@@ -160,7 +167,11 @@ class ServingConfig:
     max_batch_requests: int = 32
     max_batch_tokens: int = 2048
     policy: str = "separate"
+    prefill_only_every: int = 0  # chunked: every k-th step with prompts prefills them alone (schedule)
     noise_sigma: float = 0.02  # lognormal sigma of the step latency around the sum of the true costs
+    # A mixed step's cost the two parts share (docs/method.md section 8): one forward pass pays the fixed cost
+    # once, not once per phase, so the parts' sum overcounts it (invented magnitude).
+    mixed_shared_ns: float = -2.5e6
     model_name: str = "synthetic-serving-dense"
     gpu_name: str = "NVIDIA H100 80GB HBM3"
     seed: int = 0
@@ -199,22 +210,51 @@ class ServingRun:
     steps: list[list[dict[str, Any]]]
     phases: list[str]
     latency_ns: list[int]
+    prefill_fraction: list[float] = field(default_factory=list)  # true prefill part / (prefill + decode parts)
+
+
+def mixed_shares(truth: dict[str, PhaseTruth], batch: list[dict[str, Any]], shared_ns: float
+                 ) -> tuple[list[float], float, float]:
+    """The true costs of a step's requests (docs/method.md section 8): each phase's part from its own phase's model
+    over its own requests (its segment chosen by that part's sum p), plus the shared constant ``shared_ns`` of a
+    mixed step spread over the two parts in proportion to them (so over the requests in proportion to their
+    shares). Returns (per-request costs in ``batch`` order, prefill part, decode part), the parts with their share
+    of the shared constant."""
+    costs = [0.0] * len(batch)
+    parts = {"prefill": 0.0, "decode": 0.0}
+    for phase in parts:
+        idx = [i for i, e in enumerate(batch) if e["phase"] == phase]
+        if not idx:
+            continue
+        part = [batch[i] for i in idx]
+        seg = truth[phase].segment(sum(e["tokens"] for e in part))
+        for i, c in zip(idx, seg.shares(part), strict=True):
+            costs[i] = c
+        parts[phase] = sum(costs[i] for i in idx)
+    model = parts["prefill"] + parts["decode"]
+    if parts["prefill"] and parts["decode"] and model > 0:
+        scale = (model + shared_ns) / model
+        costs = [c * scale for c in costs]
+        parts = {k: v * scale for k, v in parts.items()}
+    return costs, parts["prefill"], parts["decode"]
 
 
 def simulate_serving(cfg: ServingConfig) -> ServingRun:
     rng = random.Random(cfg.seed + 1)
-    steps, phases, lat = [], [], []
+    steps, phases, lat, split = [], [], [], []
     for batch in schedule(make_requests(cfg), max_batch_requests=cfg.max_batch_requests,
-                          max_batch_tokens=cfg.max_batch_tokens, policy=cfg.policy):
+                          max_batch_tokens=cfg.max_batch_tokens, policy=cfg.policy,
+                          prefill_only_every=cfg.prefill_only_every):
         phase = step_phase(batch)
-        seg = cfg.truth[phase].segment(sum(e["tokens"] for e in batch))
-        for e, share in zip(batch, seg.shares(batch), strict=True):
+        costs, pre, dec = mixed_shares(cfg.truth, batch, cfg.mixed_shared_ns)
+        for e, share in zip(batch, costs, strict=True):
             e["true_cost_ns"] = round(share)
         total = sum(e["true_cost_ns"] for e in batch)
         steps.append(batch)
         phases.append(phase)
+        split.append(pre / (pre + dec) if pre + dec > 0 else float("nan"))
         lat.append(max(1, round(total * math.exp(rng.gauss(0.0, cfg.noise_sigma)))))
-    return ServingRun(cfg, steps, phases, lat)
+    return ServingRun(cfg, steps, phases, lat, split)
 
 
 # --- writers -------------------------------------------------------------------------------------------------------
@@ -234,7 +274,7 @@ def serving_meta(run: ServingRun, *, synthetic: bool = True) -> dict[str, Any]:
                   for i, (b, ph) in enumerate(zip(run.steps, run.phases, strict=True))],
         "serving": {"policy": cfg.policy, "requests": cfg.n_requests, "tenants": list(cfg.tenants),
                     "max_batch_requests": cfg.max_batch_requests, "max_batch_tokens": cfg.max_batch_tokens,
-                    "noise_sigma": cfg.noise_sigma, "seed": cfg.seed,
+                    "noise_sigma": cfg.noise_sigma, "seed": cfg.seed, "mixed_shared_ns": cfg.mixed_shared_ns,
                     "truth": {k: asdict(v) for k, v in cfg.truth.items()}},
     }
 
@@ -311,6 +351,7 @@ def run_tables(run: ServingRun, trace_id: str = "synthetic") -> tuple[Any, Any, 
 
     lat = np.asarray(run.latency_ns, dtype=np.int64)
     pre_n = per_step(is_pre.astype(np.int64))
+    pre_tok, dec_tok = per_step(np.where(is_pre, tok, 0)), per_step(np.where(is_pre, 0, tok))
     starts = np.concatenate([[0], np.cumsum(lat + 20_000)[:-1]]).astype(np.int64)
     steps = pa.table({
         "trace_id": pa.array([trace_id] * n), "step_id": np.arange(1, n + 1, dtype=np.int64),
@@ -320,8 +361,13 @@ def run_tables(run: ServingRun, trace_id: str = "synthetic") -> tuple[Any, Any, 
         "phase": pa.array(run.phases), "pid": pa.array(["1"] * n), "step_ts_ns": starts, "step_end_ns": starts + lat,
         "batch_requests": sizes, "prefill_requests": pre_n, "decode_requests": sizes - pre_n,
         "tokens_sum": per_step(tok), "tokens_sq_sum": per_step(tok * tok), "context_sum": per_step(ctx),
+        "prefill_tokens_sum": pre_tok, "prefill_tokens_sq_sum": per_step(np.where(is_pre, tok * tok, 0)),
+        "prefill_context_sum": per_step(np.where(is_pre, ctx, 0)), "decode_tokens_sum": dec_tok,
+        "decode_tokens_sq_sum": per_step(np.where(is_pre, 0, tok * tok)),
+        "decode_context_sum": per_step(np.where(is_pre, 0, ctx)),
         "kernels": np.zeros(n, dtype=np.int64), "device_active_ns": (lat * 8) // 10,
         "t_orchestrate_ns": np.zeros(n, dtype=np.int64), "latency_ns": lat, "fit_ready": np.ones(n, dtype=bool),
+        "unfit_reason": pa.nulls(n, pa.string()),
     })
     reqs = pa.table({
         "trace_id": pa.array([trace_id] * len(flat)), "step_id": step_of,
@@ -335,3 +381,15 @@ def run_tables(run: ServingRun, trace_id: str = "synthetic") -> tuple[Any, Any, 
         "true_cost_ns": np.fromiter((e["true_cost_ns"] for e in flat), dtype=np.int64, count=len(flat)),
     })
     return steps, reqs, truth
+
+
+def step_truth_table(run: ServingRun, trace_id: str = "synthetic") -> Any:
+    """Per step the true prefill fraction of the step's cost (prefill part / (prefill + decode parts), each with its
+    share of a mixed step's shared constant; 1 in a prefill step, 0 in a decode step): the truth of the per-step
+    split in ``request_step_fit``."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(run.steps)
+    return pa.table({"trace_id": pa.array([trace_id] * n), "step_id": np.arange(1, n + 1, dtype=np.int64),
+                     "true_prefill_fraction": np.asarray(run.prefill_fraction, dtype=np.float64)})
