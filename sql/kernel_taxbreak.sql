@@ -1,6 +1,6 @@
 -- table: kernel_taxbreak
 -- grain: one row per kernel invocation
--- reads: int_kernel_links, int_steps, trace_launch_floor, lib_kernel_rules, stg_events
+-- reads: int_kernel_links, int_steps, trace_launch_floor, int_kernel_names, stg_events
 -- description: The TaxBreak decomposition per kernel (METHOD.md section 2, paper-compatible mode). Host costs are charged once per launch call (is_charged): the other kernels of a graph launch carry 0, orphans carry NULL. For a charged linked kernel delta_ft_ns + delta_ct_ns + delta_kt_ns = t_py_ns + max(t_dispatch_ns, t_dispatch_base_ns if i_lib = 1) + t_sys_ns.
 -- column: trace_id: trace key
 -- column: kernel_seq: kernel position in the trace (see int_kernel_links)
@@ -22,7 +22,7 @@
 -- column: has_launch: a launch call was found
 -- column: has_py: a Python-level op was found; t_py_ns is 0 otherwise
 -- column: i_lib: 1 when the kernel goes through a vendor-library front end, else 0
--- column: i_lib_rule: what decided i_lib: 'library_api_range' (the trace has library ranges), a lib_kernel_rules rule name, or 'no_rule_matched'
+-- column: i_lib_rule: what decided i_lib: 'library_api_range' (the trace has library ranges), a lib_kernel_rules rule name (int_kernel_names: matched on the kernel's own name or its signature), or 'no_rule_matched'
 -- column: t_py_ns: framework op start minus Python-level op start (ns)
 -- column: t_dispatch_ns: launch call start minus framework op start (ns)
 -- column: t_launch_obs_ns: kernel start minus launch call start; may be negative (ns)
@@ -43,21 +43,9 @@ k AS (
     FROM int_kernel_links
 ),
 lib_traces AS (SELECT DISTINCT trace_id FROM stg_events WHERE host_call_class = 'library'),
--- The library name rules match the kernel's own name (METHOD.md section 2), not its template arguments or
--- parameters: a leading return type 'void ' and '(anonymous namespace)' are dropped, then the name is cut at its
--- first '<' or '(' (`moe::dev::finalize::finalizeKernelVecLoad<..., cutlass::bfloat16_t>` is not a CUTLASS kernel).
-names AS (
-    SELECT kernel_name,
-           regexp_extract(
-               regexp_replace(replace(kernel_name, '(anonymous namespace)', 'anonymous_namespace'), '^\s*void\s+', ''),
-               '^[^<(]*') AS kernel_own_name
-    FROM (SELECT DISTINCT kernel_name FROM k)
-),
-name_rule AS (
-    SELECT n.kernel_name, r.i_lib, r.rule
-    FROM names n JOIN lib_kernel_rules r ON regexp_matches(n.kernel_own_name, r.pattern, 'i')
-    QUALIFY row_number() OVER (PARTITION BY n.kernel_name ORDER BY r.priority) = 1
-),
+-- The library name rules match the kernel's own name (return type, template arguments and parameters removed) or
+-- its signature (METHOD.md section 2): int_kernel_names decides them once per distinct name.
+name_rule AS (SELECT kernel_name, name_i_lib AS i_lib, name_rule AS rule FROM int_kernel_names),
 -- Steps are matched on the kernel's process; a process without steps of its own (steps recorded by another
 -- process than the launches, as in HTA's Triton example) takes the steps of the trace's process with the most
 -- steps, by time (ours).

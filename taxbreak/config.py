@@ -80,7 +80,39 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "bytes of JSON one ingest may write to its temporary folder (it needs about twice that at peak)"),
     Setting("ingest.max_json_depth", "TAXBREAK_MAX_JSON_DEPTH", int, 128,
             "deepest nesting of arrays and objects accepted in a Kineto trace"),
+    # Comparable runs and their trends (issue 28; docs/method.md section "Trends and regressions", ours).  The
+    # workload key: the run-spec fields (sql/run_spec.sql, RUN_SPEC_FIELDS) two runs must share to be compared.
+    # Versions and T_sys provenance are left out on purpose: an upgrade is what a regression is looked for across.
+    Setting("trends.workload_key", "TAXBREAK_WORKLOAD_KEY", str,
+            "program,gpu_name,gpu_count,host_cpu,dtype,batch_size,seq_len,output_tokens,phase_mix,trace_kind,"
+            "capture_tool",
+            "comma-separated run-spec fields that form the workload key (runs compared with each other share them)"),
+    Setting("trends.window_runs", "TAXBREAK_TRENDS_WINDOW_RUNS", int, 20,
+            "previous runs of a workload whose median and MAD are a run's baseline"),
+    Setting("trends.min_runs", "TAXBREAK_TRENDS_MIN_RUNS", int, 5,
+            "previous runs a workload needs before a run can be flagged"),
+    Setting("trends.mad_k", "TAXBREAK_TRENDS_MAD_K", float, 4.0,
+            "a figure moved when |value - median| exceeds this many robust sigmas (1.4826 x MAD) of the baseline"),
+    Setting("trends.min_rel_change", "TAXBREAK_TRENDS_MIN_REL_CHANGE", float, 0.05,
+            "... and at least this share of the baseline median (a change below it is never flagged)"),
 )}
+# The run-spec fields a workload key may name (the columns of sql/run_spec.sql that describe the run; tested).
+RUN_SPEC_FIELDS = (
+    "program", "model", "gpu_name", "gpu_count", "host_cpu", "dtype", "batch_size", "seq_len", "output_tokens",
+    "phase_mix", "trace_kind", "torch_version", "cuda_version", "engine", "engine_version", "t_sys_source",
+    "capture_tool", "capture_tool_version",
+)
+
+
+def workload_key_fields(option: str | None = None) -> list[str]:
+    """The ``trends.workload_key`` setting as a list of run-spec fields; ConfigError names an unknown one."""
+    resolved = setting("trends.workload_key", option)
+    fields = [f.strip() for f in str(resolved.value).split(",") if f.strip()]
+    unknown = [f for f in fields if f not in RUN_SPEC_FIELDS]
+    if unknown or not fields:
+        raise ConfigError(f"{describe_origin(resolved.origin)}: trends.workload_key names unknown run-spec "
+                          f"field(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(RUN_SPEC_FIELDS)}")
+    return fields
 _PATH_LEAVES = {"lake": "lake", "warehouse": "taxbreak.duckdb", "inbox": "inbox", "cache": "cache"}
 
 
