@@ -641,6 +641,11 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None or x != x else f"{x:.1%}"
 
 
+def _num(v: Any, fmt: str) -> str:
+    """A figure in ``fmt``, or n/a when the fit left it NULL (a jointly fitted or mixed row)."""
+    return "n/a" if v is None else format(v, fmt)
+
+
 def format_requests(d: dict[str, Any]) -> str:
     lines = [f"trace {d['trace_id'][:16]}  {d['file_name']}: per-request latency attribution (LLMVisor, "
              "docs/method.md)"]
@@ -671,12 +676,20 @@ def format_requests(d: dict[str, Any]) -> str:
         for seg in ("lo", "hi"):
             if seg == "hi" and f["breakpoint_tokens"] is None:
                 continue
-            lines.append(f"      {seg}: beta {f[seg + '_beta']:,.0f}  a1 {f[seg + '_a1']:,.3f}  "
-                         f"a2 {f[seg + '_a2']:,.4f}  a3 {f[seg + '_a3']:,.6f}  a4 {f[seg + '_a4']:,.1f}  "
-                         f"({f[seg + '_steps']:,} steps)")
-        lines.append(f"      model    R2 {f['r2']:.4f}  rel. error p50 {_pct(f['rel_err_p50'])} p90 "
+            if f.get(seg + "_beta") is None:  # the mixed row holds the shared constant, not coefficients
+                continue
+            lines.append(f"      {seg}: beta {_num(f[seg + '_beta'], ',.0f')}  a1 {_num(f[seg + '_a1'], ',.3f')}  "
+                         f"a2 {_num(f[seg + '_a2'], ',.4f')}  a3 {_num(f[seg + '_a3'], ',.6f')}  "
+                         f"a4 {_num(f[seg + '_a4'], ',.1f')}  ({_num(f[seg + '_steps'], ',')} steps)")
+        if f.get("shared_ns") is not None:
+            lines.append(f"      shared cost delta {_num(f['shared_ns'], ',.0f')} ns per mixed step"
+                         + (f" ({f['fit_basis']})" if f.get("fit_basis") else ""))
+        if f.get("fit_note"):
+            lines.append(f"      note: {f['fit_note']}")
+        lines.append(f"      model    R2 {_num(f['r2'], '.4f')}  rel. error p50 {_pct(f['rel_err_p50'])} p90 "
                      f"{_pct(f['rel_err_p90'])} p99 {_pct(f['rel_err_p99'])}")
-        lines.append(f"      baseline R2 {f['baseline_r2']:.4f}  rel. error p50 {_pct(f['baseline_rel_err_p50'])} "
+        lines.append(f"      baseline R2 {_num(f['baseline_r2'], '.4f')}  rel. error p50 "
+                     f"{_pct(f['baseline_rel_err_p50'])} "
                      f"p90 {_pct(f['baseline_rel_err_p90'])} p99 {_pct(f['baseline_rel_err_p99'])}")
     if not d["request_count"]:
         lines.append("  no per-request shares: the trace's steps give per-step sums only (request ids, tenants and "
