@@ -110,11 +110,11 @@ _GEN = {"n_layers": 2, "hidden": 256, "n_heads": 8, "ffn_hidden": 512, "vocab": 
 _SWEEP = {"n_layers": 2, "hidden": 2048, "n_heads": 16, "ffn_hidden": 8192, "vocab": 8192}
 GPU = Plan(
     dtype="bfloat16", gen_model=_GEN, moe_model={"n_experts": 64, "top_k": 8}, gen_batch=4, gen_prompt=64,
-    gen_tokens=12, delays_us=(0.001, 20.0, 100.0), whatif_models=("dense", "moe"), whatif_tokens=8,
+    gen_tokens=10, delays_us=(0.001, 20.0, 100.0), whatif_models=("dense", "moe"), whatif_tokens=6,
     graph_model=_GEN, graph_batch=4, graph_ctx=64, graph_steps=24,
     fusion_rows=16, fusion_hidden=1024, fusion_norms=8, fusion_steps=24,
     sweep_model=_SWEEP, sweep_batches=(1, 2, 4, 8, 16, 32, 64), sweep_seq=128, sweep_tokens=6,
-    serve_model=_GEN, serve_requests=64, serve_prompt=(4, 96), serve_output=(2, 24), serve_max_batch_requests=8,
+    serve_model=_GEN, serve_requests=32, serve_prompt=(4, 96), serve_output=(2, 16), serve_max_batch_requests=8,
     serve_max_batch_tokens=256,
 )
 QUICK = Plan(
@@ -206,12 +206,18 @@ def capture_generations(run: Run) -> None:
             output_tokens=p.gen_tokens, warmup_runs=p.warmup_runs, **_gen_kwargs(run, kind, p.gen_model))
 
 
+def delays_for(plan: Plan, kind: str) -> tuple[float, ...]:
+    """The host delays captured for a model: all of them for the dense one, the baseline and the largest for the
+    MoE (its traces are ten times larger: the 6 MiB the traces may take in all)."""
+    return plan.delays_us if kind == "dense" else (plan.delays_us[0], plan.delays_us[-1])
+
+
 def capture_delays(run: Run) -> None:
     from taxbreak.capture.profile import capture_generation
 
     p = run.plan
     for kind in p.whatif_models:
-        for i, d in enumerate(p.delays_us):
+        for i, d in enumerate(delays_for(p, kind)):
             run.files[f"delay_{kind}_{i}"] = capture_generation(
                 run.out / "traces" / f"delay_{kind}_{d:g}us.json.gz", batch_size=p.gen_batch, prompt_len=p.gen_prompt,
                 output_tokens=p.whatif_tokens, warmup_runs=p.warmup_runs, host_delay_ns=max(1, round(d * 1000)),
@@ -287,7 +293,11 @@ def capture_graph_pair(run: Run) -> None:
                 step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        from torch.profiler import ProfilerActivity, profile
+
+        # captured while CUPTI traces (the session is discarded): profilers may attribute a replay's kernels only
+        # for graphs they saw captured (vLLM profiles its graph capture for that reason)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]), torch.cuda.graph(graph):
             step()
         torch.cuda.synchronize()
         name = f"builtin-{cfg.describe().replace(' ', '-')}-static-decode"
@@ -414,7 +424,10 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> di
 
 
 def _scope(res: dict[str, Any], kind: str, key: str | None = None) -> dict[str, Any]:
-    return next(s for s in res["scopes"] if s["scope_kind"] == kind and (key is None or s["scope_key"] == key))
+    for s in res["scopes"]:
+        if s["scope_kind"] == kind and (key is None or s["scope_key"] == key):
+            return s
+    raise LookupError(f"trace {res['trace_id'][:16]}: the replay has no {kind} scope {key or ''} (no kernels in it?)")
 
 
 # --- rows -------------------------------------------------------------------------------------------------------------
@@ -532,10 +545,14 @@ def _graphs(con: Any, paths: Paths, *tids: str) -> list[whatif.Graph]:
 def delay_rows(run: Run, con: Any, paths: Paths) -> list[Row]:
     p = run.plan
     rows = []
-    pairs = [(i, j) for i in range(len(p.delays_us)) for j in range(i + 1, len(p.delays_us))]
+
+    def pairs(kind: str) -> list[tuple[int, int]]:
+        n = len(delays_for(p, kind))
+        return [(i, j) for i in range(n) for j in range(i + 1, n)]
+
     for kind in p.whatif_models:
-        for i, j in pairs:
-            di, dj = p.delays_us[i], p.delays_us[j]
+        for i, j in pairs(kind):
+            di, dj = delays_for(p, kind)[i], delays_for(p, kind)[j]
             rows.append(Row("whatif_delay", f"what-if host delay {kind}: {di:g} -> {dj:g} us per op", unit="ns",
                             target=f"within {WHATIF_TARGET:.0%}"))
     if "whatif_delay" in run.part_status:
@@ -544,10 +561,11 @@ def delay_rows(run: Run, con: Any, paths: Paths) -> list[Row]:
         return rows
     it = iter(rows)
     for kind in p.whatif_models:
-        gs = _graphs(con, paths, *(run.ids[f"delay_{kind}_{i}"] for i in range(len(p.delays_us))))
-        for i, j in pairs:
+        ds = delays_for(p, kind)
+        gs = _graphs(con, paths, *(run.ids[f"delay_{kind}_{i}"] for i in range(len(ds))))
+        for i, j in pairs(kind):
             r = next(it)
-            delay_ns = max(1, round(p.delays_us[j] * 1000)) - max(1, round(p.delays_us[i] * 1000))
+            delay_ns = max(1, round(ds[j] * 1000)) - max(1, round(ds[i] * 1000))
             sc = whatif.Scenario(name="delay", host_delay_ns=delay_ns)
             ga, gb = gs[i], gs[j]
             if (ga.d_kind == 0).any() and (gb.d_kind == 0).any():
@@ -595,7 +613,8 @@ def graph_rows(run: Run, con: Any, paths: Paths) -> list[Row]:
         r.predicted, r.measured = _phase_il(whatif.run_scenario(ge, sc), "replay"), measured
         r.rel_error = rel(r.predicted, r.measured)
         r.status = "pass" if r.rel_error is not None and abs(r.rel_error) <= WHATIF_TARGET else "fail"
-        r.note = f"eager {eager / 1e6:.3f} ms, graph run {measured / 1e6:.3f} ms" + (
+        r.note = (f"eager {eager / 1e6:.3f} ms ({int((ge.d_kind == 0).sum())} kernels), graph run "
+                  f"{measured / 1e6:.3f} ms ({int((gg.d_kind == 0).sum())} kernels)") + (
             f"; graph_gap_ns {g} (median of {len(k)} gaps)" if g is not None else "; graph_gap_ns: stream floor")
         if g is None and r is rows[1]:
             r.status = "fail"
@@ -618,7 +637,8 @@ def fusion_rows(run: Run, con: Any, paths: Paths) -> list[Row]:
     r.status = "pass" if r.rel_error is not None and abs(r.rel_error) <= WHATIF_TARGET else "fail"
     eager = _phase_il(whatif.run_scenario(ge, whatif.Scenario()), "own")
     kernels = int((gc.d_kind == 0).sum())
-    r.note = (f"eager {eager / 1e6:.3f} ms; top chain {chain}" if chain else "no fusion candidate listed") + (
+    r.note = (f"eager {eager / 1e6:.3f} ms; top chain {chain['chain_len']} kernels x {chain['occurrences']} "
+              f"(first {str(chain['chain'][0])[:40]})" if chain else "no fusion candidate listed") + (
         f"; compiled run {kernels} kernels; the replay keeps the fused ops' framework time, compile removes it")
     return [r]
 
@@ -640,7 +660,8 @@ def sweep_rows(run: Run, con: Any) -> list[Row]:
         key = f"validate_{ph}"
         t = _one(con, "SELECT * FROM sweep_transition WHERE sweep_key = $k", {"k": key})
         pts = con.execute("SELECT batch_size, median(il_ns) AS il, median(hdbi) AS hdbi FROM sweep_points "
-                          "WHERE sweep_key = $k GROUP BY ALL ORDER BY batch_size", {"k": key}).fetchall()
+                          "WHERE sweep_key = $k AND il_ns IS NOT NULL GROUP BY ALL ORDER BY batch_size",
+                          {"k": key}).fetchall()
         if t is None or len(pts) < 2:
             r.status = "fail"
             r.note = "sweep_transition has no row for the sweep"
@@ -693,9 +714,11 @@ def serving_rows(run: Run, con: Any) -> list[Row]:
 
 def size_rows(run: Run, elapsed_s: float) -> list[Row]:
     total = sum(f.stat().st_size for f in (run.out / "traces").iterdir() if f.is_file())
+    traces = sorted((run.out / "traces").glob("*.json.gz"), key=lambda f: -f.stat().st_size)
     size = Row("run", "traces written, gzipped with sidecars", measured=round(total / 2**20, 3), unit="MiB",
                target=f"<= {TRACE_BYTES_LIMIT / 2**20:g} MiB", status="pass" if total <= TRACE_BYTES_LIMIT else "fail",
-               note=f"{sum(1 for _ in (run.out / 'traces').glob('*.json.gz'))} traces in {run.out / 'traces'}")
+               note=f"{len(traces)} traces in {run.out / 'traces'}; largest (MiB): "
+               + ", ".join(f"{f.name} {f.stat().st_size / 2**20:.2f}" for f in traces[:3]))
     wall = Row("run", "wall time of the validation", measured=round(elapsed_s, 1), unit="s",
                target=f"<= {GPU_WALL_TARGET_S:g} s on the GPU", status="info" if not run.cuda else (
                    "pass" if elapsed_s <= GPU_WALL_TARGET_S else "fail"), note=f"device {run.device}")
