@@ -1,0 +1,177 @@
+"""The verdict (sql/diagnosis.sql, docs/method.md "The verdict"): one tiny trace per class, built from code, with the
+shares computed by hand. Times in ns; GPU H100, so T_sys = 4510 ns (default table)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from taxbreak.analysis import materialize
+from taxbreak.ingest.lake import Lake
+
+from .scenarios import ev, kernel, write_trace
+
+N = 30
+
+
+def _launched(t: str, i: int, op_ts: int, launch_ts: int, k_ts: int, k_dur: int, with_op: bool = True) -> list[dict]:
+    rows = [ev(t, "runtime_api", "cudaLaunchKernel", launch_ts, 20, "1", "1", correlation_id=i + 1)]
+    if with_op:
+        rows.append(ev(t, "framework_op", "aten::op", op_ts, launch_ts + 30 - op_ts, "1", "1", external_id=i + 1))
+    rows.append(kernel(t, f"k{i % 3}", k_ts, k_dur, "1", i + 1, ext=i + 1))
+    return rows
+
+
+def device_bound(t: str) -> list[dict]:  # back-to-back kernels, launched early: window [0, 32000), busy 30000
+    return [r for i in range(N) for r in _launched(t, i, i * 50, i * 50 + 20, 2000 + i * 1000, 1000)]
+
+
+def host_bound(t: str) -> list[dict]:  # each kernel launched after the previous one ended
+    return [r for i in range(N) for r in _launched(t, i, i * 1000, i * 1000 + 500, i * 1000 + 900, 100)]
+
+
+def sync_bound(t: str) -> list[dict]:  # a device synchronize after each kernel returns inside the next gap
+    rows = []
+    for i in range(N):
+        rows += _launched(t, i, i * 1000, i * 1000 + 10, i * 1000 + 50, 300)
+        rows.append(ev(t, "runtime_api", "cudaDeviceSynchronize", i * 1000 + 40, 320, "1", "1"))
+    return rows
+
+
+def transfer_bound(t: str) -> list[dict]:  # a memcpy of 800 after each 100 ns kernel
+    rows = []
+    for i in range(N):
+        rows += _launched(t, i, i * 1000, i * 1000 + 2, i * 1000 + 10, 100)
+        rows.append(ev(t, "memcpy", "Memcpy HtoD", i * 1000 + 110, 800, "1", "7", device_id=0, stream_id=7))
+    return rows
+
+
+def balanced(t: str) -> list[dict]:  # launched in time, started late (cause 'other'), busy half the window
+    return [r for i in range(N) for r in _launched(t, i, i * 1000 + 500, i * 1000 + 550, 1000 + i * 1000 + 100, 500)]
+
+
+def host_bound_hdbi_high(t: str) -> list[dict]:  # long kernels, long late gaps, little dispatch: HDBI >= 0.5
+    p = 40_000
+    return [r for i in range(N) for r in _launched(t, i, i * p + 30_000, i * p + 30_020, i * p + 30_100, 8000)]
+
+
+def unlinked(t: str) -> list[dict]:  # the host-bound pattern without framework ops: nothing linked
+    return [r for i in range(N) for r in _launched(t, i, 0, i * 1000 + 500, i * 1000 + 900, 100, with_op=False)]
+
+
+def few(t: str) -> list[dict]:
+    return [r for i in range(5) for r in _launched(t, i, i * 1000, i * 1000 + 500, i * 1000 + 900, 100)]
+
+
+CASES = {"device": device_bound, "host": host_bound, "sync": sync_bound, "transfer": transfer_bound,
+         "balanced": balanced, "host_hdbi_high": host_bound_hdbi_high, "unlinked": unlinked, "few": few}
+
+
+@pytest.fixture(scope="module")
+def diag(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    root: Path = tmp_path_factory.mktemp("diag")
+    lake = Lake(root / "lake")
+    ids = {}
+    for n, (key, build) in enumerate(CASES.items()):
+        tid = f"{n + 1:x}" * 64
+        ids[tid[:64]] = key
+        write_trace(lake, tid[:64], build(tid[:64]), gpu="NVIDIA H100", file_name=f"{key}.json")
+    materialize(root / "wh.duckdb", root / "lake")
+    con = duckdb.connect(str(root / "wh.duckdb"), read_only=True)
+    cur = con.execute("SELECT * FROM diagnosis WHERE scope_kind = 'trace'")
+    cols = [d[0] for d in cur.description]
+    out = {ids[r[0]]: dict(zip(cols, r, strict=True)) for r in cur.fetchall()}
+    con.close()
+    return out
+
+
+def test_device_bound_and_hdbi_disagreement(diag: dict) -> None:
+    d = diag["device"]
+    assert d["bound"] == "device-bound"
+    assert d["window_ns"] == 32_000 and d["gpus"] == 1 and d["kernels"] == N
+    assert d["kernel_busy_share"] == pytest.approx(30_000 / 32_000)
+    assert d["host_idle_share"] == pytest.approx(2_000 / 32_000)  # the wait before the first kernel
+    # HDBI = 30000 / (30000 + 30 x (20 dispatch + 4510)) = 0.181: host-leaning, named as a disagreement
+    assert d["hdbi"] == pytest.approx(30_000 / (30_000 + N * (20 + 4510)), abs=1e-6)
+    assert d["hdbi_disagrees"] and "reads host-leaning" in d["disagreement"]
+
+
+def test_host_bound(diag: dict) -> None:
+    d = diag["host"]
+    assert d["bound"] == "host-bound"
+    # window [0, 30000): 29 gaps of 900 ns launched late plus 900 ns before the first kernel
+    assert d["idle_launch_late_ns"] == 29 * 900 + 900 and d["window_ns"] == 30_000
+    assert d["host_idle_share"] == pytest.approx(0.9)
+    assert not d["hdbi_disagrees"] and d["disagreement"] is None
+
+
+def test_sync_bound(diag: dict) -> None:
+    d = diag["sync"]
+    assert d["bound"] == "sync-bound"
+    assert d["idle_sync_drain_ns"] == 29 * 700 and d["window_ns"] == 29 * 1000 + 350
+    assert d["sync_idle_share"] == pytest.approx(20_300 / 29_350)
+
+
+def test_transfer_bound(diag: dict) -> None:
+    d = diag["transfer"]
+    assert d["bound"] == "transfer-bound"
+    # window [0, 29110): kernels 3000, memcpys 29 x 800 inside it (the last one starts at the window's end)
+    assert d["window_ns"] == 29_110 and d["kernel_busy_ns"] == 3000 and d["transfer_ns"] == 29 * 800
+    assert d["transfer_share"] == pytest.approx(29 * 800 / 29_110)
+
+
+def test_balanced(diag: dict) -> None:
+    d = diag["balanced"]
+    assert d["bound"] == "balanced"
+    assert d["window_ns"] == 30_100 and d["idle_other_ns"] == 29 * 500
+    assert d["busy_share"] == pytest.approx(15_000 / 30_100)
+
+
+def test_host_bound_while_hdbi_reads_device(diag: dict) -> None:
+    d = diag["host_hdbi_high"]
+    assert d["bound"] == "host-bound"
+    assert d["hdbi"] == pytest.approx(240_000 / (240_000 + N * (20 + 4510)), abs=1e-6)  # 0.638
+    assert d["hdbi_disagrees"] and "reads device-leaning" in d["disagreement"]
+
+
+def test_no_linked_kernel_leads_with_hdbi_wall(diag: dict) -> None:
+    d = diag["unlinked"]
+    assert d["hdbi"] is None and d["lead_index"] == "hdbi_wall" and "HDBI is undefined" in d["hdbi_note"]
+    assert d["bound"] == "host-bound"  # the launches still say the GPU waits for them
+
+
+def test_not_enough_evidence(diag: dict) -> None:
+    d = diag["few"]
+    assert d["bound"] == "not enough evidence" and d["confidence"] == "low"
+    assert "5 kernel(s)" in d["reason"]
+
+
+VENDORED = Path(__file__).resolve().parents[1] / "data" / "public"
+
+
+def test_vendored_public_traces_invariants(tmp_path: Path) -> None:
+    """Over every vendored public trace: never host-bound with the GPU busy >= 85% of the window, never
+    device-bound when late launches idle it more than half the window; the H100 Qwen trace, whose HDBI 0.302 reads
+    host-leaning while its GPU is busy 91%, is device-bound with the disagreement named."""
+    from taxbreak.ingest import ingest_file
+
+    lake = Lake(tmp_path / "lake")
+    files = sorted(p for p in VENDORED.rglob("*") if p.suffix in (".gz", ".sqlite"))
+    assert len(files) >= 10
+    for p in files:
+        ingest_file(p, lake)
+    materialize(tmp_path / "wh.duckdb", tmp_path / "lake")
+    con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
+    rows = con.execute("SELECT m.file_name, d.scope_kind, d.bound, d.busy_share, d.host_idle_share, d.hdbi_disagrees "
+                       "FROM diagnosis d JOIN trace_meta m USING (trace_id)").fetchall()
+    assert len({r[0] for r in rows if r[1] == "trace"}) >= 10
+    for name, kind, bound, busy, host_idle, _ in rows:
+        if busy is not None and busy >= 0.85:
+            assert bound != "host-bound", (name, kind)
+        if host_idle is not None and host_idle > 0.5:
+            assert bound != "device-bound", (name, kind)
+    qwen = [r for r in rows if r[0].startswith("Qwen_Qwen1.5") and r[1] == "trace"]
+    assert qwen and qwen[0][2] == "device-bound" and qwen[0][5]
+    con.close()
