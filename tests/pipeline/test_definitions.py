@@ -30,7 +30,7 @@ def test_definitions_content() -> None:
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     tables = {f.name for f in sql_files() if f.materialize != "temp"}
     assert keys == {"trace_ingest", "warehouse_exports", "warehouse_report", "request_model_fit", "whatif_results",
-                    "critical_path", "trace_analysis"} | tables
+                    "levers", "critical_path", "trace_analysis"} | tables
     assert graph.get(dg.AssetKey("trace_analysis")).partitions_def.name == "traces"  # per-trace status in the UI
     assert graph.get(dg.AssetKey("trace_analysis")).pools == set()  # it reads the snapshot: no writer, no pool
     ingest = graph.get(dg.AssetKey("trace_ingest"))
@@ -98,7 +98,7 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
     assert changed == {"device_idle_gaps", "skip_by_trace"}
     # each run setting: only the tables whose SQL reads its table (sql/ '-- reads:' headers)
     for attr, value, readers in (
-        ("LIB_KERNEL_RULES", (99, "x", 1, "x"), {"kernel_taxbreak"}),
+        ("LIB_KERNEL_RULES", (99, "x", 1, "x", "own_name"), {"kernel_taxbreak"}),
         ("STEP_PATTERNS", (99, "x", "decode", "x"), {"int_steps"}),
         ("T_SYS_DEFAULTS", (99, "x", 1, "x"), {"trace_launch_floor"}),
     ):
