@@ -14,6 +14,7 @@ from pathlib import Path
 from taxbreak.config import S3Settings
 from taxbreak.ingest import IngestResult, Lake
 from taxbreak.pipeline.bucket import bucket_for_url, ingest_from
+from taxbreak.tracenames import TraceAmbiguous, TraceNotFound
 from taxbreak.warehouse import warehouse_lock, writer
 
 __all__ = ["cmd_retry", "rebuild_tables", "retry_row", "select_failed", "warehouse_lock"]
@@ -28,10 +29,18 @@ class RetryOutcome:
 
 
 def select_failed(lake: Lake, prefix: str | None) -> list[dict]:
-    """Failed catalogue rows whose trace id starts with ``prefix`` (every failed row for None)."""
+    """The failed catalogue row ``prefix`` names (taxbreak.tracenames: id prefix, file name, stem or unique
+    substring; TraceAmbiguous when it names several), every failed row for None, none when it names no failed
+    trace."""
+    from taxbreak.tracenames import catalogue_candidates, resolve
+
     rows = [r for r in lake.catalogue().to_pylist() if r["status"] == "failed"]
     if prefix is not None:
-        rows = [r for r in rows if r["trace_id"].startswith(prefix.lower())]
+        try:
+            tid = resolve(catalogue_candidates(rows), prefix, "failed trace")
+        except TraceNotFound:
+            return []
+        rows = [r for r in rows if r["trace_id"] == tid]
     return sorted(rows, key=lambda r: r["ingested_at_ns"])
 
 
@@ -65,7 +74,11 @@ def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.c
         return 2
     paths = Paths.from_args(args)
     lake = Lake(paths.lake)
-    rows = select_failed(lake, None if args.all_failed else args.prefix)
+    try:
+        rows = select_failed(lake, None if args.all_failed else args.prefix)
+    except TraceAmbiguous as exc:
+        print(f"retry: {exc}, or --all-failed", file=sys.stderr)
+        return 2
     if not rows:
         print("no failed trace matches" + (f" {args.prefix!r}" if args.prefix else ""), file=sys.stderr)
         return 2

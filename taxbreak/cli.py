@@ -300,11 +300,14 @@ def cmd_traces(args: argparse.Namespace) -> int:
 
 # -- analyze, summary, forget --------------------------------------------------------------------------------------
 def _match_traces(rows: list[dict], wanted: list[str]) -> tuple[list[str], list[str]]:
-    """Trace ids matching each id prefix or file name, and the patterns that matched none."""
+    """Trace ids each name matches (taxbreak.tracenames.match: id prefix, file name, stem, substring), and the
+    names that matched none."""
+    from taxbreak.tracenames import catalogue_candidates, match
+
     ids: set[str] = set()
     missing = []
     for p in wanted:
-        hit = {r["trace_id"] for r in rows if r["trace_id"].startswith(p.lower()) or r["file_name"] == p}
+        hit = {t for t, _f in match(catalogue_candidates(rows), p)}
         if not hit:
             missing.append(p)
         ids |= hit
@@ -327,11 +330,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     config = RunConfig.from_settings(t_sys_ns=args.t_sys_ns)
     trace_ids = None
     if args.trace:
+        from taxbreak.tracenames import catalogue_candidates, resolve_many
+
         rows = Lake(paths.lake).catalogue().to_pylist()
-        trace_ids, missing = _match_traces(rows, args.trace)
-        if missing:
-            emit(f"taxbreak analyze: no trace in the catalogue at {paths.lake} matches: " + " ".join(missing)
-                 + " (`taxbreak traces` lists them)", err=True)
+        try:  # each name one trace, as every command that takes TRACE (taxbreak.tracenames)
+            trace_ids = resolve_many(catalogue_candidates(rows), args.trace)
+        except LookupError as exc:
+            emit(f"taxbreak analyze: {exc} in the catalogue at {paths.lake} (`taxbreak traces` lists them)",
+                 err=True)
             return 2
     scope = "all traces" if trace_ids is None else f"{len(trace_ids)} trace(s)"
     if not args.json:
@@ -392,27 +398,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explain_unmatched(args: argparse.Namespace, paths: Paths, opened_path: Path) -> str:
-    """Why ``summary TRACE`` found no analysed trace: never ingested, failed, or ingested but not analysed."""
-    try:
-        from taxbreak.ingest import Lake
-
-        rows = Lake(paths.lake).catalogue().to_pylist()
-    except Exception:  # noqa: BLE001 - the lake may be elsewhere or gone; say what we know
-        rows = []
-    ids, _missing = _match_traces(rows, [args.trace])
-    if not ids:
-        return (f"no trace matches {args.trace!r}: it is in neither the warehouse {opened_path} nor the catalogue "
-                f"at {paths.lake} (`taxbreak traces` lists the catalogue; `taxbreak ingest PATH` adds a trace)")
-    if len(ids) > 1:
-        return f"{args.trace!r} matches {len(ids)} traces in the catalogue; give more of the trace id"
-    row = next(r for r in rows if r["trace_id"] == ids[0])
-    if row["status"] != "ingested":
-        return f"trace {ids[0][:16]} ({row['file_name']}) failed to ingest: {row['error']}"
-    return (f"trace {ids[0][:16]} ({row['file_name']}) is ingested but not analysed in {opened_path}: run "
-            f"`taxbreak analyze --trace {ids[0][:16]}`")
-
-
 def cmd_summary(args: argparse.Namespace) -> int:
     import duckdb
 
@@ -426,8 +411,9 @@ def cmd_summary(args: argparse.Namespace) -> int:
     try:
         s = summary(paths.warehouse, args.trace, top_k=args.top, con=opened.con)
     except LookupError as exc:
-        ambiguous = "give more of the trace id" in str(exc)
-        msg = str(exc) if ambiguous else _explain_unmatched(args, paths, opened.path)
+        from taxbreak.tracenames import TraceNotFound, explain_unanalysed
+
+        msg = explain_unanalysed(paths.lake, args.trace, opened.path) if isinstance(exc, TraceNotFound) else str(exc)
         emit(f"summary: {msg}", err=True)
         return 2
     except duckdb.Error as exc:
@@ -484,15 +470,17 @@ def cmd_forget(args: argparse.Namespace) -> int:
             tid = d.name.split("=", 1)[1]
             if tid not in known:
                 rows.append({"trace_id": tid, "file_name": "(events only)", "status": "orphan"})
+    from taxbreak.tracenames import ambiguity_text, catalogue_candidates, match
+
     ids: list[str] = []
     for pattern in args.traces:
-        hit, _ = _match_traces(rows, [pattern])
+        found = match(catalogue_candidates(rows), pattern)
+        hit = [t for t, _f in found]
         if not hit:
-            emit(f"forget: no trace in the catalogue at {paths.lake} matches {pattern!r}", err=True)
+            emit(f"forget: no trace matches {pattern!r} in the catalogue at {paths.lake}", err=True)
             return 2
         if len(hit) > 1 and not args.all_matching:
-            emit(f"forget: {pattern!r} matches {len(hit)} traces; give more of the trace id or --all-matching",
-                 err=True)
+            emit(f"forget: {ambiguity_text(pattern, found)}, or --all-matching", err=True)
             return 2
         ids += [t for t in hit if t not in ids]
     out: dict[str, Any] = {"trace_ids": ids, "warehouse_rows_deleted": {}, "lake_removed": []}
@@ -574,7 +562,8 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "(an interrupted run changes nothing) and then the readers' snapshot exports/snapshot.duckdb. "
         "Exit 2 on a bad option, 3 when the warehouse stayed busy.",
     )
-    p.add_argument("--trace", action="append", help="trace id prefix or file name (repeatable; default: all)")
+    p.add_argument("--trace", action="append", help="trace id prefix, file name, its stem or a unique substring "
+                   "(repeatable; default: all)")
     p.add_argument("--table", action="append", help="only this table and what it reads (repeatable)")
     p.add_argument("--t-sys-ns", type=int, metavar="N",
                    help="launch floor T_sys in ns for every trace, instead of the measured or default one; recorded "
@@ -591,7 +580,7 @@ def _add_summary(sub: argparse._SubParsersAction) -> None:
         description="HDBI, T_Orchestrate split into dFT/dCT/dKT, T_DeviceActive, kernels per token, TKLQT, GPU idle, "
         "top kernels, top fusion candidates, and which defaults were assumed.",
     )
-    p.add_argument("trace", help="trace id prefix or file name")
+    p.add_argument("trace", help="trace id prefix, file name, its stem (eager_trace) or a unique substring")
     p.add_argument("--top", type=int, default=5, help="how many top kernels / fusion candidates (default 5)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_path_args(p)
@@ -606,7 +595,7 @@ def _add_forget(sub: argparse._SubParsersAction) -> None:
         "cross-trace tables recomputed, snapshot republished), then its catalogue row and its events partition. "
         "The trace file itself is not touched; ingesting it again brings the trace back.",
     )
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace id prefix or file name")
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace id prefix, file name, stem or unique substring")
     p.add_argument("--all-matching", action="store_true", help="forget every trace a prefix matches")
     p.add_argument("--json", action="store_true", help="print what was removed as JSON")
     add_path_args(p)
@@ -644,7 +633,8 @@ def _add_retry(sub: argparse._SubParsersAction) -> None:
         "Re-reads each matching failed trace from the source path (or s3:// URL) in its catalogue row, then "
         "rebuilds the warehouse tables for the traces that now ingest. Exit 1 if any still fails.",
     )
-    p.add_argument("prefix", nargs="?", help="trace id prefix (as `taxbreak traces` prints it)")
+    p.add_argument("prefix", nargs="?", metavar="TRACE", help="trace id prefix, file name, its stem or a unique "
+                   "substring (as `taxbreak traces` prints them)")
     p.add_argument("--all-failed", action="store_true", help="retry every failed trace")
     p.add_argument("--no-tables", action="store_true", help="re-ingest only; leave the warehouse tables")
     add_path_args(p)

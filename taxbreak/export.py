@@ -161,17 +161,16 @@ def write_chrome(con: duckdb.DuckDBPyConnection, trace_id: str, out_path: str | 
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from taxbreak.config import Paths
     from taxbreak.query import open_for_cli
-    from taxbreak.readmodel import resolve_trace
+    from taxbreak.tracenames import resolve_for_cli
 
     opened = open_for_cli(args, "export")
     if opened is None:
         return 2
     try:
-        try:
-            tid = resolve_trace(opened.con, args.trace)
-        except LookupError as exc:
-            print(f"taxbreak export: {exc}", file=sys.stderr)
+        tid = resolve_for_cli(opened.con, args.trace, "export", Paths.from_args(args))
+        if tid is None:
             return 2
         out = write_chrome(opened.con, tid, args.output or f"{tid[:12]}.chrome.json")
     except (OSError, duckdb.Error) as exc:
@@ -192,7 +191,8 @@ def add_export_parser(sub: argparse._SubParsersAction) -> None:
         "with their TaxBreak decomposition in args.taxbreak, launch->kernel flows and each GPU's idle gaps as "
         "slices named by cause.",
     )
-    p.add_argument("trace", help="trace id prefix or file name (as `taxbreak traces` prints it)")
+    p.add_argument("trace", help="trace id prefix, file name, its stem or a unique substring (as `taxbreak "
+                   "traces` prints them)")
     p.add_argument("--format", choices=FORMATS, default="chrome", help="output format (default %(default)s)")
     p.add_argument("-o", "--output", help="output file (default <trace id>.chrome.json)")
     add_path_args(p, lake=False)

@@ -69,7 +69,7 @@ def test_bad_table_and_unknown_traces_are_clear(home: Path, capsys: pytest.Captu
     assert "unknown table(s): nosuch; known: " in err and "kernel_taxbreak" in err
     assert not (home / "taxbreak.duckdb").exists()  # refused before anything was opened
     assert main(["analyze", "--trace", "deadbeef", *_paths(home)]) == 2
-    assert f"no trace in the catalogue at {home / 'lake'} matches: deadbeef" in capsys.readouterr().err
+    assert f"no trace matches 'deadbeef' in the catalogue at {home / 'lake'}" in capsys.readouterr().err
     add_fusion(home / "lake")
     assert main(["analyze", "-q", "--trace", "mixed.json", *_paths(home)]) == 0
     capsys.readouterr()
@@ -237,7 +237,7 @@ def test_forget_removes_a_trace_everywhere(home: Path, capsys: pytest.CaptureFix
     assert not (home / "lake" / "events" / f"trace_id={FUSION_ID}").exists()
     assert _one(home / "exports" / "snapshot.duckdb", "SELECT count(*) FROM trace_meta") == (1,)
     assert main(["forget", "fusion.json", *_paths(home)]) == 2
-    assert "no trace in the catalogue" in capsys.readouterr().err
+    assert "no trace matches 'fusion.json' in the catalogue" in capsys.readouterr().err
 
 
 def _t_sys(home: Path) -> tuple:

@@ -111,5 +111,5 @@ def test_round_trip_through_the_kineto_adapter(wh: dict, tmp_path: Path, key: st
 
 def test_unknown_trace_is_a_clear_error(wh: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["export", "deadbeef", "-o", str(tmp_path / "x.json"), "--warehouse", str(wh["warehouse"])]) == 2
-    assert "no analysed trace matches 'deadbeef'" in capsys.readouterr().err
+    assert "no trace matches 'deadbeef'" in capsys.readouterr().err  # a typo, not "run analyze first"
     assert not (tmp_path / "x.json").exists()

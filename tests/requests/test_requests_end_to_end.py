@@ -70,6 +70,6 @@ def test_cli_refit_then_table_and_json(built, capsys: pytest.CaptureFixture[str]
 def test_cli_errors_name_the_problem(built, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wh, _ = built
     assert main(["requests", "no-such-trace", "--warehouse", str(wh)]) == 2
-    assert "no analysed trace matches 'no-such-trace'" in capsys.readouterr().err
+    assert "no trace matches 'no-such-trace'" in capsys.readouterr().err
     assert main(["requests", "x", "--warehouse", str(tmp_path / "none.duckdb")]) == 2
     assert "no warehouse at" in capsys.readouterr().err
