@@ -48,4 +48,4 @@ bench-env:
 	  --no-deps "$(TRACELENS_SRC)"; else echo "TraceLens skipped: set TRACELENS_SRC=/path/to/TraceLens"; fi
 
 clean-warehouse:
-	rm -rf warehouse/lake warehouse/*.duckdb warehouse/exports warehouse/reports
+	rm -rf warehouse/lake warehouse/*.duckdb warehouse/exports warehouse/marts warehouse/reports warehouse/report

@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     results = run_inbox_pipeline(paths)
     failed = print_results(paths, results)
     exports = exports_dir(paths.warehouse)
-    report = paths.warehouse.parent / "reports" / "index.html"
+    from taxbreak.report import default_output
+
+    report = default_output(paths.warehouse) / "index.html"
     print(f"\nwarehouse: {paths.warehouse}   report: {report if report.exists() else '(not written)'}")
     print(f"query it: .venv/bin/taxbreak sql \"SELECT * FROM taxbreak_by_scope LIMIT 5\"  (works during runs: it reads "
           f"{exports}/snapshot.duckdb, views over the Parquet marts in {paths.warehouse.parent / 'marts'}); "

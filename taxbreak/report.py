@@ -13,6 +13,7 @@ import datetime as _dt
 import hashlib
 import json
 import math
+import os
 import sys
 from html import escape
 from pathlib import Path
@@ -323,8 +324,10 @@ def index_data(con: duckdb.DuckDBPyConnection, traces: list[dict[str, Any]]) -> 
             SELECT trace_id, quantile_disc(kernel_dur_ns, 0.1), quantile_disc(kernel_dur_ns, 0.5),
                    quantile_disc(kernel_dur_ns, 0.9), max(kernel_dur_ns)
             FROM int_kernel_links WHERE {ids} GROUP BY trace_id""", _ids_param(traces)).fetchall()}
+    verdicts = readmodel.verdicts(con, [t["trace_id"] for t in traces])
     for t in traces:
         tid = t["trace_id"]
+        t["verdict"] = verdicts.get(tid)
         t["steps"] = steps.get(tid, [])
         t["gpu_breakdown"] = gpu.get(tid, [])
         t["idle"] = idle.get(tid, [])
@@ -756,6 +759,25 @@ def _kernel_names(t: dict[str, Any]) -> dict[str, str]:
     return plots.disambiguate_kernel_names([k["kernel_name"] for k in t["top_kernels"]])
 
 
+def _verdict_cell(t: dict[str, Any]) -> Any:
+    """The index's verdict column: bound, confidence and the top lever with its replayed gain."""
+    v = t.get("verdict")
+    if not v:
+        return _Html("<span class='note'>n/a</span>")
+    top = readmodel.top_levers(v, 1)
+    lever = (f"<br><span class='note'>{escape(top[0]['label'])}: {top[0]['il_change_pct']:+.1f}% IL</span>"
+             if top else "")
+    return _Html(f"<b>{escape(v['bound'])}</b> <span class='note'>({escape(v['confidence'])})</span>{lever}")
+
+
+def verdict_section(t: dict[str, Any]) -> str:
+    """The block each trace page opens with: the verdict, its evidence and the levers (readmodel wording)."""
+    lines = readmodel.format_verdict(t.get("verdict"), readmodel.caveats(t))
+    head, rest = lines[0].strip(), [x.strip() for x in lines[1:]]
+    items = "".join(f"<li>{escape(x)}</li>" for x in rest)
+    return f"<div class='verdict'><h2>{escape(head)}</h2><ul>{items}</ul></div>"
+
+
 def render_trace_page(t: dict[str, Any], index_href: str = "../index.html") -> str:
     """One trace's page: headline cards and caveats, the step split, host partition, the interactive timeline, GPU
     breakdown and stream queues, idle gaps, kernel durations, top kernels, requests, fusion candidates."""
@@ -767,7 +789,7 @@ def render_trace_page(t: dict[str, Any], index_href: str = "../index.html") -> s
              t["batch_size"] and f"batch {t['batch_size']}",
              t["output_tokens"] and f"output tokens {t['output_tokens']}",
              t.get("is_null_kernel") and "null-kernel calibration trace") if x)) + "</p>",
-         _cards(t), _hdbi_caveat(t)]
+         verdict_section(t), _cards(t), _hdbi_caveat(t)]
     steps = [s for s in t["steps"] if s["scope_key"] != "outside_steps"]
     if steps:
         rows = [(step_title(s), split_segments(s)) for s in steps[:60]]
@@ -860,8 +882,10 @@ def render_index(data: dict[str, Any], title: str = "TaxBreak report") -> str:
                              "tsys": _Html(escape(_t_sys(t))),
                              "tklqt": _Html(escape(_tklqt(t)[0]) + "<br><span class='note'>"
                                             + escape(_tklqt(t)[1]) + "</span>"),
+                             "verdict": _verdict_cell(t),
                              "flags": ", ".join(readmodel.flags(t))} for t in traces], [
-            ("link", "trace (GPU · id · file)", ""), ("model", "model", ""), ("batch_size", "bs", ""),
+            ("link", "trace (GPU · id · file)", ""), ("verdict", "verdict (top lever)", ""), ("model", "model", ""),
+            ("batch_size", "bs", ""),
             ("kernels", "kernels", ""), ("linked_fraction", "linked", "fraction"),
             ("t_orchestrate_ns", "T_Orchestrate", "ns"), ("t_device_active_ns", "T_DeviceActive", "ns"),
             ("hdbi", "HDBI", "fraction"), ("hdbi_linked", "HDBI_linked", "fraction"),
@@ -979,7 +1003,14 @@ def write_report(
     return index
 
 
+def default_output(warehouse: str | os.PathLike[str]) -> Path:
+    """The report folder beside the warehouse file (``warehouse/reports``): the one place ``taxbreak report``,
+    ``make demo`` and the Dagster report asset write it, and ``make clean-warehouse`` removes."""
+    return Path(warehouse).parent / "reports"
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    from taxbreak.config import Paths
     from taxbreak.query import open_for_cli
 
     opened = open_for_cli(args, "report")
@@ -995,7 +1026,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             except GroupError as exc:
                 print(f"taxbreak report: {exc}", file=sys.stderr)
                 return 2
-        out = write_report(opened.con, args.output, ids, args.step)
+        out = write_report(opened.con, args.output or default_output(Paths.from_args(args).warehouse), ids,
+                           args.step)
     except RuntimeError as exc:
         print(f"taxbreak report: {exc}", file=sys.stderr)
         return 2
@@ -1023,7 +1055,8 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", action="append", help="trace-id prefix, file glob, model:NAME ... (repeatable; "
                    "default every analysed trace)")
     p.add_argument("--step", help="step_id the timeline opens on (default: the first decode step)")
-    p.add_argument("-o", "--output", default="warehouse/report",
-                   help="output folder, or the index file's path when it ends in .html (default %(default)s)")
+    p.add_argument("-o", "--output", default=None,
+                   help="output folder, or the index file's path when it ends in .html (default: reports/ beside "
+                   "the warehouse file, where `make demo` and the pipeline write it)")
     add_path_args(p, lake=False)
     p.set_defaults(func=cmd_report)

@@ -354,7 +354,7 @@ def warehouse_report(
     from taxbreak.marts import register_filesystem
 
     snapshot = warehouse.exports_dir() / SNAPSHOT_NAME
-    out = warehouse.file().parent / "reports" / "index.html"
+    out = report.default_output(warehouse.file()) / "index.html"
     # a run for some traces reads and redraws only their pages (and the index across traces): its cost does not
     # grow with the traces in the warehouse; a run without a partition redraws what changed in every page
     details = trace_ids_for_run(context, False)
