@@ -2,14 +2,14 @@
 -- grain: one row per host-thread segment: a maximal stretch of one thread's wall time with one innermost traced event (or none)
 -- reads: stg_events, run_config
 -- materialize: temp
--- description: The host timeline split by nesting (METHOD.md section 3, ours): per host thread, from its first traced host event's start to its last one's end, cut at every start and end of its launch, library, framework, sync and other runtime calls, each segment labelled by the innermost event open over it. The one place the host categories and the blocked-launch rule are applied: host_partition sums these segments and taxbreak.whatif replays them.
+-- description: The host timeline split by nesting (METHOD.md section 3, ours): per host thread, from its first traced host event's start to its last one's end, cut at every start and end of its launch, library, framework, sync and other runtime calls, each segment labelled by the innermost event open over it. Events that do not nest properly (a `record_function` range that began inside a Python `__enter__` and outlives it) are cut at their parent's end for nesting; time with exactly one event open belongs to that event's category, deeper time to the innermost event still open after the cut (METHOD.md section 3); what stays unresolved is time no open event explains. The one place the host categories and the blocked-launch rule are applied: host_partition sums these segments and taxbreak.whatif replays them.
 -- column: trace_id: trace key
 -- column: pk: stg_events.thread_key of the thread
 -- column: pid: host process
 -- column: tid: host thread
 -- column: t: segment start (ns)
 -- column: seg_ns: segment length (ns)
--- column: category: 1 launch call that did not wait, 8 launch call that waited (longer than max(run_config.launch_blocked_min_ns, run_config.launch_blocked_median_factor x the thread's median launch call)), 2 library call, 3 framework op / NVTX op range / Python function, 4 sync call, 5 other runtime call, 6 untraced (under no event), 7 unresolved (events not properly nested)
+-- column: category: 1 launch call that did not wait, 8 launch call that waited (longer than max(run_config.launch_blocked_min_ns, run_config.launch_blocked_median_factor x the thread's median launch call)), 2 library call, 3 framework op / NVTX op range / Python function, 4 sync call, 5 other runtime call, 6 untraced (under no event), 7 unresolved (events not properly nested and no open event left after the cut)
 WITH
 host AS (
     SELECT event_id, thread_key, ts_ns, end_ns, dur_ns, host_call_class
@@ -62,12 +62,12 @@ seg AS (
 ),
 -- a segment that begins at a range's start belongs to that range (it is the innermost); one that begins at an end
 -- belongs to the range still open at its depth, found by ASOF
-labelled AS (
-    SELECT pk, t, seg_ns, CASE WHEN depth = 0 THEN 6 WHEN end_ns > t THEN category ELSE 7 END AS category
+labelled0 AS (
+    SELECT pk, t, seg_ns, depth, CASE WHEN depth = 0 THEN 6 WHEN end_ns > t THEN category ELSE 7 END AS category
     FROM seg WHERE ord = 1
     UNION ALL
     SELECT
-        s.pk, s.t, s.seg_ns,
+        s.pk, s.t, s.seg_ns, s.depth,
         CASE
             WHEN s.depth = 0 THEN 6
             WHEN st.end_ns IS NOT NULL AND st.end_ns > s.t THEN st.category
@@ -75,6 +75,26 @@ labelled AS (
         END AS category
     FROM (SELECT * FROM seg WHERE ord = 0) s
     ASOF LEFT JOIN starts st ON s.pk = st.pk AND s.depth = st.depth AND s.t >= st.ts_ns
+),
+-- an improperly nested segment (the range open at its depth has ended: one that began inside its parent outlived
+-- it) belongs, with exactly one event open (depth 1), to that event; deeper, to the innermost event still open
+-- once the outliving range is cut at its parent's end, the range open one level up (METHOD.md section 3).  Such
+-- segments are rare, so these joins are small.
+unres AS (SELECT pk, t, depth, depth - 1 AS parent_depth FROM labelled0 WHERE category = 7),
+resolved AS (
+    SELECT u.pk, u.t, min(i.category) AS category
+    FROM (SELECT pk, t FROM unres WHERE depth = 1) u
+    JOIN iv i ON i.pk = u.pk AND i.ts_ns <= u.t AND i.end_ns > u.t
+    GROUP BY u.pk, u.t
+    UNION ALL
+    SELECT u.pk, u.t, st.category
+    FROM (SELECT * FROM unres WHERE depth > 1) u
+    ASOF JOIN starts st ON u.pk = st.pk AND u.parent_depth = st.depth AND u.t >= st.ts_ns
+    WHERE st.end_ns > u.t
+),
+labelled AS (
+    SELECT l.pk, l.t, l.seg_ns, coalesce(so.category, l.category) AS category
+    FROM labelled0 l LEFT JOIN resolved so ON l.category = 7 AND so.pk = l.pk AND so.t = l.t
 )
 SELECT th.trace_id, l.pk, th.pid, th.tid, l.t, l.seg_ns, l.category
 FROM labelled l

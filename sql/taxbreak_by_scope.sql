@@ -16,6 +16,8 @@
 -- column: lib_kernels: linked kernels with i_lib = 1 (kernels)
 -- column: py_missing_kernels: linked kernels without a Python-level op (t_py_ns = 0) (kernels)
 -- column: t_dispatch_base_ns: T_dispatch_base of the trace (ns)
+-- column: t_dispatch_base_samples: the samples T_dispatch_base is the median of: charged linked kernels of the trace with i_lib = 0 and t_dispatch_ns > 100 (kernels)
+-- column: dispatch_base_unstable: T_dispatch_base rests on 1 to run_config.dispatch_base_min_samples - 1 (9) samples: one mis-ruled kernel moves ΔFT/ΔCT (METHOD.md section 2); with none it is NULL (unknown)
 -- column: t_sys_ns: T_sys of the trace (ns)
 -- column: t_py_ns: sum of t_py over charged kernels (ns)
 -- column: t_dispatch_ns: sum of t_dispatch over charged kernels (ns)
@@ -84,6 +86,7 @@ agg0 AS (
         count(*) FILTER (WHERE is_linked AND i_lib = 1) AS lib_kernels,
         count(*) FILTER (WHERE is_linked AND NOT has_py) AS py_missing_kernels,
         any_value(t_dispatch_base_ns) AS t_dispatch_base_ns,
+        count(*) FILTER (WHERE is_charged AND i_lib = 0 AND t_dispatch_ns > 100) AS base_samples,
         any_value(t_sys_ns) AS t_sys_ns,
         coalesce(sum(t_py_ns) FILTER (WHERE is_charged), 0) AS t_py_ns,
         coalesce(sum(t_dispatch_ns) FILTER (WHERE is_charged), 0) AS t_dispatch_ns,
@@ -105,8 +108,8 @@ agg AS (
     WHERE NOT excl_outliers OR scope_kind = 'trace_excl_outliers'
     UNION ALL
     -- a trace without kernels keeps its trace row, with the reason
-    SELECT trace_id, 'trace', false, NULL, trace_id, NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0,
-           0, no_kernels_reason
+    SELECT trace_id, 'trace', false, NULL, trace_id, NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, 0, 0, 0, 0, 0, 0,
+           0, 0, no_kernels_reason
     FROM skip_by_trace WHERE no_kernels_reason IS NOT NULL
 ),
 -- host wall terms per scope: the trace's launching threads; a step's launching threads in its window; a phase's
@@ -197,6 +200,10 @@ SELECT
     a.lib_kernels,
     a.py_missing_kernels,
     a.t_dispatch_base_ns,
+    max(CASE WHEN a.scope_kind = 'trace' THEN a.base_samples END) OVER (PARTITION BY a.trace_id)
+        AS t_dispatch_base_samples,
+    max(CASE WHEN a.scope_kind = 'trace' THEN a.base_samples END) OVER (PARTITION BY a.trace_id)
+        BETWEEN 1 AND c.dispatch_base_min_samples - 1 AS dispatch_base_unstable,
     a.t_sys_ns,
     CAST(a.t_py_ns AS BIGINT) AS t_py_ns,
     CAST(a.t_dispatch_ns AS BIGINT) AS t_dispatch_ns,

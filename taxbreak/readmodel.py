@@ -22,7 +22,8 @@ _HEADLINE_SQL = """
 SELECT m.trace_id, m.file_name, m.source_format, m.gpu_name, m.model, m.model_kind, m.batch_size,
        m.output_tokens, m.trace_kind, m.is_null_kernel, m.meta_source, m.meta_note,
        t.kernels, t.linked_kernels, t.orphan_kernels, t.linked_launches, t.linked_fraction, t.low_coverage,
-       t.lib_kernels, t.py_missing_kernels, t.t_dispatch_base_ns,
+       t.lib_kernels, t.py_missing_kernels, t.t_dispatch_base_ns, t.t_dispatch_base_samples,
+       t.dispatch_base_unstable,
        t.delta_ft_ns, t.delta_ct_ns, t.delta_kt_ns, t.delta_kt_excess_ns, t.t_orchestrate_ns, t.t_device_active_ns,
        t.t_device_active_linked_ns, t.hdbi, t.hdbi_linked, t.hdbi_wall, t.t_dispatch_blocked_ns,
        t.dispatch_blocked_flag, t.host_threads, t.host_wall_ns, t.host_launch_ns, t.host_launch_blocked_ns,
@@ -33,7 +34,7 @@ SELECT m.trace_id, m.file_name, m.source_format, m.gpu_name, m.model, m.model_ki
        o.threads AS other_threads, o.wall_ns AS other_threads_wall_ns,
        (SELECT list(step_name ORDER BY step_id) FROM int_steps st WHERE st.trace_id = m.trace_id AND st.is_outlier_step)
            AS outlier_steps,
-       f.t_sys_ns, f.t_sys_source, f.t_sys_rule, f.t_sys_is_default,
+       f.t_sys_ns, f.t_sys_source, f.t_sys_rule, f.t_sys_is_default, f.inferred_gpu_name, f.inferred_gpu_rule,
        k.kpt, k.kernels AS kpt_kernels, k.kpt_decode, k.unique_kernels, k.kernel_diversity, k.kpt_null_reason,
        k.kpt_decode_null_reason,
        k.tokens_source,
@@ -106,6 +107,8 @@ def flags(h: dict[str, Any]) -> list[str]:
         out.append("dispatch_blocked")
     if h.get("has_outlier_steps"):
         out.append("outlier_steps")
+    if h.get("dispatch_base_unstable"):
+        out.append("dispatch_base_unstable")
     return out
 
 
@@ -129,9 +132,11 @@ def caveats(h: dict[str, Any]) -> list[dict[str, str]]:
     if h.get("no_kernels_reason"):
         add("no_kernels", h["no_kernels_reason"])
     if h.get("t_sys_is_default"):
+        gpu = h.get("gpu_name") or (f"{h['inferred_gpu_name']} (inferred from its kernel names, "
+                                    f"{h['inferred_gpu_rule']}: the trace names no GPU)"
+                                    if h.get("inferred_gpu_name") else "unknown")
         add("launch_floor", f"T_sys = {h['t_sys_ns'] / 1000:.2f} µs is the documented default ({h['t_sys_rule']}) for "
-                            f"GPU {h.get('gpu_name') or 'unknown'}, not measured: run `taxbreak capture null-kernel` "
-                            "on this GPU and host")
+                            f"GPU {gpu}, not measured: run `taxbreak capture null-kernel` on this GPU and host")
     elif h.get("t_sys_source") == "user_setting":
         add("launch_floor", f"T_sys = {h['t_sys_ns'] / 1000:.2f} µs was set by the user")
     if h.get("low_coverage"):
@@ -161,6 +166,10 @@ def caveats(h: dict[str, Any]) -> list[dict[str, str]]:
     if h.get("linked_launches") and h.get("t_dispatch_base_ns") is None:
         add("dispatch_base", "no framework-native dispatch sample > 100 ns: T_dispatch_base unknown, library "
                              "kernels charged their full dispatch as framework translation")
+    elif h.get("dispatch_base_unstable"):
+        add("dispatch_base", f"T_dispatch_base {h['t_dispatch_base_ns']} ns is the median of only "
+                             f"{h['t_dispatch_base_samples']} sample(s): unstable, one mis-ruled kernel moves "
+                             "ΔFT/ΔCT")
     if h.get("negative_samples"):
         add("tklqt", f"{h['negative_samples']:,} launch-to-start samples are negative: left out of TKLQT and "
                      f"counted apart (sum {_ms(h['negative_sum_ns'])})")

@@ -922,11 +922,15 @@ def render_html(data: dict[str, Any], title: str = "TaxBreak report") -> str:
 
 def markdown_summary(data: dict[str, Any]) -> str:
     """The across-traces table as markdown (for Dagster materialisation metadata)."""
-    lines = ["| trace | HDBI | HDBI_linked | coverage | HDBI_wall | flags | T_Orchestrate (ns) | host wall (ns) "
-             "| ΔFT (ns) | ΔCT (ns) | ΔKT (ns) | T_DeviceActive (ns) | kernels/token |",
-             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| trace | verdict | top lever | HDBI | HDBI_linked | coverage | HDBI_wall | flags | T_Orchestrate (ns) "
+             "| host wall (ns) | ΔFT (ns) | ΔCT (ns) | ΔKT (ns) | T_DeviceActive (ns) | kernels/token |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for t in data["traces"]:
-        lines.append(f"| {t['file_name']} | {fmt_value(t['hdbi'], 'fraction')} | "
+        v = t.get("verdict")
+        top = readmodel.top_levers(v, 1) if v else []
+        bound = f"{v['bound']} ({v['confidence']})" if v else "n/a"
+        lever = readmodel.lever_text(top[0]).replace("|", "/") if top else "-"
+        lines.append(f"| {t['file_name']} | {bound} | {lever} | {fmt_value(t['hdbi'], 'fraction')} | "
                      f"{fmt_value(t['hdbi_linked'], 'fraction')} | {fmt_value(t['linked_fraction'], 'fraction')} | "
                      f"{fmt_value(t['hdbi_wall'], 'fraction')} | {', '.join(readmodel.flags(t)) or '-'} | "
                      f"{t['t_orchestrate_ns']} | {t['host_wall_ns']} | {t['delta_ft_ns']} | {t['delta_ct_ns']} | "

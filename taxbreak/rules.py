@@ -70,6 +70,14 @@ T_SYS_DEFAULTS: list[tuple[int, str, int, str]] = [
     (99, r".*", 4500, "default_other"),
 ]
 
+# A trace whose GPU name is missing but whose kernel names state the architecture takes that architecture's T_sys
+# default, and says it was inferred (METHOD.md section 4): the GPU name the defaults above are matched against.
+GPU_ARCH_RULES: list[tuple[int, str, str, str]] = [
+    # Hopper: H100's default (docs/method.md section 4). Only architectures a kernel cannot run below count:
+    # Hopper runs sm80 kernels too (a public 2-GPU H100 export names only sm80_* kernels), so sm80 states nothing.
+    (10, r"(^|[^a-z0-9])sm_?90a?_", "H100", "arch_sm90"),
+]
+
 
 @dataclass
 class RunConfig:
@@ -86,6 +94,8 @@ class RunConfig:
     dispatch_blocked_share: float = 0.5
     # A step is an outlier when longer than this factor x the median of the other steps of its level (ours).
     outlier_step_factor: float = 5.0
+    # T_dispatch_base from fewer samples than this is flagged as unstable (METHOD.md section 2).
+    dispatch_base_min_samples: int = 10
     # The verdict (sql/diagnosis.sql, docs/method.md "The verdict", ours): shares of a scope's GPU window.
     verdict_min_kernels: int = 20  # fewer kernels than this: not enough evidence
     verdict_device_busy_share: float = 0.85  # kernels keep the GPU busy at least this share: device-bound
@@ -100,6 +110,7 @@ class RunConfig:
     lib_kernel_rules: list[tuple[int, str, int, str, str]] = field(default_factory=lambda: list(LIB_KERNEL_RULES))
     step_patterns: list[tuple[int, str, str | None, str]] = field(default_factory=lambda: list(STEP_PATTERNS))
     t_sys_defaults: list[tuple[int, str, int, str]] = field(default_factory=lambda: list(T_SYS_DEFAULTS))
+    gpu_arch_rules: list[tuple[int, str, str, str]] = field(default_factory=lambda: list(GPU_ARCH_RULES))
     # A launch floor the user set (``analysis.t_sys_ns``: ``--t-sys-ns``, $TAXBREAK_T_SYS_NS or taxbreak.toml):
     # every trace uses it, provenance 'user_setting' (run_config.t_sys_override_ns; sql/trace_launch_floor.sql).
     t_sys_override_ns: int | None = None
@@ -128,6 +139,7 @@ RULE_TABLES: dict[str, tuple[str, ...]] = {
     "lib_kernel_rules": ("priority", "pattern", "i_lib", "rule", "match_on"),
     "step_patterns": ("priority", "pattern", "phase", "rule"),
     "t_sys_defaults": ("priority", "gpu_pattern", "t_sys_ns", "rule"),
+    "gpu_arch_rules": ("priority", "kernel_pattern", "gpu_name", "rule"),
 }
 _SCALAR_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "str": pa.string(),
                  "int | None": pa.int64(), "float | None": pa.float64()}

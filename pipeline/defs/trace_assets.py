@@ -27,14 +27,24 @@ def headline_tables() -> list[dg.AssetKey]:
     from taxbreak import readmodel
 
     sql = readmodel._HEADLINE_SQL  # noqa: SLF001 - the one headline query; its table names are its dependencies
-    return [dg.AssetKey(n) for n in TABLE_NAMES if re.search(rf"\b{n}\b", sql)]
+    # and the verdict's table (readmodel.verdicts), which the metadata shows first
+    return [dg.AssetKey(n) for n in TABLE_NAMES if re.search(rf"\b{n}\b", sql) or n == "diagnosis"]
 
 
-def headline_metadata(h: dict) -> dict[str, object]:
+def headline_metadata(h: dict, verdict: dict | None = None) -> dict[str, object]:
+    """A trace's partition metadata: the verdict first (bound, confidence, top lever, the block `taxbreak summary`
+    opens with), then the headline figures and flags, all worded by the read model."""
     from taxbreak import readmodel
 
-    meta: dict[str, object] = {"file_name": h.get("file_name") or "", "trace_id": h["trace_id"],
-                               "source_format": h.get("source_format") or "", "model": h.get("model") or ""}
+    meta: dict[str, object] = {}
+    if verdict is not None:
+        top = readmodel.top_levers(verdict, 1)
+        meta["verdict"] = f"{verdict['bound']} ({verdict['confidence']})"
+        meta["top_lever"] = readmodel.lever_text(top[0]) if top else "none replayed"
+        meta["verdict_block"] = dg.MetadataValue.md(
+            "\n".join(f"    {x.strip()}" for x in readmodel.format_verdict(verdict, readmodel.caveats(h))))
+    meta.update({"file_name": h.get("file_name") or "", "trace_id": h["trace_id"],
+                 "source_format": h.get("source_format") or "", "model": h.get("model") or ""})
     for k in _FIGURES:
         v = h.get(k)
         if v is not None:
@@ -64,13 +74,14 @@ def trace_analysis(
     try:
         heads = (readmodel.trace_headlines(opened.con, [trace_id])
                  if readmodel.has_relation(opened.con, "trace_meta") else [])
+        verdict = readmodel.verdicts(opened.con, [trace_id]).get(trace_id) if heads else None
     finally:
         opened.con.close()
     if not heads:
         row = lake.get().catalogue_row(trace_id)
         raise dg.Failure(f"partition {context.partition_key}: trace {trace_id[:16]} is not in the analysis tables "
                          f"(catalogue status: {row['status'] if row else 'no row'})")
-    return dg.MaterializeResult(metadata=headline_metadata(heads[0]))
+    return dg.MaterializeResult(metadata=headline_metadata(heads[0], verdict))
 
 
 @dg.definitions

@@ -423,8 +423,11 @@ def test_markdown_summary_for_dagster_metadata(wh: dict, data: dict) -> None:
     t = _by_file(data)[wh["ids"]["moe"]]
     assert (f"| {t['t_orchestrate_ns']} | {t['host_wall_ns']} | {t['delta_ft_ns']} | {t['delta_ct_ns']} | "
             f"{t['delta_kt_ns']} |") in row
-    hdbi = f"{t['hdbi']:.3f}"  # HDBI, HDBI_linked, coverage and HDBI_wall side by side, then the flags
-    assert row.startswith(f"| {t['file_name']} | {hdbi} | ") and f"{t['hdbi_wall']:.3f}" in row
+    hdbi = f"{t['hdbi']:.3f}"  # the verdict and top lever, then HDBI, HDBI_linked, coverage, HDBI_wall, the flags
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    v = t["verdict"]
+    assert v is not None and cells[:2] == [t["file_name"], f"{v['bound']} ({v['confidence']})"]
+    assert cells[3] == hdbi and cells[6] == f"{t['hdbi_wall']:.3f}"
 
 
 def test_host_partition_per_step_adds_up(wh: dict, data: dict) -> None:

@@ -35,7 +35,7 @@ def test_plan_declares_every_input(tmp_path: Path) -> None:
     files = {f.name for f in plan.sql_files()}
     declared = {i.name for i in plan.INPUTS}
     assert declared == {"selected_traces", "stg_catalogue", "stg_meta_raw", "run_config", "lib_kernel_rules",
-                        "step_patterns", "t_sys_defaults"}
+                        "step_patterns", "t_sys_defaults", "gpu_arch_rules"}
     assert {i.name for i in plan.INPUTS if i.source == "settings"} == set(plan.settings_tables())
     undeclared = {(f.name, r) for f in plan.sql_files() for r in f.reads if r not in files | declared}
     assert undeclared == set()
