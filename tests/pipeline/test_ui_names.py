@@ -120,6 +120,11 @@ def test_sensor_runs_under_readable_keys_and_old_hex_keys(env: dict[str, Path], 
     assert analysis[readable]["file_name"].value == "llama step.pt.trace.json"
     assert (analysis[readable]["kernels"].value, analysis[_sha(old)]["kernels"].value) == (2, 3)
     assert analysis[readable]["trace_id"].value == _sha(new)
+    # the verdict leads the metadata: two kernels are too few to call a bound (RunConfig.verdict_min_kernels)
+    assert list(analysis[readable])[:3] == ["verdict", "top_lever", "verdict_block"]
+    assert analysis[readable]["verdict"].value == "not enough evidence (low)"
+    block = analysis[readable]["verdict_block"].value.lstrip()
+    assert block.startswith("VERDICT  NOT ENOUGH EVIDENCE (confidence low)")
     figures = {k: analysis[readable][k].value
                for k in ("t_orchestrate_ns", "delta_ft_ns", "delta_ct_ns", "delta_kt_ns")}
     assert figures["t_orchestrate_ns"] == figures["delta_ft_ns"] + figures["delta_ct_ns"] + figures["delta_kt_ns"] > 0
