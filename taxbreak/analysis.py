@@ -642,9 +642,10 @@ def compute_run(
     folder.mkdir(parents=True, exist_ok=True)
     _clear_dead_runs(folder)
     path = folder / f"run_{os.getpid()}_{uuid.uuid4().hex[:12]}.duckdb"  # its stem is the run's catalog name
-    con = connect(path)
-    run = ComputedRun(path, con, [], {}, [], [n for n in plan if files[n].scope == "cross_trace"], str(lake_root))
-    try:
+    run = ComputedRun(path, None, [], {}, [], [n for n in plan if files[n].scope == "cross_trace"], str(lake_root))
+
+    def compute(ids: list[str]) -> duckdb.DuckDBPyConnection:
+        con = run.con = connect(path)
         snap = snapshot_path(warehouse_path)
         seeds = [n for n in per_trace if files[n].scope == "all_traces"]
         if seeds and snap.exists():
@@ -655,21 +656,46 @@ def compute_run(
                     if _exists(con, "_published", name):
                         con.execute(
                             f"CREATE TABLE main.{_q(name)} AS SELECT * FROM _published.main.{_q(name)} "
-                            "WHERE trace_id NOT IN (SELECT unnest($ids::VARCHAR[]))", {"ids": trace_ids})
+                            "WHERE trace_id NOT IN (SELECT unnest($ids::VARCHAR[]))", {"ids": ids})
             finally:
                 con.execute("DETACH _published")
-        run.counts = materialize(path, lake_root, trace_ids=trace_ids, tables=per_trace, config=config, con=con,
+        run.counts = materialize(path, lake_root, trace_ids=ids, tables=per_trace, config=config, con=con,
                                  progress=progress, private=True)
-        state = _run_state(con)
-        run.trace_ids = list(state["trace_ids"]) if state else []
-        run.kept = [n for n in per_trace if files[n].materialize != "temp" and _exists(con, _catalog(con), n)]
-        fault_point("run_computed")
-        yield run
-    finally:
+        return con
+
+    def discard() -> None:
         run.close()
         for p in (path, Path(str(path) + ".wal")):
             p.unlink(missing_ok=True)
         shutil.rmtree(Path(str(path) + ".tmp"), ignore_errors=True)
+
+    try:
+        ids = list(trace_ids)
+        while True:
+            try:
+                con = compute(ids)
+                break
+            except duckdb.IOException:
+                # a `taxbreak forget` removed a trace's lake partition while the run read it: compute the traces
+                # still ingested again (forget holds no lock a computing run waits for; publish_run would leave
+                # the forgotten trace out anyway); anything else is a real read error
+                left = still_ingested(lake_root, ids)
+                if left == ids:
+                    raise
+                discard()
+                ids = left
+                if not ids:
+                    run.counts = {}
+                    con = None
+                    break
+        state = _run_state(con) if con is not None else None
+        run.trace_ids = list(state["trace_ids"]) if state else []
+        run.kept = ([n for n in per_trace if files[n].materialize != "temp" and _exists(con, _catalog(con), n)]
+                    if con is not None else [])
+        fault_point("run_computed")
+        yield run
+    finally:
+        discard()
 
 
 def still_ingested(lake_root: str | os.PathLike[str], trace_ids: list[str]) -> list[str]:

@@ -84,6 +84,33 @@ def test_a_run_computed_before_a_forget_publishes_nothing_of_it(home: Path,
     capsys.readouterr()
 
 
+def test_a_trace_forgotten_while_the_run_reads_the_lake(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The run listed the trace's lake file, then `forget` removed it before the run read it (the interleaving that
+    gave analyze a traceback in a CI race): the run computes the traces still ingested again, no error."""
+    from taxbreak import analysis
+
+    add_fusion(home / "lake")
+    assert main(["analyze", "-q", *_paths(home)]) == 0
+    wh, lake = home / "taxbreak.duckdb", home / "lake"
+    real, calls = analysis._stage, []  # noqa: SLF001 - the step that reads the lake files listed before it
+
+    def stage(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+        if not calls:
+            Lake(lake).events_path(FUSION_ID).unlink()
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(analysis, "_stage", stage)
+    with compute_run(wh, lake, [FUSION_ID, MIXED_ID]) as run:
+        assert run.trace_ids == [MIXED_ID] and len(calls) == 2 and run.counts["kernel_taxbreak"] == 9
+    calls.clear()
+    add_fusion(lake)
+    with compute_run(wh, lake, [FUSION_ID]) as run:  # nothing left: an empty run, which publishes nothing
+        assert run.trace_ids == [] and run.counts == {} and run.kept == []
+    capsys.readouterr()
+
+
 def test_forget_without_a_warehouse_takes_the_lock(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     add_fusion(home / "lake")
     assert main(["forget", "fusion.json", *_paths(home)]) == 0
