@@ -89,12 +89,15 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "comma-separated run-spec fields that form the workload key (runs compared with each other share them)"),
     Setting("trends.window_runs", "TAXBREAK_TRENDS_WINDOW_RUNS", int, 20,
             "previous runs of a workload whose median and MAD are a run's baseline"),
-    Setting("trends.min_runs", "TAXBREAK_TRENDS_MIN_RUNS", int, 5,
+    Setting("trends.min_runs", "TAXBREAK_TRENDS_MIN_RUNS", int, 10,
             "previous runs a workload needs before a run can be flagged"),
-    Setting("trends.mad_k", "TAXBREAK_TRENDS_MAD_K", float, 4.0,
-            "a figure moved when |value - median| exceeds this many robust sigmas (1.4826 x MAD) of the baseline"),
+    Setting("trends.mad_k", "TAXBREAK_TRENDS_MAD_K", float, 3.0,
+            "a figure moved when the median of a run and the next ones (trends.confirm_runs) differs from the "
+            "baseline median by more than this many robust sigmas (1.4826 x MAD) of the baseline"),
     Setting("trends.min_rel_change", "TAXBREAK_TRENDS_MIN_REL_CHANGE", float, 0.05,
             "... and at least this share of the baseline median (a change below it is never flagged)"),
+    Setting("trends.confirm_runs", "TAXBREAK_TRENDS_CONFIRM_RUNS", int, 5,
+            "runs (this one and the next) whose median must have moved: one noisy run is no change point"),
 )}
 # The run-spec fields a workload key may name (the columns of sql/run_spec.sql that describe the run; tested).
 RUN_SPEC_FIELDS = (

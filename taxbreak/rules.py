@@ -116,6 +116,12 @@ class RunConfig:
     t_sys_override_ns: int | None = None
     # The run-spec fields of the workload key, comma-separated (``trends.workload_key``; sql/run_spec.sql, ours).
     workload_key_fields: str = field(default_factory=lambda: _setting_default("trends.workload_key"))
+    # The change-point rule of workload_changes (``trends.*`` settings; docs/method.md "Trends and regressions").
+    trends_window_runs: int = field(default_factory=lambda: int(_setting_default("trends.window_runs")))
+    trends_min_runs: int = field(default_factory=lambda: int(_setting_default("trends.min_runs")))
+    trends_mad_k: float = field(default_factory=lambda: float(_setting_default("trends.mad_k")))
+    trends_min_rel_change: float = field(default_factory=lambda: float(_setting_default("trends.min_rel_change")))
+    trends_confirm_runs: int = field(default_factory=lambda: int(_setting_default("trends.confirm_runs")))
 
     @classmethod
     def from_settings(cls, t_sys_ns: int | None = None) -> RunConfig:
@@ -123,7 +129,12 @@ class RunConfig:
         from taxbreak.config import setting, workload_key_fields
 
         return cls(t_sys_override_ns=setting("analysis.t_sys_ns", t_sys_ns).value,
-                   workload_key_fields=",".join(workload_key_fields()))
+                   workload_key_fields=",".join(workload_key_fields()),
+                   trends_window_runs=int(setting("trends.window_runs").value),
+                   trends_min_runs=int(setting("trends.min_runs").value),
+                   trends_mad_k=float(setting("trends.mad_k").value),
+                   trends_min_rel_change=float(setting("trends.min_rel_change").value),
+                   trends_confirm_runs=int(setting("trends.confirm_runs").value))
 
 
 def _setting_default(key: str) -> str:

@@ -37,7 +37,7 @@ def test_definitions_content() -> None:
     assert isinstance(ingest.partitions_def, dg.DynamicPartitionsDefinition)
     assert ingest.partitions_def.name == "traces"
     cross = {f.name for f in sql_files() if f.scope == "cross_trace"}
-    assert cross == {"sweep_points", "sweep_transition"}
+    assert cross == {"sweep_points", "sweep_transition", "workload_trends", "workload_changes"}
     for name in tables:  # each table's code version hashes its SQL (and run-local inputs)
         node = graph.get(dg.AssetKey(name))
         assert node.code_version and len(node.code_version) == 16
