@@ -659,6 +659,12 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     add_compare_parser(sub)
 
 
+def _add_trend(sub: argparse._SubParsersAction) -> None:
+    from taxbreak.trend import add_trend_parser
+
+    add_trend_parser(sub)
+
+
 def _add_sql(sub: argparse._SubParsersAction) -> None:
     from taxbreak.query import add_sql_parser
 
@@ -679,7 +685,7 @@ def _add_whatif(sub: argparse._SubParsersAction) -> None:
 
 # The command table: one function per subcommand, in the order `taxbreak --help` lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_ingest, _add_traces, _add_analyze, _add_summary, _add_report, _add_export, _add_compare, _add_sql,
+    _add_ingest, _add_traces, _add_analyze, _add_summary, _add_report, _add_export, _add_compare, _add_trend, _add_sql,
     _add_forget, _add_retry, _add_nsys_check, _add_capture, _add_requests, _add_whatif,
 ]
 ADDERS = COMMANDS  # the earlier name

@@ -135,7 +135,40 @@ def compare(con: duckdb.DuckDBPyConnection, spec_a: str, spec_b: str) -> dict:
                      "lower_is_better": lower_better})
     return {"a": {"spec": spec_a, "trace_ids": ids_a, "caveats": a["caveats"]},
             "b": {"spec": spec_b, "trace_ids": ids_b, "caveats": b["caveats"]}, "rows": rows,
-            "verdict": verdict_change(con, ids_a, ids_b)}
+            "verdict": verdict_change(con, ids_a, ids_b), "workload_mismatch": workload_mismatch(con, ids_a, ids_b)}
+
+
+def _key_values(key: str) -> dict[str, str]:
+    """run_spec.workload_key ('field=value|...') as a dict."""
+    return dict(part.split("=", 1) for part in key.split("|") if "=" in part)
+
+
+def workload_mismatch(con: duckdb.DuckDBPyConnection, ids_a: list[str], ids_b: list[str]) -> list[dict]:
+    """The workload-key fields (run_spec, setting trends.workload_key) in which A and B differ: for each, the
+    values on each side. Empty when they are like for like (or the warehouse predates run_spec)."""
+    if not readmodel.has_relation(con, "run_spec"):
+        return []
+    keys = dict(con.execute("SELECT trace_id, workload_key FROM run_spec WHERE trace_id IN "
+                            "(SELECT unnest($ids::VARCHAR[]))", {"ids": list(ids_a) + list(ids_b)}).fetchall())
+
+    def side(ids: list[str]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for t in ids:
+            for f, v in _key_values(keys.get(t) or "").items():
+                out.setdefault(f, set()).add(v)
+        return out
+
+    sa, sb = side(ids_a), side(ids_b)
+    return [{"field": f, "a": sorted(sa.get(f, ())), "b": sorted(sb.get(f, ()))}
+            for f in dict.fromkeys([*sa, *sb]) if sa.get(f) != sb.get(f)]
+
+
+def format_workload_mismatch(mm: list[dict]) -> list[str]:
+    if not mm:
+        return []
+    parts = "; ".join(f"{m['field']} (A: {', '.join(m['a']) or '?'}; B: {', '.join(m['b']) or '?'})" for m in mm)
+    return [f"WARNING: A and B are not the same workload: they differ in {parts} (the workload key, setting "
+            "trends.workload_key): the differences below mix the change you look for with these", ""]
 
 
 def verdict_change(con: duckdb.DuckDBPyConnection, ids_a: list[str], ids_b: list[str]) -> dict | None:
@@ -197,6 +230,7 @@ def format_compare(result: dict) -> str:
              + ", ".join(t[:12] for t in result["a"]["trace_ids"][:6]),
              f"B = {result['b']['spec']}: {len(result['b']['trace_ids'])} trace(s) "
              + ", ".join(t[:12] for t in result["b"]["trace_ids"][:6]), ""]
+    lines += format_workload_mismatch(result.get("workload_mismatch") or [])
     lines += format_verdict_change(result.get("verdict"))
     lines.append(f"{'metric':<20} {'A':>14} {'B':>14} {'B - A':>14} {'change':>9}")
     for r in result["rows"]:

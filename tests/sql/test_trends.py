@@ -151,3 +151,33 @@ def test_run_spec_and_workloads_end_to_end(wh: duckdb.DuckDBPyConnection) -> Non
                              AND scope_kind = 'trace'""", {"t": "1" * 64}).fetchone()[0]
     assert trends[0][3] == by_scope and trends[0][4] == "not enough evidence"
     assert wh.execute("SELECT count(*) FROM workload_changes").fetchone()[0] == 0  # two runs: no baseline yet
+
+
+def test_compare_warns_when_runs_are_not_one_workload(wh: duckdb.DuckDBPyConnection) -> None:
+    from taxbreak.compare import compare, format_compare
+
+    same = compare(wh, "1" * 16, "2" * 16)
+    assert same["workload_mismatch"] == [] and "WARNING" not in format_compare(same)
+    other = compare(wh, "1" * 16, "4" * 16)
+    assert other["workload_mismatch"] == [{"field": "gpu_name", "a": ["NVIDIA H100 80GB HBM3"], "b": ["NVIDIA H200"]}]
+    assert ("WARNING: A and B are not the same workload: they differ in gpu_name (A: NVIDIA H100 80GB HBM3; B: "
+            "NVIDIA H200)") in format_compare(other)
+
+
+def test_trend_command(wh: duckdb.DuckDBPyConnection, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from taxbreak.cli import main
+
+    db = wh.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()[0]
+    assert main(["trend", "--warehouse", db]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["workload", "program", "runs", "last", "capture", "last", "change"]
+    assert sorted(int(line.split()[2]) for line in out.splitlines()[1:]) == [1, 1, 2]
+    assert main(["trend", "toy_run_1", "--warehouse", db, "--json"]) == 0  # a trace name: its workload
+    t = json.loads(capsys.readouterr().out)
+    assert [r["run_seq"] for r in t["runs"]] == [1, 2] and t["changes"] == [] and t["program"] == "toy-llm"
+    assert main(["trend", t["workload_id"][:6], "--warehouse", db]) == 0  # a workload id prefix
+    assert "no change point" in capsys.readouterr().out
+    assert main(["trend", "nope", "--warehouse", db]) == 2
+    assert "no workload id or trace matches 'nope'" in capsys.readouterr().err
