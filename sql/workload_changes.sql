@@ -46,26 +46,38 @@ long AS (
          gpu_idle_share, tklqt_per_launch_ns
     INTO NAME figure VALUE value
 ),
+-- the runs around each run, as equality joins on (workload, figure, run_seq + offset): the cost is linear in the
+-- runs (a band condition would pair every two runs of a workload first)
+offs AS (SELECT workload_id, unnest(range(1, window_runs + 1)) AS off FROM cfg),
+coffs AS (SELECT workload_id, unnest(range(0, confirm)) AS off FROM cfg),
+-- (materialised: each run's neighbour positions first, so the join below is on (workload, figure, run_seq))
+window_idx AS MATERIALIZED (
+    SELECT r.workload_id, r.trace_id, r.run_seq, r.figure, r.value, r.run_seq - o.off AS prev_seq
+    FROM long r JOIN offs o USING (workload_id)
+),
+window_pairs AS (
+    SELECT x.workload_id, x.trace_id, x.run_seq, x.figure, x.value, p.value AS prev_value
+    FROM window_idx x
+    JOIN long p ON p.workload_id = x.workload_id AND p.figure = x.figure AND p.run_seq = x.prev_seq
+),
+confirm_idx AS MATERIALIZED (
+    SELECT r.workload_id, r.trace_id, r.figure, r.run_seq + o.off AS next_seq
+    FROM long r JOIN coffs o USING (workload_id)
+),
 base AS (
-    SELECT r.workload_id, r.trace_id, r.run_seq, r.figure, r.value, median(p.value) AS med, count(p.value) AS n
-    FROM long r JOIN cfg c USING (workload_id)
-    JOIN long p ON p.workload_id = r.workload_id AND p.figure = r.figure
-               AND p.run_seq < r.run_seq AND p.run_seq >= r.run_seq - c.window_runs
-    GROUP BY ALL
+    SELECT workload_id, trace_id, run_seq, figure, value, median(prev_value) AS med, count(*) AS n
+    FROM window_pairs GROUP BY ALL
 ),
 spread AS (
     SELECT b.workload_id, b.trace_id, b.run_seq, b.figure, b.value, b.med, b.n,
-           1.4826 * median(abs(p.value - b.med)) AS sigma
-    FROM base b JOIN cfg c USING (workload_id)
-    JOIN long p ON p.workload_id = b.workload_id AND p.figure = b.figure
-               AND p.run_seq < b.run_seq AND p.run_seq >= b.run_seq - c.window_runs
+           1.4826 * median(abs(w.prev_value - b.med)) AS sigma
+    FROM base b JOIN window_pairs w USING (workload_id, trace_id, figure)
     GROUP BY ALL
 ),
 confirm AS (
-    SELECT r.workload_id, r.trace_id, r.figure, median(q.value) AS confirm_value, count(q.value) AS confirm_n
-    FROM long r JOIN cfg c USING (workload_id)
-    JOIN long q ON q.workload_id = r.workload_id AND q.figure = r.figure
-               AND q.run_seq >= r.run_seq AND q.run_seq < r.run_seq + c.confirm
+    SELECT x.workload_id, x.trace_id, x.figure, median(q.value) AS confirm_value, count(q.value) AS confirm_n
+    FROM confirm_idx x
+    JOIN long q ON q.workload_id = x.workload_id AND q.figure = x.figure AND q.run_seq = x.next_seq
     GROUP BY ALL
 ),
 judged AS (
@@ -86,12 +98,12 @@ judged AS (
 split AS (
     SELECT j.workload_id, j.trace_id, j.figure,
            abs(avg(a.value) - avg(b.value)) AS split_score
-    FROM judged j
-    JOIN long a ON a.workload_id = j.workload_id AND a.figure = j.figure
-               AND a.run_seq >= j.run_seq AND a.run_seq < j.run_seq + j.confirm
+    FROM (SELECT * FROM judged WHERE moved) j
+    JOIN confirm_idx ia ON ia.workload_id = j.workload_id AND ia.trace_id = j.trace_id AND ia.figure = j.figure
+    JOIN long a ON a.workload_id = j.workload_id AND a.figure = j.figure AND a.run_seq = ia.next_seq
+    JOIN confirm_idx ib ON ib.workload_id = j.workload_id AND ib.trace_id = j.trace_id AND ib.figure = j.figure
     JOIN long b ON b.workload_id = j.workload_id AND b.figure = j.figure
-               AND b.run_seq < j.run_seq AND b.run_seq >= j.run_seq - j.confirm
-    WHERE j.moved
+               AND b.run_seq = 2 * j.run_seq - 1 - ib.next_seq
     GROUP BY ALL
 ),
 clustered AS (
