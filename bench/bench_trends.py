@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     times = {}
     for n in (args.small, args.large):
         con = load(n)
-        times[n] = best(lambda: con.execute(f"CREATE OR REPLACE TABLE workload_changes AS {changes_sql}"),
+        times[n] = best(lambda c=con: c.execute(f"CREATE OR REPLACE TABLE workload_changes AS {changes_sql}"),
                         args.repeat)
         flagged = con.execute("SELECT count(*) FROM workload_changes WHERE figure = 'delta_ft_ns'").fetchone()[0]
         print(f"workload_changes over {n:>6,} runs in 20 workloads: {times[n] * 1000:8.1f} ms "
