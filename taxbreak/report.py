@@ -21,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from taxbreak import plots, readmodel, whatif_report
+from taxbreak import plots, readmodel, trend_report, whatif_report
 from taxbreak.config import add_path_args
 from taxbreak.plots import fmt_value
 
@@ -384,7 +384,8 @@ def collect(
         print(file=sys.stderr)
     return {"traces": traces, "sweeps": sweep_data(con, trace_ids), "assumptions": assumptions(traces),
             "assumption_groups": assumption_groups(traces), "step_id": step_id,
-            "caveats": {t["file_name"]: [c["text"] for c in readmodel.caveats(t)] for t in traces}}
+            "caveats": {t["file_name"]: [c["text"] for c in readmodel.caveats(t)] for t in traces},
+            "workloads": trend_report.workload_data(con) if trace_ids is None else []}
 
 
 REQUEST_STEPS_SHOWN = 40
@@ -909,6 +910,8 @@ def render_index(data: dict[str, Any], title: str = "TaxBreak report") -> str:
         body.append("<h3>Kernel durations</h3>" + _durations_section(traces))
         body.append("<h3>Kernels per token</h3>" + _kpt_section(traces))
         body.append("<h3>Batch-size sweeps</h3>" + _sweep_section(data["sweeps"]))
+        if data.get("workloads"):
+            body.append("<h3>Workloads over time</h3>" + trend_report.index_section(data["workloads"]))
     body.append("<h2>Assumptions, grouped by kind</h2>")
     body.append(_assumption_section(data.get("assumption_groups") or assumption_groups(traces)))
     return _page(title, body)
@@ -945,7 +948,7 @@ def _render_version() -> str:
     """Changes when the code that draws a page changes, so every page is redrawn then."""
     h = hashlib.sha256()
     for f in (Path(__file__), Path(plots.__file__), Path(readmodel.__file__), Path(whatif_report.__file__),
-              ASSETS / "timeline.js"):
+              Path(trend_report.__file__), ASSETS / "timeline.js"):
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
@@ -1001,6 +1004,16 @@ def write_report(
         p = folder / stale
         if p.parent == folder / "traces" and p.exists():
             p.unlink()
+    if data.get("workloads") is not None and trace_ids is None:
+        # a page per workload of two runs or more (trend_report); small, drawn every run, the others removed
+        drawn = set()
+        for w in data["workloads"]:
+            if w["run_count"] > 1:
+                drawn.add(trend_report.page_name(w))
+                _write_atomic(folder / trend_report.page_name(w), trend_report.render_workload_page(w, _page))
+        for p in (folder / "workloads").glob("*.html") if (folder / "workloads").is_dir() else []:
+            if f"workloads/{p.name}" not in drawn:
+                p.unlink()
     _write_atomic(index, render_index(data))
     _write_atomic(man_path, json.dumps({"version": version, "pages": pages, "pages_written_last_run": written},
                                        indent=1, sort_keys=True))

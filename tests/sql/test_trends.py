@@ -10,6 +10,7 @@ name ΔFT and the op that moved; a noise-only series must raise nothing over 60 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -181,3 +182,17 @@ def test_trend_command(wh: duckdb.DuckDBPyConnection, capsys: pytest.CaptureFixt
     assert "no change point" in capsys.readouterr().out
     assert main(["trend", "nope", "--warehouse", db]) == 2
     assert "no workload id or trace matches 'nope'" in capsys.readouterr().err
+
+
+def test_report_lists_workloads_and_draws_their_pages(wh: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
+    from taxbreak import report
+
+    index = report.write_report(wh, tmp_path / "rep")
+    html = index.read_text(encoding="utf-8")
+    assert "<h3>Workloads over time</h3>" in html
+    wid = wh.execute("SELECT workload_id FROM run_spec WHERE trace_id = $t", {"t": "1" * 64}).fetchone()[0]
+    assert f"<a href='workloads/{wid}.html'>toy-llm</a>" in html  # two runs: a page; one-run workloads: none
+    pages = sorted(p.name for p in (tmp_path / "rep" / "workloads").glob("*.html"))
+    assert pages == [f"{wid}.html"]
+    page = (tmp_path / "rep" / "workloads" / f"{wid}.html").read_text(encoding="utf-8")
+    assert "IL per run" in page and "ΔFT per run" in page and "Change points" in page and "none: every figure" in page
