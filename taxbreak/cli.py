@@ -398,6 +398,44 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
+    """``summary FILE``: ingest FILE into the configured lake and analyse it into the warehouse unless it is there
+    already (the same commands, their output on stderr), then point ``args.trace`` at its trace id."""
+    import contextlib
+
+    import duckdb
+
+    from taxbreak.ingest import file_sha256
+
+    tid = file_sha256(args.trace)
+    where = ["--lake", str(paths.lake), "--warehouse", str(paths.warehouse)]
+    analysed = False
+    if paths.warehouse.exists():
+        from taxbreak.query import WarehouseUnavailable, open_readonly
+
+        try:
+            opened = open_readonly(paths.warehouse)
+            try:
+                analysed = bool(opened.con.execute("SELECT count(*) FROM trace_meta WHERE trace_id = $t",
+                                                   {"t": tid}).fetchone()[0])
+            finally:
+                opened.con.close()
+        except (WarehouseUnavailable, duckdb.Error):
+            analysed = False
+    if not analysed:
+        with contextlib.redirect_stdout(sys.stderr):
+            if main(["ingest", "-q", args.trace, *where]) != 0:
+                emit(f"summary: {args.trace} did not ingest (see above)", err=True)
+                return 2
+            if main(["analyze", "-q", "--trace", tid[:16], *where]) != 0:
+                emit(f"summary: {args.trace} did not analyse (see above)", err=True)
+                return 2
+        emit(f"summary: {args.trace} was not analysed yet: ingested into {paths.lake} and analysed into "
+             f"{paths.warehouse} as trace {tid[:16]}", err=True)
+    args.trace = tid[:16]
+    return 0
+
+
 def cmd_summary(args: argparse.Namespace) -> int:
     import duckdb
 
@@ -405,6 +443,10 @@ def cmd_summary(args: argparse.Namespace) -> int:
     from taxbreak.readmodel import format_summary, summary
 
     paths = Paths.from_args(args)
+    if Path(args.trace).is_file():  # a trace file: ingested and analysed first where it is not yet (issue 29)
+        rc = _summary_of_file(args, paths)
+        if rc:
+            return rc
     opened = open_for_cli(args, "summary")  # like sql/compare/report: the snapshot while a writer holds the file
     if opened is None:
         return 2
