@@ -353,10 +353,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     def progress(event: engine.Event) -> None:
         if event.kind == "check":
+            r = event.result
             if args.verbose and not args.json:
-                r = event.result
                 note(args, f"  check {r.name:<36} {'ok' if r.passed else 'BROKEN'}  ({r.violations:,} of "
                      f"{r.rows_checked:,} rows of {r.table} break it)")
+            elif not r.passed and not r.check.blocking:  # a warn-severity check: told, not blocking
+                note(args, f"taxbreak analyze: warning: {r.message()}")
             return
         if event.kind not in ("table_started", "table"):
             return
