@@ -305,11 +305,11 @@ def exports_behind(db) -> bool:  # noqa: ANN001 - the warehouse file (Path)
     "what a writer that died left pending and reports the marts.",
 )
 def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from taxbreak.engine import publish
     from taxbreak.marts import marts_location, trace_counts
 
-    if exports_behind(warehouse.file()):
-        with warehouse.writer(traces=[]):  # only what earlier writers left pending, then the snapshot (small)
-            pass
+    if exports_behind(warehouse.file()):  # only what earlier writers left pending, then the snapshot (small)
+        publish(warehouse.file(), lambda _con: None, traces=[], label="warehouse_exports")
     counts = trace_counts(warehouse.file())  # from the manifest: a folder or S3 alike, nothing listed
     return dg.MaterializeResult(metadata={
         "marts_dir": marts_location(warehouse.file()), "snapshot": str(warehouse.exports_dir() / SNAPSHOT_NAME),
