@@ -2,7 +2,7 @@
 
 A failed file is otherwise never retried while its content is unchanged (the sensor and the sweep skip content
 the catalogue knows).  A retry forces ``ingest_file(..., force=True)`` and, for the traces that now ingest,
-rebuilds the warehouse tables for those traces under the same writer lock the pipeline takes.
+rebuilds the warehouse tables for those traces through the one run every writer takes (``taxbreak.engine.run``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from taxbreak.config import S3Settings
 from taxbreak.ingest import IngestResult, Lake
 from taxbreak.pipeline.bucket import bucket_for_url, ingest_from
 from taxbreak.tracenames import TraceAmbiguous, TraceNotFound
-from taxbreak.warehouse import warehouse_lock, writer
+from taxbreak.warehouse import warehouse_lock
 
 __all__ = ["cmd_retry", "rebuild_tables", "retry_row", "select_failed", "warehouse_lock"]
 
@@ -57,13 +57,15 @@ def retry_row(row: dict, lake: Lake, cache_dir: Path | None = None) -> RetryOutc
     return RetryOutcome(row["trace_id"], source, res, res.error)
 
 
-def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str]) -> dict[str, int]:
-    """Every sql/ file for ``trace_ids`` (``taxbreak.analysis.materialize``) under the one writer rule
-    (``taxbreak.warehouse.writer``: lock, one transaction, readers' snapshot); rows per table."""
-    from taxbreak.analysis import materialize
+def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str], hooks=None) -> dict[str, int]:  # noqa: ANN001
+    """Every sql/ file for ``trace_ids`` through the one run (``taxbreak.engine.run``: computed outside the writer
+    lock, checked, published in one transaction under it, then the marts and the readers' snapshot); rows per
+    table, in the plan's order.  ``hooks``: the run's event callback."""
+    from taxbreak import engine
+    from taxbreak.plan import plan_tables
 
-    with writer(warehouse, traces=trace_ids) as con:
-        return materialize(warehouse, lake_root, trace_ids, con=con)
+    counts = engine.run(engine.Where(warehouse, lake_root), traces=trace_ids, hooks=hooks).counts
+    return {n: counts[n] for n in plan_tables() if n in counts}
 
 
 def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.cli

@@ -27,6 +27,7 @@ from taxbreak.config import ConfigError, Paths, add_path_args, describe_origin
 from taxbreak.query import printable
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+EXIT_INVARIANT_BROKEN = 4  # a writer's computed rows break an invariant of sql/checks: nothing was published
 
 
 def version() -> str:
@@ -315,11 +316,12 @@ def _match_traces(rows: list[dict], wanted: list[str]) -> tuple[list[str], list[
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from taxbreak.analysis import compute_run, materialize, publish_run
+    from taxbreak import engine
+    from taxbreak.checks import InvariantBroken
     from taxbreak.ingest import Lake
     from taxbreak.plan import plan_tables
     from taxbreak.rules import RunConfig
-    from taxbreak.warehouse import WarehouseBusy, snapshot_path, writer
+    from taxbreak.warehouse import WarehouseBusy, snapshot_path
 
     paths = Paths.from_args(args)
     try:
@@ -349,7 +351,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     bar = PhaseBar("analyze", bars)
     started: dict[str, float] = {}
 
-    def progress(name: str, index: int, total: int, rows: int | None) -> None:
+    def progress(event: engine.Event) -> None:
+        if event.kind == "check":
+            r = event.result
+            if args.verbose and not args.json:
+                note(args, f"  check {r.name:<36} {'ok' if r.passed else 'BROKEN'}  ({r.violations:,} of "
+                     f"{r.rows_checked:,} rows of {r.table} break it)")
+            elif not r.passed and not r.check.blocking:  # a warn-severity check: told, not blocking
+                note(args, f"taxbreak analyze: warning: {r.message()}")
+            return
+        if event.kind not in ("table_started", "table"):
+            return
+        name, index, total, rows = event.name, event.index, event.total, event.rows
         if rows is None:
             started[name] = time.perf_counter()
             if bars:
@@ -366,21 +379,20 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 print(line, flush=True)
 
     t0 = time.perf_counter()
-    try:
-        if trace_ids is None:  # every trace: written whole, under the writer lock
-            with writer(paths.warehouse, traces=None, on_wait=lambda m: note(args, m)) as con:
-                counts = materialize(paths.warehouse, paths.lake, tables=args.table or None, config=config,
-                                     con=con, progress=progress)
-        else:  # some traces: computed without the lock, then published under it (taxbreak.analysis.compute_run)
-            with compute_run(paths.warehouse, paths.lake, trace_ids, tables=args.table or None, config=config,
-                             progress=progress) as run:
-                counts = {}
-                if run.trace_ids:
-                    with writer(paths.warehouse, traces=run.trace_ids, on_wait=lambda m: note(args, m)) as con:
-                        counts = publish_run(con, run, progress=progress)
+    try:  # every trace: written whole under the writer lock; some: computed without it, published under it
+        counts = engine.run(paths, traces=trace_ids, tables=args.table or None, config=config, hooks=progress,
+                            on_wait=lambda m: note(args, m)).counts
     except WarehouseBusy as exc:
         emit(f"taxbreak analyze: {exc}", err=True)
         return 3
+    except InvariantBroken as exc:
+        bar.close()
+        emit(f"taxbreak analyze: {exc.scope}: nothing published (the tables, marts and snapshot stay as they were)",
+             err=True)
+        for r in exc.broken:
+            emit(f"taxbreak analyze: broken invariant {r.name} ({r.check.path}): {r.violations:,} of "
+                 f"{r.rows_checked:,} row(s) of table {r.table} break it: {r.check.description}", err=True)
+        return EXIT_INVARIANT_BROKEN
     finally:
         bar.close()
     seconds = time.perf_counter() - t0
@@ -499,9 +511,10 @@ def forget_in_lake(lake: Any, trace_id: str) -> list[str]:
 
 def cmd_forget(args: argparse.Namespace) -> int:
     from taxbreak.analysis import forget_traces
+    from taxbreak.engine import publish
     from taxbreak.ingest import Lake
     from taxbreak.ingest.lake import EVENTS_DIR
-    from taxbreak.warehouse import WarehouseBusy, warehouse_lock, writer
+    from taxbreak.warehouse import WarehouseBusy, warehouse_lock
 
     paths = Paths.from_args(args)
     lake = Lake(paths.lake)
@@ -534,10 +547,13 @@ def cmd_forget(args: argparse.Namespace) -> int:
         while True:
             if Path(paths.warehouse).exists():
                 # the marts of those traces only (taxbreak.marts removes every file holding them)
-                with writer(paths.warehouse, traces=ids, on_wait=lambda m: note(args, m)) as con:
-                    out["warehouse_rows_deleted"] = forget_traces(con, ids)
+                def lake_too(_con: Any) -> None:  # after the tables' publication committed, still under the lock
                     for tid in ids:
                         out["lake_removed"] += forget_in_lake(lake, tid)
+
+                out["warehouse_rows_deleted"] = publish(paths, lambda con: forget_traces(con, ids), traces=ids,
+                                                        after=lake_too, on_wait=lambda m: note(args, m),
+                                                        label="forget")
                 break
             with warehouse_lock(paths.warehouse, on_wait=lambda m: note(args, m)):
                 if not Path(paths.warehouse).exists():  # no table holds them; no writer can start meanwhile
@@ -602,7 +618,9 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "fusion candidates for all ingested traces, or only the selected ones (their rows are replaced). "
         "Takes the warehouse's writer lock (waiting for another writer), publishes every table in one transaction "
         "(an interrupted run changes nothing) and then the readers' snapshot exports/snapshot.duckdb. "
-        "Exit 2 on a bad option, 3 when the warehouse stayed busy.",
+        "Before publishing, the computed rows are checked against the invariants of sql/checks/*.sql; a broken "
+        "one publishes nothing and is named with its table and the rows that break it (-v lists every check). "
+        "Exit 2 on a bad option, 3 when the warehouse stayed busy, 4 when an invariant is broken.",
     )
     p.add_argument("--trace", action="append", help="trace id prefix, file name, its stem or a unique substring "
                    "(repeatable; default: all)")
@@ -786,8 +804,12 @@ def main(argv: list[str] | None = None) -> int:
         emit(f"taxbreak: {exc}", err=True)
         return 2
     except Exception as exc:
+        from taxbreak.checks import InvariantBroken
         from taxbreak.warehouse import WarehouseBusy
 
+        if isinstance(exc, InvariantBroken):  # any writer (retry, ...) whose computed rows break an invariant
+            emit(f"taxbreak {args.command}: {exc}", err=True)
+            return EXIT_INVARIANT_BROKEN
         if not isinstance(exc, WarehouseBusy):  # any writer (retry, whatif --save, ...) that found it busy
             raise
         emit(f"taxbreak {args.command}: {exc}", err=True)

@@ -117,11 +117,18 @@ def print_results(paths: Paths, results: list[Any] | None = None) -> int:
 
 
 def _print_analysis(paths: Paths, trace_ids: list[str]) -> None:
-    """The headline of every trace from the warehouse tables (built by the pipeline, or here when missing)."""
-    from taxbreak import analysis, readmodel
+    """The headline of every trace from the warehouse tables (built by the pipeline, or here when missing: through
+    the one run every writer takes, ``taxbreak.engine.run``: the writer lock, the checks, one publication, the marts
+    and the readers' snapshot)."""
+    from taxbreak import engine, readmodel
+    from taxbreak.checks import InvariantBroken
 
     if not paths.warehouse.exists():
-        analysis.materialize(paths.warehouse, paths.lake)
+        try:
+            engine.run(paths)
+        except InvariantBroken as exc:
+            print(f"(no analysis: {exc})")
+            return
     for trace_id in trace_ids:
         try:
             print(readmodel.format_summary(readmodel.summary(paths.warehouse, trace_id)))

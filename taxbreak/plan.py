@@ -80,17 +80,26 @@ def _strip_comments(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
 
 
+TABLE_KEYS = ("table", "grain", "reads", "materialize", "scope", "description", "column")
 _HEADER = re.compile(r"^--\s*(table|grain|reads|materialize|scope|description|column):\s*(.*)$")
+_ANY_KEY = re.compile(r"^--\s*([a-z_]+):\s*(.*)$")
+
+
+def header(text: str, keys: tuple[str, ...] = TABLE_KEYS) -> list[tuple[str, str]]:
+    """The ``-- key: value`` header lines of a file's text whose key is one of ``keys``, in order (the one header
+    parser: the tables' files here, the checks' in ``taxbreak.checks``)."""
+    out = []
+    for line in text.splitlines():
+        m = _ANY_KEY.match(line.strip())
+        if m and m.group(1) in keys:
+            out.append((m.group(1), m.group(2).strip()))
+    return out
 
 
 def parse_sql_file(path: Path) -> SqlFile:
     text = path.read_text(encoding="utf-8")
     sf = SqlFile(name=path.stem, path=path, text=text)
-    for line in text.splitlines():
-        m = _HEADER.match(line.strip())
-        if not m:
-            continue
-        key, val = m.group(1), m.group(2).strip()
+    for key, val in header(text):
         if key == "table" and val != sf.name:
             raise ValueError(f"{path}: '-- table: {val}' does not match the file name")
         if key == "grain":

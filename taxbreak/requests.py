@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from taxbreak.analysis import publication
 from taxbreak.plan import SQL_DIR, SqlFile, parse_sql_file
 
 TERMS = ("beta", "a1", "a2", "a3", "a4")
@@ -544,8 +545,7 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
     counts: dict[str, int] = {}
     con.register("request_fit_rows", rows)
     try:
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with publication(con):  # one transaction; joins the caller's (taxbreak.engine.publish) when there is one
             first = files[0]
             con.execute(f"CREATE OR REPLACE TEMP TABLE _new_fit AS {first.text}")
             if _has_table(con, first.name):
@@ -569,10 +569,6 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
                 counts[sf.name] = con.execute(f"SELECT count(*) FROM main.{sf.name}").fetchone()[0]
             con.execute("DROP TABLE IF EXISTS temp._new_fit")
             con.execute("DROP TABLE IF EXISTS temp._old_fit")
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
     finally:
         con.unregister("request_fit_rows")
     return {"fitted": [{k: r[k] for k in ("model_name", "gpu_name", "phase", "fit_basis", "steps_fitted")}
@@ -722,13 +718,16 @@ def cmd_requests(args: Any) -> int:
               file=sys.stderr)
         return 2
     if args.refit:
-        from taxbreak.warehouse import WarehouseBusy, writer
+        from taxbreak.engine import publish
+        from taxbreak.warehouse import WarehouseBusy
+
+        def write(con: Any) -> dict[str, Any]:
+            return refit(con, None if not args.all else [tuple(r) for r in con.execute(
+                "SELECT DISTINCT model_name, gpu_name, phase FROM serving_steps WHERE fit_ready").fetchall()])
 
         try:
-            # the one writer rule (taxbreak.warehouse): the lock, then the readers' snapshot published after
-            with writer(paths.warehouse) as con:
-                res = refit(con, None if not args.all else [tuple(r) for r in con.execute(
-                    "SELECT DISTINCT model_name, gpu_name, phase FROM serving_steps WHERE fit_ready").fetchall()])
+            # the one publisher (taxbreak.engine.publish): the lock, one transaction, then the readers' snapshot
+            res = publish(paths, write, label="request_model_fit")
         except (RequestsError, WarehouseBusy) as exc:
             print(f"requests: {paths.warehouse}: {exc}", file=sys.stderr)
             return 2

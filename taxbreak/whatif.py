@@ -1100,16 +1100,12 @@ TABLE_DOCS = {
 
 def table_docs() -> list[Any]:
     """The tables' header docs as taxbreak.analysis.SqlFile objects (for docgen and COMMENT ON)."""
-    from taxbreak.plan import _HEADER, SqlFile
+    from taxbreak.plan import SqlFile, header
 
     out = []
     for name, text in TABLE_DOCS.items():
         sf = SqlFile(name=name, path=Path(__file__), text=text)
-        for line in text.splitlines():
-            m = _HEADER.match(line.strip())
-            if not m:
-                continue
-            key, val = m.group(1), m.group(2).strip()
+        for key, val in header(text):  # the one header parser (taxbreak.plan)
             if key == "grain":
                 sf.grain = val
             elif key == "reads":
@@ -1328,12 +1324,12 @@ def cmd_whatif(args: Any) -> int:
         return 2
     finally:
         con.close()
-    if args.save:  # under the one writer rule, as one publication (taxbreak.warehouse)
-        from taxbreak.warehouse import WarehouseBusy, writer
+    if args.save:  # the one publisher (taxbreak.engine.publish): the writer lock, one publication, the snapshot
+        from taxbreak.engine import publish
+        from taxbreak.warehouse import WarehouseBusy
 
         try:
-            with writer(paths.warehouse, traces=[tid]) as wcon:
-                write_tables(wcon, results)
+            publish(paths, lambda wcon: write_tables(wcon, results), traces=[tid], label="whatif")
         except WarehouseBusy as exc:
             print(f"whatif: {exc}", file=sys.stderr)
             return 3

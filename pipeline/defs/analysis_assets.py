@@ -2,9 +2,11 @@
 
 The per-trace tables are the specs of one multi-asset step partitioned by ``traces`` (``analysis_tables``), so a
 run prepares its traces' inputs once and publishes once, and each table's partitions page shows which traces are
-materialised.  A run for some traces computes its tables in a file of its own without the writer lock and holds
-the lock only to publish them (``taxbreak.analysis.compute_run`` / ``publish_run``); a run over every trace computes
-under it (``materialize_table`` per table, in dependency order), as it rewrites every table whole.
+materialised.  The step is one run of the engine (``taxbreak.engine.run``, as for ``taxbreak analyze``): a run for
+some traces computes its tables in a file of its own without the writer lock and holds the lock only to publish
+them; a run over every trace computes under it, as it rewrites every table whole; the invariants
+(``sql/checks``) are evaluated on the run's rows before anything is published; the engine's events become the
+step's materialisations and check results.
 The cross-trace tables (``-- scope: cross_trace``: the sweeps) belong to no trace: they are an unpartitioned
 multi-asset step after it (``cross_trace_tables``), recomputed from every trace's rows.
 Each asset's code version hashes its SQL file, the run-local files it reads and the run settings (rules).
@@ -22,7 +24,8 @@ import hashlib
 import dagster as dg
 
 from taxbreak.analysis import settings_tables
-from taxbreak.pipeline.defs.checks import check_specs, evaluate, markdown_preview
+from taxbreak.pipeline.defs.checks import check_specs, markdown_preview
+from taxbreak.pipeline.defs.checks import results as check_results
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES, run_trace_id, trace_ids_of_keys
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
@@ -204,14 +207,8 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     ):  # noqa: ANN202 - yields MaterializeResult
         import pyarrow.compute as pc
 
-        from taxbreak.analysis import (
-            compute_run,
-            drop_run_local,
-            materialize_table,
-            publication,
-            publish_run,
-            release_after,
-        )
+        from taxbreak import engine
+        from taxbreak.checks import InvariantBroken
 
         trace_ids = trace_ids_for_run(context, config.full_rebuild)
         if trace_ids == []:
@@ -226,69 +223,50 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                 context.log.info(f"trace {trace_ids[0][:16]} is not in the lake ({row and row['status']}); "
                                  "tables unchanged")
                 return
+        if trace_ids is None and not pc.any(pc.equal(lake.get().catalogue().column("status"), "ingested")).as_py():
+            context.log.info("no trace in the lake is ingested; tables unchanged")
+            return
         selected = {k.path[-1] for k in context.selected_asset_keys}
         checks = {k.name for k in context.selected_asset_check_keys}
         scope = ("all traces" if trace_ids is None else f"trace {trace_ids[0][:16]}" if len(trace_ids) == 1
                  else f"{len(trace_ids)} traces")
         plan = needed_files(selected)
-        if trace_ids is not None:
-            # Some traces: computed without the writer lock in the run's own file (runs of other traces compute at
-            # the same time), checked there, and only then published under the lock (taxbreak.analysis.compute_run).
-            with compute_run(warehouse.file(), lake.get(), trace_ids, tables=sorted(selected)) as run:
-                if not run.trace_ids:
-                    context.log.info(f"{scope}: none is ingested in the lake; tables unchanged")
-                    return
-                # the blocking invariants on the run's rows: a broken one publishes nothing
-                evaluations = evaluate(run.con, checks)
-                broken = [e.check_name for e in evaluations if not e.passed]
-                if broken:
-                    yield from evaluations
-                    raise dg.Failure(f"{scope}: invariant(s) {', '.join(broken)} broken; nothing published "
-                                     "(the tables, marts and snapshot stay as they were)")
-                results = [dg.MaterializeResult(asset_key=name, metadata=_metadata(run.con, name, run.counts[name],
-                                                                                   scope, partial=True))
-                           for name in plan if name in selected]
-                # the marts of the run's traces only (taxbreak.marts): a run's cost does not grow with the traces
-                with warehouse.writer(traces=run.trace_ids) as con:
-                    publish_run(con, run, cross_trace=False)  # the cross-trace tables are the next step's
-            yield from results
-            yield from evaluations
+        results: list[dg.MaterializeResult] = []
+
+        def on_event(event: engine.Event) -> None:
+            # the run's tables computed (its own file for some traces, the warehouse inside the run's transaction
+            # for every trace): their materialisation metadata, reported once the run is published
+            if event.kind == "computed":
+                results.extend(dg.MaterializeResult(asset_key=name, metadata=_metadata(
+                    event.con, name, event.counts[name], scope, partial=event.partial))
+                    for name in plan if name in selected)
+
+        # The one run (taxbreak.engine.run): some traces computed without the writer lock in the run's own file
+        # (runs of other traces compute at the same time), every trace under it; the blocking invariants on the
+        # run's rows before anything is published; one publication; the marts of the run's traces only
+        # (taxbreak.marts: a run's cost does not grow with the traces); the cross-trace tables are the next step's.
+        try:
+            done = engine.run(engine.Where(warehouse.file(), lake.get()), traces=trace_ids, tables=sorted(selected),
+                              hooks=on_event, checks=checks, cross_trace=False)
+        except InvariantBroken as exc:
+            yield from check_results(exc.results)
+            raise dg.Failure(f"{scope}: invariant(s) {', '.join(r.name for r in exc.broken)} broken; nothing "
+                             "published (the tables, marts and snapshot stay as they were)") from None
+        if trace_ids is not None and not done.trace_ids:
+            context.log.info(f"{scope}: none is ingested in the lake; tables unchanged")
             return
-        if not pc.any(pc.equal(lake.get().catalogue().column("status"), "ingested")).as_py():
-            context.log.info("no trace in the lake is ingested; tables unchanged")
-            return
-        results = []
-        with warehouse.writer(traces=None) as con:
-            # Every trace, written whole under the writer lock: every file the selection needs, in dependency
-            # order (a table's inputs then already exist in the connection when it is computed).  One publication
-            # (one transaction): a step that dies leaves every table as it was; the results are reported once it
-            # is committed.
-            with publication(con):
-                release = release_after(plan)
-                for name in plan:
-                    computed = materialize_table(con, name, trace_ids=None, lake_root=lake.get(), plan=plan)
-                    drop_run_local(con, release.get(name, []))
-                    if name in selected:
-                        results.append(dg.MaterializeResult(asset_key=name,
-                                                            metadata=_metadata(con, name, computed, scope)))
-                # the blocking invariants, before the commit: a broken one publishes nothing
-                evaluations = evaluate(con, checks)
-                broken = [e.check_name for e in evaluations if not e.passed]
-                if broken:
-                    yield from evaluations
-                    raise dg.Failure(f"{scope}: invariant(s) {', '.join(broken)} broken; nothing published "
-                                     "(the tables, marts and snapshot stay as they were)")
         yield from results
-        yield from evaluations
+        yield from check_results(done.checks)
 
     @dg.multi_asset(specs=[s for s in TABLE_SPECS if s.key.path[-1] in CROSS_TRACE], can_subset=True, pool=POOL,
                     name="cross_trace_tables")
     def cross_trace_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource):  # noqa: ANN202
-        from taxbreak.analysis import build_cross_trace, publication
+        from taxbreak.analysis import build_cross_trace
+        from taxbreak.engine import publish
 
         results = []
-        # no trace's marts change here; the cross-trace tables are republished whole, then the snapshot
-        with warehouse.writer(traces=[], tables=[]) as con, publication(con):
+
+        def write(con) -> None:  # noqa: ANN001 - DuckDB connection
             for name in CROSS_TRACE:  # dependency order
                 if dg.AssetKey(name) not in context.selected_asset_keys:
                     continue
@@ -298,6 +276,10 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                     continue
                 results.append(dg.MaterializeResult(asset_key=name,
                                                     metadata=_metadata(con, name, computed, "all traces")))
+
+        # no trace's marts change here; the cross-trace tables are republished whole (one publication), then the
+        # snapshot
+        publish(warehouse.file(), write, traces=[], tables=[], label="cross_trace_tables")
         yield from results
 
     return [analysis_tables] + ([cross_trace_tables] if CROSS_TRACE else [])
@@ -323,11 +305,11 @@ def exports_behind(db) -> bool:  # noqa: ANN001 - the warehouse file (Path)
     "what a writer that died left pending and reports the marts.",
 )
 def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from taxbreak.engine import publish
     from taxbreak.marts import marts_location, trace_counts
 
-    if exports_behind(warehouse.file()):
-        with warehouse.writer(traces=[]):  # only what earlier writers left pending, then the snapshot (small)
-            pass
+    if exports_behind(warehouse.file()):  # only what earlier writers left pending, then the snapshot (small)
+        publish(warehouse.file(), lambda _con: None, traces=[], label="warehouse_exports")
     counts = trace_counts(warehouse.file())  # from the manifest: a folder or S3 alike, nothing listed
     return dg.MaterializeResult(metadata={
         "marts_dir": marts_location(warehouse.file()), "snapshot": str(warehouse.exports_dir() / SNAPSHOT_NAME),

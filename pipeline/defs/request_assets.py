@@ -28,22 +28,29 @@ REQUEST_MODEL_FIT = dg.AssetKey("request_model_fit")
     "(docs/method.md, docs/warehouse.md).",
 )
 def request_model_fit(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from taxbreak.engine import publish
     from taxbreak.requests import refit, stale_groups
 
-    with warehouse.writer() as con:
+    def write(con):  # noqa: ANN001, ANN202 - DuckDB connection; (refit result, fits) or None
         has_steps = bool(con.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'serving_steps' AND NOT temporary").fetchone()[0])
         if not has_steps:
             context.log.info("no serving_steps table yet: nothing to fit")
-            return dg.MaterializeResult(metadata={"refitted_groups": 0})
+            return None
         stale = stale_groups(con)
         if not stale:
             context.log.info("every (model, GPU, phase) fit is up to date")
-            return dg.MaterializeResult(metadata={"refitted_groups": 0})
+            return None
         res = refit(con, stale)
-        fits = con.execute(
+        return res, con.execute(
             "SELECT model_name, gpu_name, phase, steps_fitted, r2, rel_err_p90, rel_err_p99, baseline_r2, "
             "baseline_rel_err_p90, baseline_rel_err_p99 FROM request_model_fit ORDER BY ALL").fetchall()
+
+    # the one publisher (taxbreak.engine.publish): the lock, one transaction, the readers' snapshot
+    done = publish(warehouse.file(), write, label="request_model_fit")
+    if done is None:
+        return dg.MaterializeResult(metadata={"refitted_groups": 0})
+    res, fits = done
     table = ["| model | GPU | phase | steps | R2 | p90 | p99 | baseline R2 | baseline p90 | baseline p99 |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     table += [f"| {m} | {g} | {p} | {n:,} | {r2:.4f} | {e90:.1%} | {e99:.1%} | {br2:.4f} | {b90:.1%} | {b99:.1%} |"

@@ -34,11 +34,12 @@ def whatif_tables(
     context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource,
 ):  # noqa: ANN201 - yields MaterializeResult
     from taxbreak import whatif
+    from taxbreak.engine import publish
 
     trace_ids = trace_ids_for_run(context, config.full_rebuild)
-    # the marts of the run's trace only (None: every trace) and only of the two tables this step writes: the
-    # trace's other tables, just published by the analysis step, stay where they are (taxbreak.marts)
-    with warehouse.writer(traces=trace_ids, tables=[k.path[-1] for k in WHATIF_KEYS]) as con:
+
+    def write(con):  # noqa: ANN001, ANN202 - DuckDB connection; (traces replayed, rows written, table totals)
+        nonlocal trace_ids
         # the run's traces that have kernels (a run for some traces looks only at their rows)
         analysed = {r[0] for r in con.execute(
             "SELECT trace_id FROM skip_by_trace WHERE kernels > 0 AND ($all OR trace_id IN "
@@ -59,6 +60,13 @@ def whatif_tables(
             for k, v in n.items():
                 rows[k] += v
         totals = {k: (con.execute(f"SELECT count(*) FROM {k}").fetchone()[0] if _has(con, k) else 0) for k in rows}
+        return todo, rows, totals
+
+    # the one publisher (taxbreak.engine.publish), one publication per trace (whatif.write_tables): the marts of
+    # the run's trace only (None: every trace) and only of the tables this step writes: the trace's other tables,
+    # just published by the analysis step, stay where they are (taxbreak.marts)
+    todo, rows, totals = publish(warehouse.file(), write, traces=trace_ids,
+                                 tables=[k.path[-1] for k in WHATIF_KEYS], one_transaction=False, label="whatif")
     for key in context.selected_asset_keys:
         name = key.path[-1]
         yield dg.MaterializeResult(asset_key=key, metadata={

@@ -1,4 +1,5 @@
-"""The asset checks' rules find the rows that break them: clean tables pass, one corrupted value is caught."""
+"""The invariants (sql/checks/*.sql) find the rows that break them: clean tables pass, one corrupted value is caught;
+Dagster shows them as blocking asset checks of the tables they guard."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import duckdb
 import pytest
 
 from taxbreak.analysis import materialize
+from taxbreak.checks import check_files, evaluate
 from taxbreak.ingest import Lake, ingest_file
-from taxbreak.pipeline.defs.checks import RULES, _violations
 
 from .conftest import write_kineto
 
@@ -28,8 +29,20 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _run(db: Path) -> dict[str, tuple[int, int]]:
     with duckdb.connect(str(db)) as con:
-        present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        return {name: _violations(con, table, query, present)[:2] for table, name, _, query in RULES}
+        return {r.name: (r.rows_checked, r.violations) for r in evaluate(con)}
+
+
+def test_the_checks_are_the_files_beside_the_tables() -> None:
+    checks = {c.name: c for c in check_files()}
+    assert sorted(checks) == sorted(c[0] for c in CORRUPTIONS)
+    assert {c.table for c in checks.values()} == {"taxbreak_by_scope", "kernel_taxbreak"}
+    assert {c.severity for c in checks.values()} == {"error"}
+    assert checks["kernel_sums_match_trace_rows"].reads == ("kernel_taxbreak", "taxbreak_by_scope")
+    from taxbreak.pipeline.defs.checks import check_specs
+
+    specs = {s.name: s for s in check_specs(["kernel_taxbreak"])}
+    assert sorted(specs) == ["kernel_sums_match_trace_rows", "per_kernel_costs_consistent"]
+    assert all(s.blocking for s in specs.values())
 
 
 # (rule broken, statement breaking it in one row of trace a's 3 kernels); the trace row is scope_kind 'trace'
@@ -59,8 +72,8 @@ def test_clean_tables_pass_every_rule(warehouse: Path) -> None:
         n_kernels = con.execute("SELECT count(*) FROM kernel_taxbreak").fetchone()[0]
         n_scopes = con.execute("SELECT count(*) FROM taxbreak_by_scope").fetchone()[0]
     assert n_kernels == 5
-    assert _run(warehouse) == {name: (n_kernels if table == "kernel_taxbreak" else n_scopes, 0)
-                               for table, name, _, _ in RULES}
+    assert _run(warehouse) == {c.name: (n_kernels if c.table == "kernel_taxbreak" else n_scopes, 0)
+                               for c in check_files()}
 
 
 @pytest.mark.parametrize(("rule", "corruption"), CORRUPTIONS, ids=[c[0] for c in CORRUPTIONS])
@@ -93,16 +106,18 @@ def test_a_broken_invariant_blocks_the_trace(env: dict[str, Path], instance, mon
     """The checks are blocking and evaluated before the commit: a trace whose rows break a rule (here a rule made to
     flag every trace row) publishes nothing: no rows in the tables, no partition in the marts; the run fails and the
     failed evaluation is recorded; the trace before it stays as it was."""
-    from taxbreak.pipeline.defs import checks
+    import dataclasses
+
+    from taxbreak import engine
     from taxbreak.pipeline.local import load_defs, tick
 
     defs = load_defs()
     first = write_kineto(env["inbox"] / "first.json", 2)
     t1 = tick(defs, instance)
     assert [r.success for r in t1.runs] == [True]
-    broken = [(t, n, d, "SELECT trace_id FROM taxbreak_by_scope WHERE scope_kind = 'trace'")
-              if n == "hdbi_in_unit_interval" else (t, n, d, q) for t, n, d, q in checks.RULES]
-    monkeypatch.setattr(checks, "RULES", broken)
+    broken = [dataclasses.replace(c, text="SELECT trace_id FROM taxbreak_by_scope WHERE scope_kind = 'trace'")
+              if c.name == "hdbi_in_unit_interval" else c for c in check_files()]
+    monkeypatch.setattr(engine, "check_files", lambda: broken)
     write_kineto(env["inbox"] / "second.json", 3, base_us=99.0)
     t2 = tick(defs, instance, t1.cursor)
     (run,) = t2.runs
