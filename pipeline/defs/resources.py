@@ -22,9 +22,8 @@ own fields say otherwise; the warehouse and the cache are local files (DuckDB ne
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,8 +33,6 @@ from taxbreak.config import S3_ENV, SETTINGS, Paths, S3Settings, is_s3_url, norm
 from taxbreak.pipeline.bucket import Bucket, bucket_for_url, open_bucket
 
 if TYPE_CHECKING:
-    import duckdb
-
     from taxbreak.ingest import Lake
 
 
@@ -106,23 +103,6 @@ class WarehouseResource(dg.ConfigurableResource):
 
     def exports_dir(self) -> Path:
         return self.file().parent / "exports"
-
-    @contextlib.contextmanager
-    def writer(
-        self, read_only: bool = False, traces: list[str] | None = None, tables: list[str] | None = None,
-    ) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The one connection to the file, under the one writer rule of ``taxbreak.warehouse.writer``.
-
-        DuckDB lets no other process open a file that one process holds read-write, so every step (writers,
-        checks, exports) takes the lock; the ``duckdb_writer`` pool (limit 1) keeps steps of concurrent runs
-        from queueing on it, and the lock also covers the CLI and a second instance sharing the file.  A writing
-        step publishes the readers' snapshot when it ends, republishing the marts of ``traces`` (None: all) in
-        ``tables`` (None: every per-trace table).
-        """
-        from taxbreak.warehouse import writer
-
-        with writer(self.file(), read_only=read_only, traces=traces, tables=tables) as con:
-            yield con
 
 
 # resource -> field -> the environment variables that configure it (first set wins), from the settings registry
