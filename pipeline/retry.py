@@ -15,9 +15,8 @@ from taxbreak.config import S3Settings
 from taxbreak.ingest import IngestResult, Lake
 from taxbreak.pipeline.bucket import bucket_for_url, ingest_from
 from taxbreak.tracenames import TraceAmbiguous, TraceNotFound
-from taxbreak.warehouse import warehouse_lock
 
-__all__ = ["cmd_retry", "rebuild_tables", "retry_row", "select_failed", "warehouse_lock"]
+__all__ = ["cmd_retry", "rebuild_tables", "retry_row", "select_failed"]
 
 
 @dataclass
