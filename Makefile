@@ -15,8 +15,8 @@ help:
 
 $(STAMP): requirements.lock requirements-dev.lock constraints.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.lock -c constraints.lock
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.lock -c constraints.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 # `make demo` adds one real GPU trace from the vendored public traces (tests/data/SOURCES.md): the H100 Qwen1.5-0.5B
@@ -26,10 +26,18 @@ DEMO_TRACE ?= tests/data/public/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.j
 demo: $(STAMP)
 	$(BIN)/python -m taxbreak.demo $(if $(wildcard $(DEMO_TRACE)),--trace $(DEMO_TRACE)) $(ARGS)
 
+# The suite runs on parallel workers (pytest-xdist, pinned in requirements-dev.lock): TEST_WORKERS=auto is one per
+# core, TEST_WORKERS=0 runs it in one process; PYTEST_ARGS="--durations=30" adds options. worksteal: an idle worker
+# takes tests from a busy one's queue.
+# The project's modules are byte-compiled first: many tests start `python -m taxbreak.cli` processes, and where
+# PYTHONDONTWRITEBYTECODE is set each one would compile them again.
+TEST_WORKERS ?= auto
+PYTEST_ARGS ?=
 test: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium) || echo "chromium not installed: the report browser tests will skip"
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m compileall -q taxbreak ingest pipeline schemas sql
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import FUSION_ID, MIXED_ID, Run, add_fusion
+from cli_support import FUSION_ID, MIXED_ID, Run, add_fusion
 
 from taxbreak import __version__
 from taxbreak.cli import main

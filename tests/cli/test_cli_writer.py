@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import FUSION_ID, MIXED_ID, Run, add_fusion, build_mixed
+from cli_support import FUSION_ID, MIXED_ID, Run, add_fusion, build_mixed
 
 from taxbreak.plan import plan_tables, sql_files
 from taxbreak.warehouse import FAULT_ENV, snapshot_path

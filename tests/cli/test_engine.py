@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import FUSION_ID, MIXED_ID, add_fusion
+from cli_support import FUSION_ID, MIXED_ID, add_fusion
 
 from taxbreak import engine
 from taxbreak.checks import check_files

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import FUSION_ID, MIXED_ID, add_fusion
+from cli_support import FUSION_ID, MIXED_ID, add_fusion
 
 from taxbreak.analysis import compute_run, publish_run
 from taxbreak.cli import main

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
-from conftest import FUSION_ID, MIXED_ID, Run, add_fusion
+from cli_support import FUSION_ID, MIXED_ID, Run, add_fusion
 
 from taxbreak.marts import marts_dir, pending
 from taxbreak.warehouse import FAULT_ENV, snapshot_path

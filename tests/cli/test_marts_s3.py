@@ -15,7 +15,7 @@ from pathlib import Path
 import boto3
 import duckdb
 import pytest
-from conftest import FUSION_ID, MIXED_ID, Run, add_fusion
+from cli_support import FUSION_ID, MIXED_ID, Run, add_fusion
 from s3_helpers import empty, moto_s3, point_at
 
 from taxbreak import marts

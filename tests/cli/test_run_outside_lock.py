@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import MIXED_ID
+from cli_support import MIXED_ID
 from sql.scenarios import NULL_ID, build_mixed, mixed_rows, null_kernel_rows, write_trace
 
 from taxbreak import analysis

@@ -15,6 +15,11 @@ SUITE=${TAXBREAK_DEBIAN_SUITE:-bookworm}
 
 find_nsys() { find "$1" -path '*/bin/nsys' \( -type f -o -type l \) 2>/dev/null | sort | head -n 1; }
 
+# One set-up at a time: two test modules call this, and the parallel workers of `make test` (pytest-xdist) may
+# start both at once on a fresh machine; the second waits, then finds DEST finished.
+mkdir -p "$(dirname "$DEST")"
+if command -v flock >/dev/null; then exec 9>"$DEST.lock"; flock 9; fi
+
 if [[ -f "$DEST/.complete" ]]; then
     nsys=$(find_nsys "$DEST")
     [[ -n "$nsys" ]] && { echo "$nsys"; exit 0; }

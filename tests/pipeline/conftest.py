@@ -1,5 +1,5 @@
-"""Fixtures for the pipeline tests: a temporary bucket/lake/warehouse, a Dagster instance with telemetry off, and
-small Kineto and Nsight traces written by code."""
+"""Fixtures for the pipeline tests: a temporary bucket/lake/warehouse, a Dagster instance with telemetry and
+compute-log capture off, and small Kineto and Nsight traces written by code."""
 
 from __future__ import annotations
 
@@ -57,7 +57,11 @@ def write_kineto(path: Path, n_kernels: int, **kw: float) -> Path:
 def dagster_home(tmp_path: Path) -> Path:
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    # no compute-log capture: it starts a `tail -F` and a watcher process per step, and no test reads those logs
+    # (deploy/'s instances keep theirs: tests/pipeline/test_deploy.py)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\ncompute_logs:\n"
+                                       "  module: dagster._core.storage.noop_compute_log_manager\n"
+                                       "  class: NoOpComputeLogManager\n")
     return home
 
 

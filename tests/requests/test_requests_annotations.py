@@ -9,8 +9,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import ev
 from public_data import available
+from requests_support import ev
 
 from taxbreak import analysis
 from taxbreak.ingest import Lake, ingest_file

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import serving_con
+from requests_support import serving_con
 
 from taxbreak.requests import RequestsError, design, fit_phase, refit, stale_groups
 

@@ -4,7 +4,7 @@ request's cost within 5% and the fitted model beats the token-count baseline on 
 from __future__ import annotations
 
 import pytest
-from conftest import serving_con
+from requests_support import serving_con
 
 from taxbreak.capture.synthetic_serving import ServedRequest as Req
 from taxbreak.capture.synthetic_serving import ServingConfig, make_requests, run_tables, schedule, simulate_serving
