@@ -30,10 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
 
-    from taxbreak import readmodel
+    from taxbreak import engine, readmodel
     from taxbreak.cli import main as cli
     from taxbreak.query import open_readonly
-    from taxbreak.warehouse import writer
     from taxbreak.whatif import compute_and_write
 
     with tempfile.TemporaryDirectory(prefix="bench_verdict_") as tmp:
@@ -49,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = [r[0] for r in opened.con.execute("SELECT trace_id FROM trace_meta ORDER BY file_name").fetchall()]
         opened.con.close()
         t0 = time.perf_counter()
-        with writer(wh, traces=ids) as con:
-            compute_and_write(con, lake, ids)
+        engine.publish(wh, lambda con: compute_and_write(con, lake, ids), traces=ids, label="bench_verdict")
         replay_s = time.perf_counter() - t0
         opened = open_readonly(wh)
         try:
