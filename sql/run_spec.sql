@@ -134,11 +134,13 @@ SELECT
     v.trace_id, v.file_name, v.program, v.model, v.gpu_name, v.gpu_count, v.host_cpu, v.dtype, v.batch_size,
     v.seq_len, v.output_tokens, v.phase_mix, v.trace_kind, v.torch_version, v.cuda_version, v.engine,
     v.engine_version, v.t_sys_source, v.capture_tool, v.capture_tool_version, v.field_sources,
-    array_to_string(list_transform(string_split(c.workload_key_fields, ','),
-                                   lambda k: trim(k) || '=' || coalesce(v.vals[trim(k)], '?')), '|') AS workload_key,
-    md5(array_to_string(list_transform(string_split(c.workload_key_fields, ','),
-                                       lambda k: trim(k) || '=' || coalesce(v.vals[trim(k)], '?')), '|'))[1:12]
-        AS workload_id,
+    k.workload_key,
+    md5(k.workload_key)[1:12] AS workload_id,
     v.capture_ts_ns, v.capture_ts_source,
     c.trends_window_runs, c.trends_min_runs, c.trends_mad_k, c.trends_min_rel_change, c.trends_confirm_runs
 FROM v CROSS JOIN run_config c
+CROSS JOIN LATERAL (
+    SELECT array_to_string(list_transform(string_split(c.workload_key_fields, ','),
+                                          lambda f: trim(f) || '=' || coalesce(v.vals[trim(f)], '?')), '|')
+               AS workload_key
+) k

@@ -24,9 +24,7 @@ _RUN_COLUMNS = ("run_seq", "trace_id", "file_name", "capture_ts_ns", "capture_ts
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    cur = con.execute(sql, params or {})
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    return readmodel._rows(con, sql, params or {})  # noqa: SLF001 - the read model's one row reader
 
 
 def workloads(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
