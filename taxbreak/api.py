@@ -28,7 +28,7 @@ import pandas as pd
 
 from taxbreak import readmodel
 
-__all__ = ["Summary", "Warehouse", "WhatIf", "analyze_file", "open"]
+__all__ = ["Summary", "Warehouse", "WhatIf", "analyze_file", "ingest_and_analyze", "open"]
 
 
 def _frame(rows: list[dict[str, Any]] | None) -> pd.DataFrame:
@@ -184,29 +184,34 @@ def open(warehouse: str | os.PathLike[str] | None = None, lake: str | os.PathLik
     return Warehouse(warehouse, lake)
 
 
-def analyze_file(path: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> Summary:
-    """Ingest and analyse one trace file into ``home`` (``lake/`` and ``taxbreak.duckdb`` there; default a new
-    temporary folder, kept) through the same commands as the CLI, and return its Summary; ``Summary.raw`` holds
-    ``home``.  Raises ValueError naming the file and the problem when it does not ingest or analyse."""
+def ingest_and_analyze(path: str | os.PathLike[str], lake: Path, warehouse: Path, log: Any = None) -> str:
+    """Ingest ``path`` into ``lake`` and analyse it into ``warehouse`` with the CLI's own ``ingest`` and ``analyze``
+    (their output to ``log``, default discarded); its trace id.  ValueError naming the file and the problem when it
+    does not ingest, is no trace, or does not analyse.  The one path of ``analyze_file`` and ``summary FILE``."""
     from taxbreak.cli import main
-
-    home = Path(home) if home is not None else Path(tempfile.mkdtemp(prefix="taxbreak_"))
-    lake, wh = home / "lake", home / "taxbreak.duckdb"
-    paths = ["--lake", str(lake), "--warehouse", str(wh)]
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        rc = main(["ingest", "-q", "--json", str(path), *paths])
-    if rc != 0:
-        raise ValueError(f"{path}: not ingested: {err.getvalue().strip() or 'see `taxbreak traces`'}")
     from taxbreak.ingest import Lake, file_sha256
 
-    tid = file_sha256(path)
-    if Lake(lake).catalogue_row(tid) is None:
-        raise ValueError(f"{path}: not a trace file taxbreak reads")
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        rc = main(["analyze", "-q", "--trace", tid[:16], *paths])
-    if rc != 0:
-        raise ValueError(f"{path}: analysis failed: {err.getvalue().strip()}")
+    out = log if log is not None else io.StringIO()
+    where = ["--lake", str(lake), "--warehouse", str(warehouse)]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        if main(["ingest", "-q", str(path), *where]) != 0:
+            raise ValueError(f"{path}: not ingested"
+                             + ("" if log is not None else f": {out.getvalue().strip() or 'see `taxbreak traces`'}"))
+        tid = file_sha256(path)
+        if Lake(lake).catalogue_row(tid) is None:
+            raise ValueError(f"{path}: not a trace file taxbreak reads")
+        if main(["analyze", "-q", "--trace", tid[:16], *where]) != 0:
+            raise ValueError(f"{path}: analysis failed" + ("" if log is not None else f": {out.getvalue().strip()}"))
+    return tid
+
+
+def analyze_file(path: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> Summary:
+    """Ingest and analyse one trace file into ``home`` (``lake/`` and ``taxbreak.duckdb`` there; default a new
+    temporary folder, kept) through the same commands as the CLI (``ingest_and_analyze``), and return its Summary;
+    ``Summary.raw["home"]`` says where.  Raises ValueError naming the file and the problem."""
+    home = Path(home) if home is not None else Path(tempfile.mkdtemp(prefix="taxbreak_"))
+    lake, wh = home / "lake", home / "taxbreak.duckdb"
+    tid = ingest_and_analyze(path, lake, wh)
     s = Warehouse(wh, lake).summary(tid[:16])
     s.raw["home"] = str(home)
     return s

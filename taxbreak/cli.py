@@ -413,14 +413,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
     """``summary FILE``: ingest FILE into the configured lake and analyse it into the warehouse unless it is there
     already (the same commands, their output on stderr), then point ``args.trace`` at its trace id."""
-    import contextlib
 
     import duckdb
 
     from taxbreak.ingest import file_sha256
 
     tid = file_sha256(args.trace)
-    where = ["--lake", str(paths.lake), "--warehouse", str(paths.warehouse)]
     analysed = False
     if paths.warehouse.exists():
         from taxbreak.query import WarehouseUnavailable, open_readonly
@@ -435,13 +433,13 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
         except (WarehouseUnavailable, duckdb.Error):
             analysed = False
     if not analysed:
-        with contextlib.redirect_stdout(sys.stderr):
-            if main(["ingest", "-q", args.trace, *where]) != 0:
-                emit(f"summary: {args.trace} did not ingest (see above)", err=True)
-                return 2
-            if main(["analyze", "-q", "--trace", tid[:16], *where]) != 0:
-                emit(f"summary: {args.trace} did not analyse (see above)", err=True)
-                return 2
+        from taxbreak.api import ingest_and_analyze
+
+        try:
+            ingest_and_analyze(args.trace, paths.lake, paths.warehouse, log=sys.stderr)  # their output: stderr
+        except ValueError as exc:
+            emit(f"summary: {exc} (see above)", err=True)
+            return 2
         emit(f"summary: {args.trace} was not analysed yet: ingested into {paths.lake} and analysed into "
              f"{paths.warehouse} as trace {tid[:16]}", err=True)
     args.trace = tid[:16]
