@@ -2,7 +2,7 @@
 
     python bench/bench_analysis.py [--kernels 1000000] [--threads 2] [--keep DIR]
 
-Writes the synthetic lake partition (bench/gen_synthetic_lake.py), then times ``taxbreak.analysis.materialize``
+Writes the synthetic lake partition (bench/gen_synthetic_lake.py), then times ``taxbreak.engine.analysis.materialize``
 per table into a fresh DuckDB warehouse and prints the total, the peak RSS of the analysis (per table too, where
 Linux lets the peak be reset), the DuckDB memory_limit in force and the figure it is compared with:
 the Kineto ingest time of a trace with the same number of kernels written by bench/gen_kineto.py (measured on a
@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 
 import gen_synthetic_lake  # noqa: E402
 
-from taxbreak import analysis  # noqa: E402
+from taxbreak.engine import analysis  # noqa: E402
 
 KINETO_MB_S = 150.0
 KINETO_BYTES_PER_EVENT = 330
@@ -131,7 +131,7 @@ def main() -> None:
         state = analysis._run_state(con)
         order = analysis.sql_files()
         files = {f.name: f for f in order}
-        release = analysis.release_after([f.name for f in order])  # as taxbreak.analysis.materialize does
+        release = analysis.release_after([f.name for f in order])  # as taxbreak.engine.analysis.materialize does
         for f in order:
             t1, c1 = time.perf_counter(), time.process_time()  # CPU: every thread of the process
             n = analysis._build(con, f.name, state, files)

@@ -20,10 +20,10 @@ over the per-trace marts stay close to the same queries over one DuckDB table.
    publications queue (no batching).
 3. **lock**: how long one run for one trace (``--lock-kernels``) holds the warehouse's writer lock when it computes
    under it (a run over every trace still does) vs when it computes in its own file first
-   (``taxbreak.analysis.compute_run``) and holds the lock only to publish; ``--repeat`` times each, alternating.
+   (``taxbreak.engine.analysis.compute_run``) and holds the lock only to publish; ``--repeat`` times each, alternating.
 4. **The documented queries** (``docs/queries/*.sql``) over the snapshot's views of the marts of ``--traces``
    traces vs the same queries on the DuckDB warehouse file (one table holding the same rows); best of 3 each.
-   Target: at most 2x.  Measured on two layouts of the marts (``taxbreak.marts``): as a whole rewrite leaves them
+   Target: at most 2x.  Measured on two layouts of the marts (``taxbreak.store.marts``): as a whole rewrite leaves them
    (one segment per table), and after ``--republish`` traces were published again one write each (the segment's
    rows of those traces superseded, tiers of compacted segments, loose partitions); the seconds of those writes
    (first and last tenth, the slowest: a compaction) and of a write with no traces of its own (the
@@ -80,8 +80,8 @@ def kineto_file(path: Path, n_kernels: int, seed: int) -> Path:
 def home_with(root: Path, n: int, kernels: int) -> dict[str, Path]:
     """A home whose warehouse holds ``n`` analysed synthetic traces (marts and snapshot published), their
     partitions registered in its Dagster instance as the sensor would have."""
-    from taxbreak.analysis import materialize
-    from taxbreak.warehouse import writer
+    from taxbreak.engine.analysis import materialize
+    from taxbreak.store.warehouse import writer
 
     paths = {"inbox": root / "inbox", "lake": root / "lake", "warehouse": root / "wh" / "taxbreak.duckdb",
              "cache": root / "cache", "dagster": root / "dagster_home"}
@@ -99,7 +99,7 @@ def home_with(root: Path, n: int, kernels: int) -> dict[str, Path]:
     if not report.exists():  # the report the earlier runs' report steps wrote (one page per trace)
         import duckdb
 
-        from taxbreak.report import write_report
+        from taxbreak.read.report import write_report
 
         con = duckdb.connect(str(paths["warehouse"].parent / "exports" / "snapshot.duckdb"), read_only=True)
         try:
@@ -249,7 +249,7 @@ def _execute(requests: list[tuple[str, dict[str, str], dict]]) -> list[bool]:
 def batch_concurrent(paths: dict[str, Path], files: list[Path], workers: int) -> float:
     """The sensor's one ``trace_job`` run per file, ``workers`` runs at a time (each worker process started and
     its definitions loaded before the clock starts, as the serial reference's are): each run's tables are
-    computed outside the writer lock (taxbreak.analysis.compute_run), so only their publications queue."""
+    computed outside the writer lock (taxbreak.engine.analysis.compute_run), so only their publications queue."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -282,9 +282,9 @@ def lock_held(paths: dict[str, Path], kernels: int, repeat: int) -> list[tuple[f
     writer lock is held when the run computes under it, as a run over every trace still does and a run for some
     traces did before; seconds a run computes outside it, ``compute_run``; seconds its publication then holds it,
     ``publish_run``), each including the marts and snapshot of that trace."""
-    from taxbreak.analysis import compute_run, materialize, publish_run
+    from taxbreak.engine.analysis import compute_run, materialize, publish_run
     from taxbreak.ingest.lake import Lake
-    from taxbreak.warehouse import writer
+    from taxbreak.store.warehouse import writer
 
     tid = hashlib.sha256(f"bench-marts-{kernels}-0".encode()).hexdigest()  # synthetic_traces' first id
     if Lake(paths["lake"]).catalogue_row(tid) is None:  # (a kept --out folder: already there)
@@ -309,8 +309,8 @@ def whole_rewrite_over_loose(paths: dict[str, Path]) -> int:
     """Lay the home's marts out as loose partitions only (a whole rewrite that may not compact), then rewrite them
     whole into one segment (which replaces every one of those partitions); returns how many files the layout
     replaced."""
-    from taxbreak.marts import load_manifest, marts_dir
-    from taxbreak.warehouse import writer
+    from taxbreak.store.marts import load_manifest, marts_dir
+    from taxbreak.store.warehouse import writer
 
     os.environ["TAXBREAK_MARTS_COMPACT_LOOSE"] = str(1 << 30)
     try:
@@ -331,8 +331,8 @@ def median(xs: list[float]) -> float:
 def empty_write(paths: dict[str, Path]) -> float:
     """Seconds of the ``warehouse_exports`` step's work: a write with no traces of its own (pending markers, marts,
     snapshot, replaced files) and the count of every table's traces, best of 3."""
-    from taxbreak.marts import marts_dir, partitions
-    from taxbreak.warehouse import writer
+    from taxbreak.store.marts import marts_dir, partitions
+    from taxbreak.store.warehouse import writer
 
     best = float("inf")
     for _ in range(3):
@@ -349,7 +349,7 @@ def republish(paths: dict[str, Path], n: int) -> list[float]:
     """Seconds of each of ``n`` writes that publish one trace again (its marts, compaction when due, snapshot)."""
     import duckdb
 
-    from taxbreak.warehouse import writer
+    from taxbreak.store.warehouse import writer
 
     with duckdb.connect(str(paths["warehouse"]), read_only=True) as con:
         ids = [r[0] for r in con.execute("SELECT trace_id FROM trace_meta ORDER BY trace_id LIMIT $n", {"n": n})
@@ -364,7 +364,7 @@ def republish(paths: dict[str, Path], n: int) -> list[float]:
 
 
 def layout(paths: dict[str, Path]) -> str:
-    from taxbreak.marts import load_manifest, marts_dir
+    from taxbreak.store.marts import load_manifest, marts_dir
 
     m = load_manifest(marts_dir(paths["warehouse"]))
     tiers: dict[int, int] = {}
@@ -380,7 +380,7 @@ def queries(paths: dict[str, Path]) -> tuple[float, float, int]:
     file (one table each), and the number of queries; the results are compared row for row."""
     import duckdb
 
-    from taxbreak.warehouse import snapshot_path
+    from taxbreak.store.warehouse import snapshot_path
 
     texts = [p.read_text() for p in sorted((REPO / "docs" / "queries").glob("*.sql"))]
     timings = {}
@@ -453,7 +453,7 @@ def main() -> None:
                 sm, bm = (median([st.get(step, float("nan")) for _, _, st in runs[k]]) for k in ("small", "big"))
                 print(f"  step {step:<40} {sm:6.2f} s  {bm:6.2f} s (medians)")
         if "backlog" not in skip:
-            from taxbreak.marts import COLLECT_PER_WRITE
+            from taxbreak.store.marts import COLLECT_PER_WRITE
 
             due = {k: whole_rewrite_over_loose(h) for k, h in (("small", small), ("big", big))}
             os.environ["TAXBREAK_MARTS_KEEP_REPLACED_S"] = "0"  # every replaced file due for deletion
@@ -470,7 +470,7 @@ def main() -> None:
             for step in s_steps:
                 print(f"  step {step:<40} {s_steps[step]:6.2f} s  {b_steps.get(step, float('nan')):6.2f} s")
         if "queries" not in skip:
-            from taxbreak.warehouse import writer
+            from taxbreak.store.warehouse import writer
 
             t0 = time.perf_counter()
             with writer(big["warehouse"]):  # a whole rewrite: every trace, one segment per table

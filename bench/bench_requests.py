@@ -5,7 +5,8 @@ co-batched workloads with known per-request costs, and the time to fit and attri
 
 For each scheduling policy (separate: prefill/decode steps, SGLang-like; chunked: mixed steps, vLLM-like) it
 simulates a workload of about --steps steps (SYNTHETIC: step latency = the sum of known per-request costs times
-2% lognormal noise), loads it into an in-memory DuckDB shaped like the warehouse, runs ``taxbreak.requests.refit``
+2% lognormal noise), loads it into an in-memory DuckDB shaped like the warehouse, runs
+``taxbreak.features.requests.refit``
 (numpy fit + the SQL attribution) and prints:
 
 - the time of the fit and of the attribution, beside a reference measured in the same run: the same grid search
@@ -30,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from taxbreak.capture.synthetic_serving import ServingConfig, run_tables, simulate_serving  # noqa: E402
-from taxbreak.requests import GRID_POINTS, MIN_SEGMENT_STEPS, design, fit_phase, refit  # noqa: E402
+from taxbreak.features.requests import GRID_POINTS, MIN_SEGMENT_STEPS, design, fit_phase, refit  # noqa: E402
 
 STEPS_PER_REQUEST = 3.3  # steps per request of the default workload at arrivals 0.3 (measured, for sizing)
 

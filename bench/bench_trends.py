@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def series(runs: int, workloads: int = 20, seed: int = 1) -> tuple[list[dict], list[dict], list[dict]]:
     """workload_trends, run_spec and op rows: ``runs`` runs spread over ``workloads`` workloads, a +8% ΔFT shift
     two thirds into each."""
-    from taxbreak.rules import RunConfig
+    from taxbreak.engine.rules import RunConfig
 
     cfg, rnd = RunConfig(), random.Random(seed)
     trends, spec, ops = [], [], []
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--query-runs", type=int, default=10_000)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from taxbreak import trend
-    from taxbreak.plan import sql_files
+    from taxbreak.engine.plan import sql_files
+    from taxbreak.features import trend
 
     changes_sql = next(f for f in sql_files() if f.name == "workload_changes").text
     times = {}

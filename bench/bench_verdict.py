@@ -30,10 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
 
-    from taxbreak import engine, readmodel
     from taxbreak.cli import main as cli
-    from taxbreak.query import open_readonly
-    from taxbreak.whatif import compute_and_write
+    from taxbreak.engine import runner
+    from taxbreak.features.whatif import compute_and_write
+    from taxbreak.read import readmodel
+    from taxbreak.store.query import open_readonly
 
     with tempfile.TemporaryDirectory(prefix="bench_verdict_") as tmp:
         lake, wh = Path(tmp) / "lake", Path(tmp) / "wh" / "taxbreak.duckdb"
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = [r[0] for r in opened.con.execute("SELECT trace_id FROM trace_meta ORDER BY file_name").fetchall()]
         opened.con.close()
         t0 = time.perf_counter()
-        engine.publish(wh, lambda con: compute_and_write(con, lake, ids), traces=ids, label="bench_verdict")
+        runner.publish(wh, lambda con: compute_and_write(con, lake, ids), traces=ids, label="bench_verdict")
         replay_s = time.perf_counter() - t0
         opened = open_readonly(wh)
         try:

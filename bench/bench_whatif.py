@@ -1,4 +1,4 @@
-"""Benchmark and validation figures of the what-if replay (taxbreak.whatif; docs/method.md "What-if replay").
+"""Benchmark and validation figures of the what-if replay (taxbreak.features.whatif; docs/method.md "What-if replay").
 
     python bench/bench_whatif.py [--kernels 1000000] [--model dense] [--skip-public] [--skip-truth] [--keep DIR]
 
@@ -25,8 +25,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from taxbreak import analysis, whatif
 from taxbreak.capture.synthetic import Dist, SyntheticConfig, kernels_per_step, write_kineto
+from taxbreak.engine import analysis
+from taxbreak.features import whatif
 from taxbreak.ingest import ingest_file
 from taxbreak.ingest.lake import Lake
 

@@ -8,7 +8,8 @@ need a static decode step / a compiled chain and are written here with the same 
 ``DIR/traces`` (gzipped Kineto JSON + sidecars, at most 6 MB in all: checked), are ingested and analysed by the
 project's own code (``ingest_file``, ``analysis.materialize``, ``requests.refit``) into a temporary warehouse under
 ``DIR/_work`` (removed at the end unless ``--keep-work``), and every figure is read from the warehouse tables or
-computed by the project's what-if replay (``taxbreak.whatif``); nothing the pipeline computes is re-derived here.
+computed by the project's what-if replay (``taxbreak.features.whatif``); nothing the pipeline computes is re-derived
+here.
 
 It prints one table (quantity, predicted, measured, relative error, target, status, note) and writes it as
 ``DIR/validation.json``. Rows:
@@ -50,12 +51,13 @@ from typing import Any
 
 import duckdb
 
-from taxbreak import analysis, requests, whatif
 from taxbreak.config import Paths
+from taxbreak.engine import analysis
+from taxbreak.engine.rules import T_SYS_DEFAULTS
+from taxbreak.features import requests, whatif
 from taxbreak.ingest import ingest_file
 from taxbreak.ingest.lake import Lake
-from taxbreak.readmodel import has_relation
-from taxbreak.rules import T_SYS_DEFAULTS
+from taxbreak.store.query import has_relation
 
 # --- targets (docs/capture.md, "Real-GPU validation") ---------------------------------------------------------------
 WHATIF_TARGET = 0.03  # what-if predictions within 3% of the measured run (docs/method.md "What-if replay")
@@ -400,7 +402,7 @@ def capture_all(run: Run) -> None:
 
 # --- ingest and analysis ----------------------------------------------------------------------------------------------
 def analyse(run: Run, paths: Paths) -> None:
-    from taxbreak.warehouse import writer
+    from taxbreak.store.warehouse import writer
 
     lake = Lake(paths.lake)
     for role, f in run.files.items():

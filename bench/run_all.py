@@ -17,7 +17,7 @@ same invocation is the figure.  The references:
   ns rounding (the default) and without (HTA_DISABLE_NS_ROUNDING=1), and AMD TraceLens; their launch statistics
   and temporal/idle breakdown calls (bench/peers.py, run in .venv-bench: ``make bench-env``).  Skipped, with the
   reason printed, where .venv-bench or a tool is missing.
-- Analysis (every table of ``taxbreak.analysis.materialize``) vs the ingest of the same trace, and vs the peers'
+- Analysis (every table of ``taxbreak.engine.analysis.materialize``) vs the ingest of the same trace, and vs the peers'
   analysis calls alone (their load excluded).
 - Nsight SQLite ingest vs a plain ADBC copy of every table of the export into Parquet, and vs ``nsys stats``
   (kernel and CUDA API summaries) where an nsys is found ($TAXBREAK_NSYS, PATH, or .venv/nsys from
@@ -120,7 +120,7 @@ def _reset_peak() -> None:
 
 
 def _task_analysis(lake: str, warehouse: str) -> dict:
-    from taxbreak import analysis
+    from taxbreak.engine import analysis
 
     peaks: dict[str, float] = {"(start)": _vm_hwm_mb() or 0.0}  # resetting VmHWM resets ru_maxrss too
 

@@ -7,7 +7,8 @@ its adapter module plus one line there.
 ``ingest_file`` is the single entry point used by the CLI and the pipeline: it hashes the file (the
 hash is the trace id), skips content already in the lake, picks the adapter from the file's bytes,
 streams the adapter's batches into the lake and records the outcome in the catalogue.  The trace's sidecar
-``<trace>.meta.json`` (``taxbreak.meta``) is read at the same time into the catalogue row's ``metadata_json``, so
+``<trace>.meta.json`` (``taxbreak.ingest.sidecar``) is read at the same time into the catalogue row's
+``metadata_json``, so
 the analysis reads the lake alone; a sidecar found beside content already stored updates that row (the events are
 not read again).  A file that
 fails is recorded as failed with its reason and never raises past this function; a file that is no trace
@@ -42,6 +43,7 @@ from taxbreak.ingest.base import (
     Adapter,
     AdapterOutput,
     IngestError,
+    IngestLimits,
     NotATraceError,
     OpenContext,
     TraceId,
@@ -54,7 +56,13 @@ from taxbreak.ingest.base import (
     starts_with,
 )
 from taxbreak.ingest.lake import Lake
-from taxbreak.meta import SIDECAR_CHECKED_KEY, SIDECAR_KEYS, SIDECAR_SOURCE_KEY, SIDECAR_SUFFIX, sidecar_update
+from taxbreak.ingest.sidecar import (
+    SIDECAR_CHECKED_KEY,
+    SIDECAR_KEYS,
+    SIDECAR_SOURCE_KEY,
+    SIDECAR_SUFFIX,
+    sidecar_update,
+)
 
 __all__ = [
     "ADAPTERS",
@@ -213,9 +221,10 @@ def _scrub(message: str, path: Path, shown: str, work: Path | None) -> str:
 
 def _open_adapter(
     adapter: Adapter, path: Path, trace_id: TraceId, workdir: Path, cache_dir: Path | None,
-    progress: Callable[[int, int], None] | None,
+    progress: Callable[[int, int], None] | None, limits: IngestLimits,
 ) -> AdapterOutput:
-    out = adapter.open(path, trace_id, OpenContext(workdir=workdir, cache_dir=cache_dir, progress=progress))
+    out = adapter.open(path, trace_id, OpenContext(workdir=workdir, cache_dir=cache_dir, progress=progress,
+                                                   limits=limits))
     out.info.source_format = adapter.name  # the catalogue's source_format is the registry's name
     return out
 
@@ -277,20 +286,22 @@ def ingest_file(
     source_path: str | None = None,
     file_name: str | None = None,
     sidecar: Sidecar | None = None,
+    limits: IngestLimits | None = None,
 ) -> IngestResult:
     """Ingest one file into ``lake``; never raises for a bad file (the catalogue records why).
 
     ``source_path`` / ``file_name``: what the catalogue and messages call the file when ``path`` is a local
     copy (an object downloaded from S3); default ``path`` and its name.  ``sidecar``: where the trace's sidecar
     is (an object beside the trace's object); default the file beside ``path``, named after ``source_path``.
-    An invalid or unreadable sidecar never fails the trace: the catalogue records why (``taxbreak.meta``)."""
+    An invalid or unreadable sidecar never fails the trace: the catalogue records why (``taxbreak.ingest.sidecar``)."""
     p = Path(path)
     shown = source_path or str(p)
     name = file_name or p.name
     side = sidecar or Sidecar.beside(p, shown)
     _recover_once(lake, tmp_dir)
     for attempt in (1, 2):
-        result = _ingest_once(p, lake, force, cache_dir, tmp_dir, progress, shown, name, side, last=attempt == 2)
+        result = _ingest_once(p, lake, force, cache_dir, tmp_dir, progress, limits or IngestLimits(), shown, name,
+                              side, last=attempt == 2)
         if result is not None:
             return result
     raise AssertionError("unreachable")
@@ -311,13 +322,13 @@ class _Opened:
     @classmethod
     def open(
         cls, adapter: Adapter, p: Path, trace_id: TraceId, sidecar: Sidecar, cache_dir: Path | None,
-        tmp_dir: Path | None, progress: Callable[[int, int], None] | None,
+        tmp_dir: Path | None, progress: Callable[[int, int], None] | None, limits: IngestLimits,
     ) -> _Opened:
         opened = cls(adapter)
         try:
             opened.side = sidecar_update(sidecar.open, sidecar.where)
             opened.work = make_owned_dir(WORK_PREFIX, tmp_dir)
-            opened.out = _open_adapter(adapter, p, trace_id, opened.work, cache_dir, progress)
+            opened.out = _open_adapter(adapter, p, trace_id, opened.work, cache_dir, progress, limits)
         except Exception as exc:  # noqa: BLE001 - raised by the caller, where failures are recorded
             opened.error = exc
         except BaseException:
@@ -337,7 +348,7 @@ class _Opened:
 
 def _open_early(
     p: Path, trace_id: Callable[[], str], sidecar: Sidecar, cache_dir: Path | None, tmp_dir: Path | None,
-    progress: Callable[[int, int], None] | None,
+    progress: Callable[[int, int], None] | None, limits: IngestLimits,
 ) -> _Opened | None:
     """The adapter opened while the file is hashed, when its registry line says its opening parses nothing
     (``Adapter.early_open``); None otherwise (then it is opened after the hash)."""
@@ -349,12 +360,13 @@ def _open_early(
         return None
     if adapter.early_open is None or not adapter.early_open(head):
         return None
-    return _Opened.open(adapter, p, trace_id, sidecar, cache_dir, tmp_dir, progress)
+    return _Opened.open(adapter, p, trace_id, sidecar, cache_dir, tmp_dir, progress, limits)
 
 
 def _ingest_once(
     p: Path, lake: Lake, force: bool, cache_dir: Path | None, tmp_dir: Path | None,
-    progress: Callable[[int, int], None] | None, shown: str, name: str, sidecar: Sidecar, *, last: bool,
+    progress: Callable[[int, int], None] | None, limits: IngestLimits, shown: str, name: str, sidecar: Sidecar, *,
+    last: bool,
 ) -> IngestResult | None:
     """One attempt; None when the file changed while it was read and ``last`` is False (the caller retries).
 
@@ -369,7 +381,7 @@ def _ingest_once(
             if force:
                 with ThreadPoolExecutor(1, thread_name_prefix="taxbreak-ingest-hash") as pool:
                     hashed = pool.submit(_sha256_of, fh)  # (the reads and hashlib's updates release the GIL)
-                    early = _open_early(p, hashed.result, sidecar, cache_dir, tmp_dir, progress)
+                    early = _open_early(p, hashed.result, sidecar, cache_dir, tmp_dir, progress, limits)
                 # (leaving the pool waits for the hash: the thread reads ``fh``, done before the file is closed)
                 trace_id = hashed.result()
             else:
@@ -398,7 +410,7 @@ def _ingest_once(
     work: Path | None = None
     try:
         opened = early if early is not None else _Opened.open(adapter_for(p), p, trace_id, sidecar, cache_dir,
-                                                              tmp_dir, progress)
+                                                              tmp_dir, progress, limits)
         fmt, work = opened.adapter.name, opened.work
         if opened.error is not None:
             raise opened.error

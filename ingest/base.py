@@ -91,13 +91,27 @@ SNIFF_BYTES = 64  # how much of a file's start the signatures and sniffs see
 
 
 @dataclass(frozen=True)
+class IngestLimits:
+    """How much one file may cost the ingest, past which it fails naming the limit and its setting (the caller's
+    settings ``ingest.*``, ``taxbreak.config.ingest_limits``; these defaults are those settings' defaults):
+    ``max_gzip_ratio``, how many times its size a gzip trace may expand (beyond 64 MiB); ``max_temp_bytes``, the JSON
+    one ingest may write to its workdir; ``max_json_depth``, how deep event args may nest."""
+
+    max_gzip_ratio: float = 200.0
+    max_temp_bytes: int = 32 << 30
+    max_json_depth: int = 128
+
+
+@dataclass(frozen=True)
 class OpenContext:
     """What ``ingest_file`` hands every opener: ``workdir``, a temporary folder of this ingest (removed after it);
-    ``cache_dir``, conversions kept across ingests (nsys exports); ``progress(done, total)`` for bytes read."""
+    ``cache_dir``, conversions kept across ingests (nsys exports); ``progress(done, total)`` for bytes read;
+    ``limits``, what one file may cost."""
 
     workdir: Path
     cache_dir: Path | None = None
     progress: Callable[[int, int], None] | None = None
+    limits: IngestLimits = IngestLimits()
 
 
 # A trace id, or (an adapter opened while its file is hashed: ``Adapter.early_open``) how to get it once known

@@ -54,10 +54,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from taxbreak.config import setting
 from taxbreak.ingest.base import (
     AdapterOutput,
     IngestError,
+    IngestLimits,
     NotATraceError,
     OpenContext,
     TraceId,
@@ -229,7 +229,7 @@ FROM d
 class _Source:
     """The file's bytes, decompressed when gzip; counts raw bytes read for progress."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, limits: IngestLimits) -> None:
         self.path = path
         self.raw = open(path, "rb")  # noqa: SIM115 - closed in close()
         magic = self.raw.read(2)
@@ -237,7 +237,7 @@ class _Source:
         self.is_gzip = magic == b"\x1f\x8b"
         self.fh: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.is_gzip else self.raw
         self.out_bytes = 0
-        self.limit_bytes, self.limit_note = _expansion_limit(path, self.is_gzip)
+        self.limit_bytes, self.limit_note = _expansion_limit(path, self.is_gzip, limits)
 
     def read(self, n: int) -> bytes:
         try:
@@ -260,25 +260,21 @@ class _Source:
         self.raw.close()
 
 
-def _expansion_limit(path: Path, is_gzip: bool) -> tuple[int, str]:
-    """(bytes of JSON the file may yield, what the limit is), from the settings ``ingest.max_gzip_ratio`` and
-    ``ingest.max_temp_bytes``."""
+def _expansion_limit(path: Path, is_gzip: bool, limits: IngestLimits) -> tuple[int, str]:
+    """(bytes of JSON the file may yield, what the limit is), from the limits the caller passed (its settings
+    ``ingest.max_gzip_ratio`` and ``ingest.max_temp_bytes``)."""
     size = path.stat().st_size
-    temp = int(setting("ingest.max_temp_bytes").value)
+    temp = limits.max_temp_bytes
     temp_note = (f"more than {temp:,} bytes of JSON, the temporary space one ingest may use "
                  "(setting ingest.max_temp_bytes, $TAXBREAK_MAX_TEMP_BYTES)")
     if not is_gzip:
         return temp, temp_note
-    ratio = float(setting("ingest.max_gzip_ratio").value)
+    ratio = limits.max_gzip_ratio
     by_ratio = max(int(size * ratio), GZIP_FREE_BYTES)
     if by_ratio < temp:
         return by_ratio, (f"gzip data expanding more than {ratio:g} times its {size:,} bytes (a gzip bomb?); "
                           "the limit is setting ingest.max_gzip_ratio, $TAXBREAK_MAX_GZIP_RATIO")
     return temp, temp_note
-
-
-def _max_depth() -> int:
-    return int(setting("ingest.max_json_depth").value)
 
 
 def _check_not_empty(path: Path) -> int:
@@ -442,7 +438,8 @@ def _split_in_place(fh: IO[bytes], path: Path, ranges: list[tuple[int, int]], wo
 
 
 def _copy_events_array(
-    path: Path, workdir: Path, progress: Callable[[int, int], None] | None, piece_bytes: int | None = None
+    path: Path, workdir: Path, progress: Callable[[int, int], None] | None, limits: IngestLimits,
+    piece_bytes: int | None = None,
 ) -> tuple[list[Path], dict[str, Any]] | None:
     """The traceEvents array's bytes as JSON-array files in ``workdir`` (pieces of about ``piece_bytes``, cut
     between elements; default ``_piece_bytes``; one piece when 0), and the top-level metadata.
@@ -454,7 +451,7 @@ def _copy_events_array(
     Raises IngestError for an empty file or broken gzip data.
     """
     total = _check_not_empty(path)
-    src = _Source(path)
+    src = _Source(path, limits)
     buf = bytearray()
     head = b""
     unpacked = workdir / "events.json"
@@ -540,7 +537,9 @@ def _exact_number_text(value: Any) -> str | None:
     return None
 
 
-def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any], dict[str, int]]:
+def _fallback_to_ndjson(
+    path: Path, workdir: Path, limits: IngestLimits
+) -> tuple[Path, dict[str, Any], dict[str, int]]:
     """Stream-parse the whole file with ijson into ``workdir/events.ndjson``.
 
     Returns (ndjson path, top-level metadata, skipped counts).
@@ -553,7 +552,7 @@ def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any]
     meta: dict[str, Any] = {}
     skipped: dict[str, int] = {}
     found_events = False
-    src = _Source(path)
+    src = _Source(path, limits)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -572,7 +571,7 @@ def _fallback_to_ndjson(path: Path, workdir: Path) -> tuple[Path, dict[str, Any]
             key: str | None = None
             builder: ObjectBuilder | None = None
             depth = 0
-            max_depth = _max_depth() - 2  # the top-level object and the events array are two levels
+            max_depth = limits.max_json_depth - 2  # the top-level object and the events array are two levels
             in_events = False
             for event, value in parser:
                 if builder is None:
@@ -770,7 +769,8 @@ def _read_batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
         yield batch
 
 
-def _stage(con: duckdb.DuckDBPyConnection, events_path: Path | list[Path], fmt: str, stage_path: Path) -> _Staged:
+def _stage(con: duckdb.DuckDBPyConnection, events_path: Path | list[Path], fmt: str, stage_path: Path,
+           max_json_depth: int) -> _Staged:
     """The one JSON pass: staged rows -> an uncompressed Arrow IPC stream in the workdir; origin, counts, pids.
     ``events_path``: one file, or the array's pieces (read in parallel, rows in the pieces' order)."""
     paths = [str(p) for p in events_path] if isinstance(events_path, list) else str(events_path)
@@ -781,7 +781,7 @@ def _stage(con: duckdb.DuckDBPyConnection, events_path: Path | list[Path], fmt: 
     schema = in_schema.set(i_ts, pa.field("ts_ns", pa.int64())).set(i_dur, pa.field("dur_ns", pa.int64()))
     i_skip = in_schema.get_field_index("skip_reason")
     i_args = in_schema.get_field_index("args_json")
-    max_depth = _max_depth() - 3  # the top-level object, the events array and the event itself
+    max_depth = max_json_depth - 3  # the top-level object, the events array and the event itself
     n_rows = 0
     skipped: dict[str, int] = {}
     lo_timed: int | None = None
@@ -949,7 +949,8 @@ def _warm_up() -> None:
 
 
 def read_kineto(
-    path: Path, trace_id: TraceId, *, workdir: Path, progress: Callable[[int, int], None] | None = None
+    path: Path, trace_id: TraceId, *, workdir: Path, progress: Callable[[int, int], None] | None = None,
+    limits: IngestLimits | None = None,
 ) -> AdapterOutput:
     """Read a Kineto ``.json``/``.json.gz`` trace; batches conform to EVENT_SCHEMA, ``info`` fills as they go.
 
@@ -959,7 +960,8 @@ def read_kineto(
     path = Path(path)
     info = TraceInfo(source_format=SOURCE_FORMAT)
     _warm_up()
-    copied = _copy_events_array(path, workdir, progress)
+    limits = limits or IngestLimits()
+    copied = _copy_events_array(path, workdir, progress, limits)
     if copied is None:
         (workdir / "events.json").unlink(missing_ok=True)
     stage_path = workdir / "stage.arrows"
@@ -975,7 +977,7 @@ def read_kineto(
                 skipped: dict[str, int] = {}
                 whole = False
                 try:
-                    staged = _stage(con, pieces, "array", stage_path)
+                    staged = _stage(con, pieces, "array", stage_path, limits.max_json_depth)
                 except (duckdb.Error, _ReadError):
                     whole = len(pieces) > 1  # maybe a cut inside an element: once more, as one file
                 except (pa.ArrowException, _TooDeep):
@@ -983,13 +985,13 @@ def read_kineto(
                 for piece in pieces:
                     piece.unlink(missing_ok=True)
                 if whole:
-                    array = _copy_events_array(path, workdir, None, piece_bytes=0)
+                    array = _copy_events_array(path, workdir, None, limits, piece_bytes=0)
             if staged is None:
-                events_path, meta, skipped = _fallback_to_ndjson(path, workdir)
+                events_path, meta, skipped = _fallback_to_ndjson(path, workdir, limits)
                 try:
-                    staged = _stage(con, events_path, "newline_delimited", stage_path)
+                    staged = _stage(con, events_path, "newline_delimited", stage_path, limits.max_json_depth)
                 except _TooDeep:
-                    raise IngestError(f"{path}: event args nested deeper than {_max_depth()} levels "
+                    raise IngestError(f"{path}: event args nested deeper than {limits.max_json_depth} levels "
                                       "(setting ingest.max_json_depth, $TAXBREAK_MAX_JSON_DEPTH)") from None
                 except (duckdb.Error, _ReadError, pa.ArrowException) as exc:
                     text = str(exc).replace(str(events_path), "the trace events").replace(str(workdir), "")
@@ -1019,4 +1021,4 @@ def read_kineto(
 
 def open_trace(path: Path, trace_id: TraceId, ctx: OpenContext) -> AdapterOutput:
     """The registry's opener (``taxbreak.ingest.ADAPTERS``)."""
-    return read_kineto(path, trace_id, workdir=ctx.workdir, progress=ctx.progress)
+    return read_kineto(path, trace_id, workdir=ctx.workdir, progress=ctx.progress, limits=ctx.limits)

@@ -20,7 +20,7 @@ written from it (a file without one is removed).  The catalogue row is the commi
 from the catalogue (``is_stored``), never from a listing of ``events/``.
 
 The root may also be ``s3://bucket/prefix`` on any S3-compatible store (endpoint and credentials:
-``taxbreak.config.S3Settings``).  Object storage has no directory rename, so there each partition is its one
+``taxbreak.ingest.objects.S3Settings``).  Object storage has no directory rename, so there each partition is its one
 object ``part-0.parquet``: written to a local temporary file, then uploaded (s3fs) by a single PUT or a
 multipart upload, which S3 makes visible only when completed (a reader sees the old object or the new one,
 never part of one; a failed part aborts the upload).  Catalogue rows are single objects likewise, and nothing
@@ -46,8 +46,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from taxbreak.config import S3Settings, is_s3_url, normalise_s3_url
 from taxbreak.ingest.base import TraceInfo, clean_dead, make_owned_dir, owned_name, prefetched
+from taxbreak.ingest.objects import S3Settings, is_s3_url, normalise_s3_url
 from taxbreak.ingest.redact import redact, redact_args
 from taxbreak.schemas import CATALOGUE_SCHEMA, EVENT_SCHEMA, SCHEMA_VERSION, check_schema_version
 

@@ -28,7 +28,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from taxbreak.ingest import file_sha256
 from taxbreak.ingest.base import AdapterOutput, IngestError, OpenContext
+from taxbreak.ingest.lake import Lake
+from taxbreak.ingest.nsys_sqlite import read_nsys_sqlite
 
 if TYPE_CHECKING:
     from taxbreak.ingest.lake import Lake
@@ -111,7 +114,6 @@ def nsys_version(nsys: str) -> tuple[int, ...] | None:
 
 
 def _hash(path: Path) -> str:
-    from taxbreak.ingest import file_sha256
 
     return file_sha256(path)
 
@@ -177,7 +179,6 @@ def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | No
 
 
 def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None) -> AdapterOutput:
-    from taxbreak.ingest.nsys_sqlite import read_nsys_sqlite
 
     path = Path(path)
     export = convert_report(path, cache_dir, content_hash=trace_id)
@@ -230,7 +231,6 @@ def lake_kernel_summary(lake_root: str | os.PathLike[str] | Lake, trace_id: str)
     """{kernel name: (instances, total ns)} of one trace in the lake (a local folder or ``s3://``)."""
     import duckdb
 
-    from taxbreak.ingest.lake import Lake
 
     lake = Lake(lake_root)
     part = lake.events_path(trace_id)

@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from taxbreak.config import Paths
+from taxbreak.ingest import IngestResult, Lake, file_sha256, iter_trace_files
+from taxbreak.pipeline.definitions import defs
+from taxbreak.pipeline.defs.ingest_assets import TRACE_ID_TAG
 
 if TYPE_CHECKING:
     from taxbreak.ingest import IngestResult
 
 
 def load_defs() -> dg.Definitions:
-    from taxbreak.pipeline.definitions import defs
 
     return defs()
 
@@ -58,7 +60,6 @@ def evaluate_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: 
 
 
 def tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None = None) -> TickResult:
-    from taxbreak.pipeline.defs.ingest_assets import TRACE_ID_TAG
 
     data = evaluate_sensor(defs, instance, cursor)
     for req in data.dynamic_partitions_requests or []:
@@ -128,7 +129,6 @@ def run_inbox_pipeline(paths: Paths | None = None, settle_s: float = 0.0) -> lis
 
     Uses the instance at ``$DAGSTER_HOME`` when set (the runs then show in ``dg dev``), else a temporary one.
     """
-    from taxbreak.ingest import IngestResult, Lake, file_sha256, iter_trace_files
 
     paths = paths or Paths.from_env()
     lake = Lake(paths.lake)

@@ -1,7 +1,7 @@
 -- table: int_steps
 -- grain: one row per step range (a host user annotation or NVTX range whose name matches a step pattern)
 -- reads: stg_events, step_patterns, trace_meta_steps, run_config
--- description: Iteration and phase ranges: ProfilerStep#N, prefill / decode annotations and configured patterns (taxbreak.analysis.STEP_PATTERNS), with phase and tokens from the pattern or from the metadata's steps (matched by name). Nested steps get increasing nesting levels; a kernel belongs to the innermost step that contains its launch call (its start when it has none).
+-- description: Iteration and phase ranges: ProfilerStep#N, prefill / decode annotations and configured patterns (taxbreak.engine.analysis.STEP_PATTERNS), with phase and tokens from the pattern or from the metadata's steps (matched by name). Nested steps get increasing nesting levels; a kernel belongs to the innermost step that contains its launch call (its start when it has none).
 -- column: trace_id: trace key
 -- column: step_id: 1-based position of the step in the trace by start time
 -- column: step_name: annotation name

@@ -10,23 +10,31 @@
     tb.analyze_file("trace.json.gz")      # ingest + analyse one file into a warehouse of its own; its Summary
 
 Every figure comes from the functions the CLI, the report and the Dagster metadata read
-(taxbreak.readmodel, taxbreak.trend, taxbreak.whatif): none is computed here.  The objects render as HTML
+(taxbreak.read.readmodel, taxbreak.features.trend, taxbreak.features.whatif): none is computed here.  The objects
+render as HTML
 tables in Jupyter (``_repr_html_``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from taxbreak import readmodel
+from taxbreak.config import Paths, ingest_limits
+from taxbreak.engine import runner
+from taxbreak.engine.checks import InvariantBroken
+from taxbreak.engine.rules import RunConfig
+from taxbreak.features import trend, whatif
+from taxbreak.ingest import Lake, ingest_file
+from taxbreak.read import readmodel
+from taxbreak.store.query import check_statements, open_readonly
+from taxbreak.store.warehouse import WarehouseBusy
 
 __all__ = ["Summary", "Warehouse", "WhatIf", "analyze_file", "ingest_and_analyze", "open"]
 
@@ -76,7 +84,7 @@ class Summary:
 
 @dataclass
 class WhatIf:
-    """A what-if replay of one trace (taxbreak.whatif.run_scenarios): per scope the trace's own and replayed
+    """A what-if replay of one trace (taxbreak.features.whatif.run_scenarios): per scope the trace's own and replayed
     figures."""
 
     trace_id: str
@@ -95,10 +103,9 @@ class WhatIf:
 
 
 class Warehouse:
-    """A read-only view of a warehouse (its readers' snapshot while a writer works: taxbreak.query)."""
+    """A read-only view of a warehouse (its readers' snapshot while a writer works: taxbreak.store.query)."""
 
     def __init__(self, warehouse: str | os.PathLike[str] | None = None, lake: str | os.PathLike[str] | None = None):
-        from taxbreak.config import Paths
 
         paths = Paths.from_env()
         self.warehouse = Path(warehouse) if warehouse is not None else paths.warehouse
@@ -107,7 +114,6 @@ class Warehouse:
 
     @contextlib.contextmanager
     def _con(self, sandbox: bool = False):  # noqa: ANN202 - a DuckDB connection
-        from taxbreak.query import open_readonly
 
         opened = open_readonly(self.warehouse, self.lake if sandbox else None, sandbox=sandbox)
         try:
@@ -117,7 +123,6 @@ class Warehouse:
 
     def traces(self) -> pd.DataFrame:
         """The lake's catalogue: one row per trace file, ingested or failed, with its error."""
-        from taxbreak.ingest import Lake
 
         return Lake(self.lake).catalogue().to_pandas()
 
@@ -135,17 +140,17 @@ class Warehouse:
                        raw=s)
 
     def sql(self, query: str, arrow: bool = False) -> pd.DataFrame | Any:
-        """Run a query in `taxbreak sql`'s sandbox (it reads; it writes nothing a writer reads: taxbreak.query) and
+        """Run a query in `taxbreak sql`'s sandbox (it reads; it writes nothing a writer reads: taxbreak.store.query)
+        and
         return a DataFrame (``arrow``: a pyarrow Table)."""
-        from taxbreak.query import check_statements
 
         with self._con(sandbox=True) as con:
             check_statements(con, query)  # SandboxRefused (a ValueError) for COPY, ATTACH, ...
             return con.sql(query).to_arrow_table() if arrow else con.execute(query).df()
 
     def trend(self, workload: str | None = None) -> pd.DataFrame:
-        """The workloads (None), or one workload's runs (a workload id prefix or a trace name; taxbreak.trend)."""
-        from taxbreak import trend
+        """The workloads (None), or one workload's runs (a workload id prefix or a trace name;
+        taxbreak.features.trend)."""
 
         with self._con() as con:
             if workload is None:
@@ -153,11 +158,11 @@ class Warehouse:
             return _frame(trend.trend(con, trend.resolve_workload(con, workload))["runs"])
 
     def whatif(self, trace: str, **scenario: Any) -> WhatIf:
-        """Replay ``trace`` under a scenario (taxbreak.whatif.Scenario fields: host_speedup, t_sys_ns, gpu_speedup,
+        """Replay ``trace`` under a scenario (taxbreak.features.whatif.Scenario fields: host_speedup, t_sys_ns,
+        gpu_speedup,
         cuda_graph, fuse_top, host_delay_ns, framework_speedup, library_speedup, ...)."""
         from dataclasses import asdict
 
-        from taxbreak import whatif
 
         sc = whatif.Scenario(name=scenario.pop("name", "api"), **scenario)
         con = whatif.open_warehouse_readonly(self.warehouse)
@@ -185,29 +190,31 @@ def open(warehouse: str | os.PathLike[str] | None = None, lake: str | os.PathLik
 
 
 def ingest_and_analyze(path: str | os.PathLike[str], lake: Path, warehouse: Path, log: Any = None) -> str:
-    """Ingest ``path`` into ``lake`` and analyse it into ``warehouse`` with the CLI's own ``ingest`` and ``analyze``
-    (their output to ``log``, default discarded); its trace id.  ValueError naming the file and the problem when it
-    does not ingest, is no trace, or does not analyse.  The one path of ``analyze_file`` and ``summary FILE``."""
-    from taxbreak.cli import main
-    from taxbreak.ingest import Lake, file_sha256
-
-    out = log if log is not None else io.StringIO()
-    where = ["--lake", str(lake), "--warehouse", str(warehouse)]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        if main(["ingest", "-q", str(path), *where]) != 0:
-            raise ValueError(f"{path}: not ingested"
-                             + ("" if log is not None else f": {out.getvalue().strip() or 'see `taxbreak traces`'}"))
-        tid = file_sha256(path)
-        if Lake(lake).catalogue_row(tid) is None:
-            raise ValueError(f"{path}: not a trace file taxbreak reads")
-        if main(["analyze", "-q", "--trace", tid[:16], *where]) != 0:
-            raise ValueError(f"{path}: analysis failed" + ("" if log is not None else f": {out.getvalue().strip()}"))
-    return tid
+    """Ingest ``path`` into ``lake`` (``ingest_file``, as ``taxbreak ingest``) and analyse it into ``warehouse``
+    through the one run every writer takes (``taxbreak.engine.runner.run``, as ``taxbreak analyze --trace``); its
+    trace id.  ``log`` (a text stream, default none) hears one line per step.  ValueError naming the file and the
+    problem when it does not ingest, is no trace, or does not analyse.  The one path of ``analyze_file`` and
+    ``summary FILE``."""
+    paths = replace(Paths.from_env(), lake=Path(lake), warehouse=Path(warehouse))
+    res = ingest_file(path, Lake(paths.lake), cache_dir=paths.cache, limits=ingest_limits())
+    if res.status == "failed":
+        raise ValueError(f"{path}: not ingested: {res.error}")
+    if res.status == "not_a_trace" or Lake(paths.lake).catalogue_row(res.trace_id) is None:
+        raise ValueError(f"{path}: not a trace file taxbreak reads" + (f" ({res.error})" if res.error else ""))
+    if log is not None:
+        print(f"ingested {path} into {paths.lake} as trace {res.trace_id[:16]} ({res.status})", file=log)
+    try:
+        runner.run(paths, traces=[res.trace_id], config=RunConfig.from_settings())
+    except (InvariantBroken, WarehouseBusy) as exc:
+        raise ValueError(f"{path}: analysis failed: {exc}") from exc
+    if log is not None:
+        print(f"analysed trace {res.trace_id[:16]} into {paths.warehouse}", file=log)
+    return res.trace_id
 
 
 def analyze_file(path: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> Summary:
     """Ingest and analyse one trace file into ``home`` (``lake/`` and ``taxbreak.duckdb`` there; default a new
-    temporary folder, kept) through the same commands as the CLI (``ingest_and_analyze``), and return its Summary;
+    temporary folder, kept) through the same steps as the CLI (``ingest_and_analyze``), and return its Summary;
     ``Summary.raw["home"]`` says where.  Raises ValueError naming the file and the problem."""
     home = Path(home) if home is not None else Path(tempfile.mkdtemp(prefix="taxbreak_"))
     lake, wh = home / "lake", home / "taxbreak.duckdb"

@@ -7,7 +7,7 @@ and details); ``--version`` is global.
 
 Output rules: results go to stdout, progress and notes to stderr.  Progress bars (``tqdm``) are drawn only on a
 terminal and never with ``-q``; elsewhere each finished step prints one plain line.  Names read from traces
-(kernels, ops, files) are passed through ``taxbreak.query.printable`` before they reach a terminal.  A reader
+(kernels, ops, files) are passed through ``taxbreak.store.query.printable`` before they reach a terminal.  A reader
 that goes away (``taxbreak traces --json | head``) ends the command quietly with the status a SIGPIPE gives.
 """
 
@@ -23,8 +23,37 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from taxbreak.config import ConfigError, Paths, add_path_args, describe_origin
-from taxbreak.query import printable
+from taxbreak import __version__
+from taxbreak.api import ingest_and_analyze
+from taxbreak.capture.cli import add_capture_parser
+from taxbreak.config import ConfigError, Paths, add_path_args, describe_origin, ingest_limits
+from taxbreak.engine import runner
+from taxbreak.engine.analysis import forget_traces
+from taxbreak.engine.checks import InvariantBroken
+from taxbreak.engine.plan import plan_tables
+from taxbreak.engine.rules import RunConfig
+from taxbreak.features.nsys_check import cmd_nsys_check
+from taxbreak.features.requests import add_requests_parser
+from taxbreak.features.retry import cmd_retry
+from taxbreak.features.trend import add_trend_parser
+from taxbreak.features.whatif import add_whatif_parser
+from taxbreak.ingest import Lake, file_sha256, ingest_file, iter_trace_files
+from taxbreak.ingest.lake import EVENTS_DIR
+from taxbreak.ingest.links import link_counts
+from taxbreak.read.compare import add_compare_parser
+from taxbreak.read.export import add_export_parser
+from taxbreak.read.readmodel import format_summary, summary
+from taxbreak.read.report import add_report_parser
+from taxbreak.store.query import WarehouseUnavailable, add_sql_parser, open_for_cli, open_readonly, printable
+from taxbreak.store.tracenames import (
+    TraceNotFound,
+    ambiguity_text,
+    catalogue_candidates,
+    explain_unanalysed,
+    match,
+    resolve_many,
+)
+from taxbreak.store.warehouse import WarehouseBusy, snapshot_path, warehouse_lock
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 EXIT_INVARIANT_BROKEN = 4  # a writer's computed rows break an invariant of sql/checks: nothing was published
@@ -36,7 +65,6 @@ def version() -> str:
 
         return _v("taxbreak")
     except Exception:  # noqa: BLE001 - a source checkout without install metadata
-        from taxbreak import __version__
 
         return __version__
 
@@ -195,7 +223,6 @@ def format_trace_summary(row: dict) -> str:
 
 
 def _link_counts(paths: Paths, trace_id: str) -> dict | None:
-    from taxbreak.ingest.links import link_counts
 
     try:
         return link_counts(paths.lake, trace_id)
@@ -231,7 +258,6 @@ def catalogue_json(row: dict) -> dict:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from taxbreak.ingest import Lake, ingest_file, iter_trace_files
 
     paths = Paths.from_args(args)
     lake = Lake(paths.lake)
@@ -246,7 +272,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         bar = IngestProgress(f"[{i}/{len(files)}] {Path(f).name[-40:]}", _bars_on(args))
         t0 = time.perf_counter()
         try:
-            res = ingest_file(f, _ObservedLake(lake, bar), force=args.force, cache_dir=paths.cache, progress=bar)
+            res = ingest_file(f, _ObservedLake(lake, bar), force=args.force, cache_dir=paths.cache, progress=bar,
+                              limits=ingest_limits())
         finally:
             bar.close()
         seconds = time.perf_counter() - t0
@@ -274,7 +301,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_traces(args: argparse.Namespace) -> int:
-    from taxbreak.ingest import Lake
 
     paths = Paths.from_args(args)
     table = Lake(paths.lake).catalogue()
@@ -301,9 +327,8 @@ def cmd_traces(args: argparse.Namespace) -> int:
 
 # -- analyze, summary, forget --------------------------------------------------------------------------------------
 def _match_traces(rows: list[dict], wanted: list[str]) -> tuple[list[str], list[str]]:
-    """Trace ids each name matches (taxbreak.tracenames.match: id prefix, file name, stem, substring), and the
+    """Trace ids each name matches (taxbreak.store.tracenames.match: id prefix, file name, stem, substring), and the
     names that matched none."""
-    from taxbreak.tracenames import catalogue_candidates, match
 
     ids: set[str] = set()
     missing = []
@@ -316,12 +341,6 @@ def _match_traces(rows: list[dict], wanted: list[str]) -> tuple[list[str], list[
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from taxbreak import engine
-    from taxbreak.checks import InvariantBroken
-    from taxbreak.ingest import Lake
-    from taxbreak.plan import plan_tables
-    from taxbreak.rules import RunConfig
-    from taxbreak.warehouse import WarehouseBusy, snapshot_path
 
     paths = Paths.from_args(args)
     try:
@@ -332,10 +351,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     config = RunConfig.from_settings(t_sys_ns=args.t_sys_ns)
     trace_ids = None
     if args.trace:
-        from taxbreak.tracenames import catalogue_candidates, resolve_many
 
         rows = Lake(paths.lake).catalogue().to_pylist()
-        try:  # each name one trace, as every command that takes TRACE (taxbreak.tracenames)
+        try:  # each name one trace, as every command that takes TRACE (taxbreak.store.tracenames)
             trace_ids = resolve_many(catalogue_candidates(rows), args.trace)
         except LookupError as exc:
             emit(f"taxbreak analyze: {exc} in the catalogue at {paths.lake} (`taxbreak traces` lists them)",
@@ -351,7 +369,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     bar = PhaseBar("analyze", bars)
     started: dict[str, float] = {}
 
-    def progress(event: engine.Event) -> None:
+    def progress(event: runner.Event) -> None:
         if event.kind == "check":
             r = event.result
             if args.verbose and not args.json:
@@ -380,7 +398,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:  # every trace: written whole under the writer lock; some: computed without it, published under it
-        counts = engine.run(paths, traces=trace_ids, tables=args.table or None, config=config, hooks=progress,
+        counts = runner.run(paths, traces=trace_ids, tables=args.table or None, config=config, hooks=progress,
                             on_wait=lambda m: note(args, m)).counts
     except WarehouseBusy as exc:
         emit(f"taxbreak analyze: {exc}", err=True)
@@ -416,12 +434,10 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
 
     import duckdb
 
-    from taxbreak.ingest import file_sha256
 
     tid = file_sha256(args.trace)
     analysed = False
     if paths.warehouse.exists():
-        from taxbreak.query import WarehouseUnavailable, open_readonly
 
         try:
             opened = open_readonly(paths.warehouse)
@@ -433,7 +449,6 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
         except (WarehouseUnavailable, duckdb.Error):
             analysed = False
     if not analysed:
-        from taxbreak.api import ingest_and_analyze
 
         try:
             ingest_and_analyze(args.trace, paths.lake, paths.warehouse, log=sys.stderr)  # their output: stderr
@@ -449,8 +464,6 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
 def cmd_summary(args: argparse.Namespace) -> int:
     import duckdb
 
-    from taxbreak.query import open_for_cli
-    from taxbreak.readmodel import format_summary, summary
 
     paths = Paths.from_args(args)
     if Path(args.trace).is_file():  # a trace file: ingested and analysed first where it is not yet (issue 29)
@@ -463,7 +476,6 @@ def cmd_summary(args: argparse.Namespace) -> int:
     try:
         s = summary(paths.warehouse, args.trace, top_k=args.top, con=opened.con)
     except LookupError as exc:
-        from taxbreak.tracenames import TraceNotFound, explain_unanalysed
 
         msg = explain_unanalysed(paths.lake, args.trace, opened.path) if isinstance(exc, TraceNotFound) else str(exc)
         emit(f"summary: {msg}", err=True)
@@ -508,11 +520,6 @@ def forget_in_lake(lake: Any, trace_id: str) -> list[str]:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from taxbreak.analysis import forget_traces
-    from taxbreak.engine import publish
-    from taxbreak.ingest import Lake
-    from taxbreak.ingest.lake import EVENTS_DIR
-    from taxbreak.warehouse import WarehouseBusy, warehouse_lock
 
     paths = Paths.from_args(args)
     lake = Lake(paths.lake)
@@ -523,7 +530,6 @@ def cmd_forget(args: argparse.Namespace) -> int:
             tid = d.name.split("=", 1)[1]
             if tid not in known:
                 rows.append({"trace_id": tid, "file_name": "(events only)", "status": "orphan"})
-    from taxbreak.tracenames import ambiguity_text, catalogue_candidates, match
 
     ids: list[str] = []
     for pattern in args.traces:
@@ -538,18 +544,18 @@ def cmd_forget(args: argparse.Namespace) -> int:
         ids += [t for t in hit if t not in ids]
     out: dict[str, Any] = {"trace_ids": ids, "warehouse_rows_deleted": {}, "lake_removed": []}
     # The tables, then the lake, both under the writer lock (issue 30): a run for these traces that computed
-    # beside this one publishes after it only what the lake still holds (taxbreak.analysis.publish_run), and a
+    # beside this one publishes after it only what the lake still holds (taxbreak.engine.analysis.publish_run), and a
     # whole run reads the lake under the lock, before or after all of it.  Killed between the two, the trace is
     # still in the lake and out of the tables: it can be analysed again, or forgotten again.
     try:
         while True:
             if Path(paths.warehouse).exists():
-                # the marts of those traces only (taxbreak.marts removes every file holding them)
+                # the marts of those traces only (taxbreak.store.marts removes every file holding them)
                 def lake_too(_con: Any) -> None:  # after the tables' publication committed, still under the lock
                     for tid in ids:
                         out["lake_removed"] += forget_in_lake(lake, tid)
 
-                out["warehouse_rows_deleted"] = publish(paths, lambda con: forget_traces(con, ids), traces=ids,
+                out["warehouse_rows_deleted"] = runner.publish(paths, lambda con: forget_traces(con, ids), traces=ids,
                                                         after=lake_too, on_wait=lambda m: note(args, m),
                                                         label="forget")
                 break
@@ -603,7 +609,6 @@ def _add_traces(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_capture(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.capture.cli import add_capture_parser
 
     add_capture_parser(sub)
 
@@ -661,7 +666,6 @@ def _add_forget(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_nsys_check(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.ingest.nsys_check import cmd_nsys_check
 
     p = sub.add_parser(
         "nsys-check",
@@ -682,7 +686,6 @@ def _add_nsys_check(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_retry(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.pipeline.retry import cmd_retry
 
     p = sub.add_parser(
         "retry",
@@ -700,43 +703,36 @@ def _add_retry(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.report import add_report_parser
 
     add_report_parser(sub)
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.export import add_export_parser
 
     add_export_parser(sub)
 
 
 def _add_compare(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.compare import add_compare_parser
 
     add_compare_parser(sub)
 
 
 def _add_trend(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.trend import add_trend_parser
 
     add_trend_parser(sub)
 
 
 def _add_sql(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.query import add_sql_parser
 
     add_sql_parser(sub)
 
 
 def _add_requests(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.requests import add_requests_parser
 
     add_requests_parser(sub)
 
 
 def _add_whatif(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.whatif import add_whatif_parser
 
     add_whatif_parser(sub)
 
@@ -802,8 +798,6 @@ def main(argv: list[str] | None = None) -> int:
         emit(f"taxbreak: {exc}", err=True)
         return 2
     except Exception as exc:
-        from taxbreak.checks import InvariantBroken
-        from taxbreak.warehouse import WarehouseBusy
 
         if isinstance(exc, InvariantBroken):  # any writer (retry, ...) whose computed rows break an invariant
             emit(f"taxbreak {args.command}: {exc}", err=True)

@@ -27,6 +27,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+# the object store's settings belong to the lake (taxbreak.ingest.objects, imported by nothing above schemas/);
+# found here too, where every caller reads its settings
+from taxbreak.ingest.base import IngestLimits
+from taxbreak.ingest.objects import is_s3_url
+
 CONFIG_FILE_NAME = "taxbreak.toml"
 CONFIG_ENV = "TAXBREAK_CONFIG"
 
@@ -74,11 +79,11 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "seconds a marts file the layout no longer uses stays for readers of the previous snapshot"),
     Setting("sql.unrestricted", "TAXBREAK_SQL_UNRESTRICTED", bool, False,
             "let `taxbreak sql` read and write files outside the warehouse, lake and exports"),
-    Setting("ingest.max_gzip_ratio", "TAXBREAK_MAX_GZIP_RATIO", float, 200.0,
+    Setting("ingest.max_gzip_ratio", "TAXBREAK_MAX_GZIP_RATIO", float, IngestLimits.max_gzip_ratio,
             "a gzip trace may expand to at most this many times its size (beyond 64 MiB); more fails it"),
-    Setting("ingest.max_temp_bytes", "TAXBREAK_MAX_TEMP_BYTES", int, 32 << 30,
+    Setting("ingest.max_temp_bytes", "TAXBREAK_MAX_TEMP_BYTES", int, IngestLimits.max_temp_bytes,
             "bytes of JSON one ingest may write to its temporary folder (it needs about twice that at peak)"),
-    Setting("ingest.max_json_depth", "TAXBREAK_MAX_JSON_DEPTH", int, 128,
+    Setting("ingest.max_json_depth", "TAXBREAK_MAX_JSON_DEPTH", int, IngestLimits.max_json_depth,
             "deepest nesting of arrays and objects accepted in a Kineto trace"),
     # Comparable runs and their trends (issue 28; docs/method.md section "Trends and regressions", ours).  The
     # workload key: the run-spec fields (sql/run_spec.sql, RUN_SPEC_FIELDS) two runs must share to be compared.
@@ -249,94 +254,9 @@ def add_path_args(p: argparse.ArgumentParser, *, lake: bool = True, warehouse: b
                        "warehouse/taxbreak.duckdb)")
 
 
-S3_ENDPOINT_ENV = ("TAXBREAK_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
-# S3Settings field -> the environment variables it falls back to, first set wins (the pipeline's resources bind the
-# same variables with dagster.EnvVar)
-S3_ENV: dict[str, tuple[str, ...]] = {
-    "endpoint_url": S3_ENDPOINT_ENV, "access_key_id": ("AWS_ACCESS_KEY_ID",),
-    "secret_access_key": ("AWS_SECRET_ACCESS_KEY",), "region": ("AWS_DEFAULT_REGION",),
-}
-
-
-def _env(name: str) -> str | None:
-    value = os.environ.get(name)
-    return value if value else None
-
-
-def is_s3_url(location: str | os.PathLike[str]) -> bool:
-    """``s3://bucket/prefix``, also as ``s3:/bucket/prefix`` (what ``Path('s3://...')`` turns it into)."""
-    return os.fspath(location).startswith("s3:/")
-
-
-def normalise_s3_url(location: str | os.PathLike[str]) -> str:
-    """``s3://bucket/prefix`` without a trailing slash, from either spelling ``is_s3_url`` accepts."""
-    text = os.fspath(location)
-    if not is_s3_url(text):
-        raise ValueError(f"not an s3:// URL: {text!r}")
-    key = text[len("s3:/"):].lstrip("/").rstrip("/")
-    if not key:
-        raise ValueError(f"an s3:// URL needs a bucket: {text!r}")
-    return f"s3://{key}"
-
-
-@dataclass(frozen=True)
-class S3Settings:
-    """Endpoint and credentials of an S3-compatible store (AWS, MinIO, Ceph, moto).
-
-    Each field falls back to the variables the bucket uses: ``TAXBREAK_S3_ENDPOINT_URL`` (or
-    ``AWS_ENDPOINT_URL``), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``; unset
-    everywhere, the SDKs' own defaults apply (AWS, instance or pod credentials)."""
-
-    endpoint_url: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    region: str | None = None
-
-    @classmethod
-    def from_env(
-        cls, *, endpoint_url: str | None = None, access_key_id: str | None = None,
-        secret_access_key: str | None = None, region: str | None = None,
-    ) -> S3Settings:
-        given = {"endpoint_url": endpoint_url, "access_key_id": access_key_id,
-                 "secret_access_key": secret_access_key, "region": region}
-        return cls(**{field: given[field] or next((v for v in map(_env, names) if v), None)
-                      for field, names in S3_ENV.items()})
-
-    def arrow_filesystem(self):  # noqa: ANN201 - pyarrow.fs.S3FileSystem (pyarrow imported only when used)
-        """The store as a ``pyarrow.fs.S3FileSystem`` (the lake's reads and writes)."""
-        from urllib.parse import urlsplit
-
-        import pyarrow.fs as pafs
-
-        kwargs: dict[str, str] = {}
-        if self.endpoint_url:
-            parts = urlsplit(self.endpoint_url if "://" in self.endpoint_url else f"https://{self.endpoint_url}")
-            kwargs["endpoint_override"] = parts.netloc
-            kwargs["scheme"] = parts.scheme
-        if self.access_key_id and self.secret_access_key:
-            kwargs["access_key"] = self.access_key_id
-            kwargs["secret_key"] = self.secret_access_key
-        if self.region:
-            kwargs["region"] = self.region
-        return pafs.S3FileSystem(**kwargs)
-
-    def fsspec_filesystem(self):  # noqa: ANN201 - s3fs.S3FileSystem
-        """The store as an fsspec filesystem (what DuckDB reads ``s3://`` through: httpfs is not used)."""
-        import s3fs
-
-        client_kwargs: dict[str, str] = {}
-        if self.endpoint_url:
-            client_kwargs["endpoint_url"] = self.endpoint_url
-        if self.region:
-            client_kwargs["region_name"] = self.region
-        return s3fs.S3FileSystem(
-            key=self.access_key_id or None, secret=self.secret_access_key or None, client_kwargs=client_kwargs,
-            use_listings_cache=False,
-        )
-
-    def register_filesystem(self, con) -> None:  # noqa: ANN001 - a duckdb.DuckDBPyConnection
-        """Let DuckDB connection ``con`` read ``s3://`` paths of this store (``fsspec_filesystem``), replacing one
-        registered earlier: the one way the lake's and the marts' readers reach S3 (DuckDB's httpfs is not used)."""
-        if con.filesystem_is_registered("s3"):
-            con.unregister_filesystem("s3")
-        con.register_filesystem(self.fsspec_filesystem())
+def ingest_limits() -> IngestLimits:
+    """The ingest's limits from the settings ``ingest.max_gzip_ratio``, ``ingest.max_temp_bytes`` and
+    ``ingest.max_json_depth`` (the ingest receives them from its caller: ``taxbreak.ingest`` reads no setting)."""
+    return IngestLimits(max_gzip_ratio=float(setting("ingest.max_gzip_ratio").value),
+                        max_temp_bytes=int(setting("ingest.max_temp_bytes").value),
+                        max_json_depth=int(setting("ingest.max_json_depth").value))

@@ -24,7 +24,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from taxbreak.config import Paths
+from taxbreak.capture.profile import capture_generation
+from taxbreak.capture.synthetic import SyntheticConfig, generate_synthetic
+from taxbreak.cli import format_ingest_result
+from taxbreak.config import Paths, ingest_limits
+from taxbreak.engine import runner
+from taxbreak.engine.checks import InvariantBroken
+from taxbreak.ingest import IngestResult, Lake, ingest_file, iter_trace_files
+from taxbreak.ingest.sidecar import sidecar_path
+from taxbreak.pipeline.local import run_inbox_pipeline
+from taxbreak.read import readmodel
+from taxbreak.read.report import default_output
+from taxbreak.store.query import exports_dir
 
 DEMO_CAPTURE = "demo_dense_cpu.json.gz"
 DEMO_MODEL = {"n_layers": 2, "hidden": 64, "n_heads": 4, "ffn_hidden": 128, "vocab": 256}
@@ -37,9 +48,6 @@ def capture_into_inbox(paths: Paths, recapture: bool = True) -> list[Path]:
 
     With ``recapture=False`` an existing real capture is kept (a capture differs every run, so each new one is
     a new trace); the synthetic traces are deterministic and rewritten identically."""
-    from taxbreak.capture.profile import capture_generation
-    from taxbreak.capture.synthetic import SyntheticConfig, generate_synthetic
-    from taxbreak.meta import sidecar_path
 
     paths.inbox.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -78,21 +86,18 @@ def copy_into_inbox(paths: Paths, traces: list[Path]) -> list[Path]:
 
 def ingest_inbox(paths: Paths, files: list[Path] | None = None) -> list[Any]:
     """Ingest ``files`` (default: every trace file in the inbox) into ``paths.lake``; returns IngestResults."""
-    from taxbreak.ingest import Lake, ingest_file, iter_trace_files
 
     lake = Lake(paths.lake)
     todo = files if files is not None else iter_trace_files([paths.inbox])
-    return [ingest_file(f, lake, cache_dir=paths.cache) for f in todo]
+    return [ingest_file(f, lake, cache_dir=paths.cache, limits=ingest_limits()) for f in todo]
 
 
 def print_results(paths: Paths, results: list[Any] | None = None) -> int:
     """Print one summary per trace and the analysis summary; returns the number of failed inputs.
 
     ``results`` are ``ingest_inbox``'s; without them, every trace of the lake's catalogue is summarised."""
-    from taxbreak.cli import format_ingest_result
 
     if results is None:
-        from taxbreak.ingest import IngestResult, Lake
 
         rows = sorted(Lake(paths.lake).catalogue().to_pylist(), key=lambda r: r["ingested_at_ns"])
         results = [
@@ -118,14 +123,13 @@ def print_results(paths: Paths, results: list[Any] | None = None) -> int:
 
 def _print_analysis(paths: Paths, trace_ids: list[str]) -> None:
     """The headline of every trace from the warehouse tables (built by the pipeline, or here when missing: through
-    the one run every writer takes, ``taxbreak.engine.run``: the writer lock, the checks, one publication, the marts
+    the one run every writer takes, ``taxbreak.engine.runner.run``: the writer lock, the checks, one publication, the
+    marts
     and the readers' snapshot)."""
-    from taxbreak import engine, readmodel
-    from taxbreak.checks import InvariantBroken
 
     if not paths.warehouse.exists():
         try:
-            engine.run(paths)
+            runner.run(paths)
         except InvariantBroken as exc:
             print(f"(no analysis: {exc})")
             return
@@ -149,14 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     paths = Paths.from_env()
     capture_into_inbox(paths, recapture=args.recapture)
     copy_into_inbox(paths, args.trace)
-    from taxbreak.pipeline.local import run_inbox_pipeline  # Dagster lives in pipeline/ only
-    from taxbreak.query import exports_dir
 
     # The bucket sensor and the runs it asks for, in this process (no daemon): ingest + tables + exports + report.
     results = run_inbox_pipeline(paths)
     failed = print_results(paths, results)
     exports = exports_dir(paths.warehouse)
-    from taxbreak.report import default_output
 
     report = default_output(paths.warehouse) / "index.html"
     print(f"\nwarehouse: {paths.warehouse}   report: {report if report.exists() else '(not written)'}")

@@ -2,7 +2,8 @@
 
 The per-trace tables are the specs of one multi-asset step partitioned by ``traces`` (``analysis_tables``), so a
 run prepares its traces' inputs once and publishes once, and each table's partitions page shows which traces are
-materialised.  The step is one run of the engine (``taxbreak.engine.run``, as for ``taxbreak analyze``): a run for
+materialised.  The step is one run of the engine (``taxbreak.engine.runner.run``, as for ``taxbreak analyze``): a run
+for
 some traces computes its tables in a file of its own without the writer lock and holds the lock only to publish
 them; a run over every trace computes under it, as it rewrites every table whole; the invariants
 (``sql/checks``) are evaluated on the run's rows before anything is published; the engine's events become the
@@ -23,11 +24,17 @@ import hashlib
 
 import dagster as dg
 
-from taxbreak.analysis import settings_tables
+from taxbreak.engine import runner
+from taxbreak.engine.analysis import RunConfig, build_cross_trace, plan_tables, settings_tables
+from taxbreak.engine.checks import InvariantBroken
+from taxbreak.engine.plan import INPUTS
 from taxbreak.pipeline.defs.checks import check_specs, markdown_preview
 from taxbreak.pipeline.defs.checks import results as check_results
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES, run_trace_id, trace_ids_of_keys
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
+from taxbreak.read import plots, report
+from taxbreak.store.marts import marts_location, pending, register_filesystem, trace_counts
+from taxbreak.store.warehouse import snapshot_is_current
 
 POOL = "duckdb_writer"
 EXPORTS = dg.AssetKey("warehouse_exports")
@@ -44,9 +51,9 @@ class AnalysisConfig(dg.Config):
     """Rebuild every trace's rows even in a run started for one trace."""
 
 
-def _sql_files() -> list:  # taxbreak.analysis.SqlFile, in dependency order
+def _sql_files() -> list:  # taxbreak.engine.analysis.SqlFile, in dependency order
     try:
-        from taxbreak import analysis
+        from taxbreak.engine import analysis
     except ImportError:  # the analysis module is optional for loading the definitions
         return []
     return list(analysis.sql_files())
@@ -54,9 +61,9 @@ def _sql_files() -> list:  # taxbreak.analysis.SqlFile, in dependency order
 
 def asset_deps(name: str, files: dict) -> list[dg.AssetKey]:
     """Kept tables a table reads; run-local files are looked through; the inputs the engine prepares from the lake
-    (``taxbreak.plan.INPUTS``, source "lake": the run's traces, catalogue rows, sidecar metadata) make it depend on
+    (``taxbreak.engine.plan.INPUTS``, source "lake": the run's traces, catalogue rows, sidecar metadata) make it
+    depend on
     the ingest asset.  The run-settings inputs are no asset: they are part of the code version (``code_version``)."""
-    from taxbreak.plan import INPUTS
 
     source = {i.name: i.source for i in INPUTS}
     out: list[dg.AssetKey] = []
@@ -81,8 +88,7 @@ def asset_deps(name: str, files: dict) -> list[dg.AssetKey]:
 
 def needed_files(selected: set[str]) -> list[str]:
     """The selected tables and every file they read (transitively), in dependency order: the engine's plan
-    (``taxbreak.analysis.plan_tables``), not a second derivation of it."""
-    from taxbreak.analysis import plan_tables
+    (``taxbreak.engine.analysis.plan_tables``), not a second derivation of it."""
 
     return plan_tables(sorted(selected)) if selected else []
 
@@ -129,11 +135,11 @@ def trace_ids_for_run(context: dg.AssetExecutionContext, full_rebuild: bool) -> 
     return sorted(batch | set(trace_ids_of_keys(keys, lake())))
 
 
-# the run-settings tables taxbreak.analysis prepares per run, and the RunConfig fields each holds
-SETTINGS_TABLES = settings_tables()  # run-settings table -> the RunConfig fields it holds (taxbreak.analysis)
+# the run-settings tables taxbreak.engine.analysis prepares per run, and the RunConfig fields each holds
+SETTINGS_TABLES = settings_tables()  # run-settings table -> the RunConfig fields it holds (taxbreak.engine.analysis)
 
 
-def column_schema(con, sf) -> dg.TableSchema:  # noqa: ANN001 - DuckDB connection, taxbreak.analysis.SqlFile
+def column_schema(con, sf) -> dg.TableSchema:  # noqa: ANN001 - DuckDB connection, taxbreak.engine.analysis.SqlFile
     """The table's columns as Dagster's ``dagster/column_schema``: DuckDB types from the table, descriptions (with
     their units) from the SQL file's ``-- column:`` header lines."""
     rel = con.table(sf.name)
@@ -144,7 +150,6 @@ def column_schema(con, sf) -> dg.TableSchema:  # noqa: ANN001 - DuckDB connectio
 def code_version(name: str, files: dict) -> str:
     """Hash of the table's SQL, of the run-local files it reads (transitively: their SQL is part of its
     computation) and of the run settings the statements read (kernel-name rules, step patterns, T_sys defaults)."""
-    from taxbreak.analysis import RunConfig
 
     parts: list[str] = []
     settings_read: set[str] = set()
@@ -207,8 +212,6 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     ):  # noqa: ANN202 - yields MaterializeResult
         import pyarrow.compute as pc
 
-        from taxbreak import engine
-        from taxbreak.checks import InvariantBroken
 
         trace_ids = trace_ids_for_run(context, config.full_rebuild)
         if trace_ids == []:
@@ -233,7 +236,7 @@ def _table_assets() -> list[dg.AssetsDefinition]:
         plan = needed_files(selected)
         results: list[dg.MaterializeResult] = []
 
-        def on_event(event: engine.Event) -> None:
+        def on_event(event: runner.Event) -> None:
             # the run's tables computed (its own file for some traces, the warehouse inside the run's transaction
             # for every trace): their materialisation metadata, reported once the run is published
             if event.kind == "computed":
@@ -241,12 +244,13 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                     event.con, name, event.counts[name], scope, partial=event.partial))
                     for name in plan if name in selected)
 
-        # The one run (taxbreak.engine.run): some traces computed without the writer lock in the run's own file
+        # The one run (taxbreak.engine.runner.run): some traces computed without the writer lock in the run's own file
         # (runs of other traces compute at the same time), every trace under it; the blocking invariants on the
         # run's rows before anything is published; one publication; the marts of the run's traces only
-        # (taxbreak.marts: a run's cost does not grow with the traces); the cross-trace tables are the next step's.
+        # (taxbreak.store.marts: a run's cost does not grow with the traces); the cross-trace tables are the next
+        # step's.
         try:
-            done = engine.run(engine.Where(warehouse.file(), lake.get()), traces=trace_ids, tables=sorted(selected),
+            done = runner.run(runner.Where(warehouse.file(), lake.get()), traces=trace_ids, tables=sorted(selected),
                               hooks=on_event, checks=checks, cross_trace=False)
         except InvariantBroken as exc:
             yield from check_results(exc.results)
@@ -261,8 +265,6 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     @dg.multi_asset(specs=[s for s in TABLE_SPECS if s.key.path[-1] in CROSS_TRACE], can_subset=True, pool=POOL,
                     name="cross_trace_tables")
     def cross_trace_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource):  # noqa: ANN202
-        from taxbreak.analysis import build_cross_trace
-        from taxbreak.engine import publish
 
         results = []
 
@@ -279,7 +281,7 @@ def _table_assets() -> list[dg.AssetsDefinition]:
 
         # no trace's marts change here; the cross-trace tables are republished whole (one publication), then the
         # snapshot
-        publish(warehouse.file(), write, traces=[], tables=[], label="cross_trace_tables")
+        runner.publish(warehouse.file(), write, traces=[], tables=[], label="cross_trace_tables")
         yield from results
 
     return [analysis_tables] + ([cross_trace_tables] if CROSS_TRACE else [])
@@ -289,8 +291,6 @@ def exports_behind(db) -> bool:  # noqa: ANN001 - the warehouse file (Path)
     """Whether the readers' copy lags the warehouse: a writer left work pending (it died before its marts), or the
     snapshot is older than the file.  Otherwise every writer already published its marts and snapshot, and the
     exports step need not take the lock."""
-    from taxbreak.marts import pending
-    from taxbreak.warehouse import snapshot_is_current
 
     markers, _ = pending(db)
     return bool(markers) or not snapshot_is_current(db)
@@ -301,15 +301,14 @@ def exports_behind(db) -> bool:  # noqa: ANN001 - the warehouse file (Path)
     kinds={"parquet", "duckdb"}, pool=POOL,
     description="The readers' copy: per-trace Parquet marts (`marts/<table>/trace_id=<id>/` beside the DuckDB "
     "file), written by each table run for its traces, and `exports/snapshot.duckdb`, views over them plus the "
-    "cross-trace tables, replaced atomically (taxbreak.marts): query these while runs write. This step catches up "
+    "cross-trace tables, replaced atomically (taxbreak.store.marts): query these while runs write. This step "
+    "catches up "
     "what a writer that died left pending and reports the marts.",
 )
 def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from taxbreak.engine import publish
-    from taxbreak.marts import marts_location, trace_counts
 
     if exports_behind(warehouse.file()):  # only what earlier writers left pending, then the snapshot (small)
-        publish(warehouse.file(), lambda _con: None, traces=[], label="warehouse_exports")
+        runner.publish(warehouse.file(), lambda _con: None, traces=[], label="warehouse_exports")
     counts = trace_counts(warehouse.file())  # from the manifest: a folder or S3 alike, nothing listed
     return dg.MaterializeResult(metadata={
         "marts_dir": marts_location(warehouse.file()), "snapshot": str(warehouse.exports_dir() / SNAPSHOT_NAME),
@@ -332,8 +331,6 @@ def warehouse_report(
 ) -> dg.MaterializeResult:
     import duckdb
 
-    from taxbreak import plots, report
-    from taxbreak.marts import register_filesystem
 
     snapshot = warehouse.exports_dir() / SNAPSHOT_NAME
     out = report.default_output(warehouse.file()) / "index.html"

@@ -1,6 +1,6 @@
 """Jobs, the bucket sensor and the sweep schedules.
 
-The sensor takes settled files after its cursor (``taxbreak.pipeline.bucket.select_new``), hashes each trace
+The sensor takes settled files after its cursor (``taxbreak.store.bucket.select_new``), hashes each trace
 (a sidecar ``<trace>.meta.json`` stands for its trace), registers unseen hashes as ``traces`` partitions and
 requests one ``trace_job`` run per trace: ingest that partition, then rebuild the tables for that trace only.
 Content already in the catalogue (ingested or failed) gets no run: a copy of a known file is not a duplicate,
@@ -17,12 +17,12 @@ from dataclasses import dataclass, replace
 
 import dagster as dg
 
-from taxbreak.pipeline.bucket import TICK_MAX_BYTES, Bucket, Cursor, Entry, select_new, sha256_of
 from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS, TABLE_SPECS, range_tags
 from taxbreak.pipeline.defs.ingest_assets import TRACE_ID_TAG, TRACE_INGEST, TRACES, PartitionIndex, partition_key_for
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
 from taxbreak.pipeline.defs.trace_assets import TRACE_ANALYSIS
 from taxbreak.pipeline.defs.whatif_assets import WHATIF_KEYS
+from taxbreak.store.bucket import TICK_MAX_BYTES, Bucket, Cursor, Entry, select_new, sha256_of
 
 SCHEDULE_CRON = os.environ.get("TAXBREAK_SCHEDULE_CRON", "0 * * * *")
 

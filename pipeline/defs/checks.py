@@ -1,7 +1,7 @@
-"""The analysis invariants (``sql/checks/*.sql``, ``taxbreak.checks``) as Dagster asset checks.
+"""The analysis invariants (``sql/checks/*.sql``, ``taxbreak.engine.checks``) as Dagster asset checks.
 
 Each check belongs to the table it guards; an error-severity one is blocking.  They are evaluated by the engine
-(``taxbreak.engine.run``) on the run's rows before its publication commits, as for every other writer: a broken
+(``taxbreak.engine.runner.run``) on the run's rows before its publication commits, as for every other writer: a broken
 invariant fails the ``analysis_tables`` step and rolls the run back, so nothing of that trace is published (tables,
 marts, snapshot), its partition of the tables stays unmaterialised and the assets downstream (cross-trace tables,
 exports, report, what-if) do not run.  Here they only become check specs and check results.
@@ -9,7 +9,7 @@ exports, report, what-if) do not run.  Here they only become check specs and che
 
 import dagster as dg
 
-from taxbreak.checks import CheckResult, check_files, markdown_preview
+from taxbreak.engine.checks import CheckResult, check_files, markdown_preview
 
 __all__ = ["check_specs", "markdown_preview", "results"]
 

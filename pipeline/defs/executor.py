@@ -13,6 +13,8 @@ import os
 
 import dagster as dg
 
+from taxbreak.pipeline.dask_executor import taxbreak_dask_executor as dask_executor
+
 
 def executor_from_env() -> dg.ExecutorDefinition:
     kind = os.environ.get("TAXBREAK_EXECUTOR", "multiprocess")
@@ -21,7 +23,6 @@ def executor_from_env() -> dg.ExecutorDefinition:
     if kind == "in_process":
         return dg.in_process_executor
     if kind == "dask":
-        from taxbreak.pipeline.dask_executor import taxbreak_dask_executor as dask_executor
 
         address = os.environ.get("TAXBREAK_DASK_SCHEDULER")
         if address:  # the cluster the deployment runs; run config can still name another

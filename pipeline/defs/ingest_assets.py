@@ -15,8 +15,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from taxbreak.pipeline.bucket import apply_sidecar, ingest_from
+from taxbreak.ingest import trace_suffixes
 from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
+from taxbreak.store.bucket import apply_sidecar, ingest_from
 
 TRACES = dg.DynamicPartitionsDefinition(name="traces")
 TRACE_INGEST = dg.AssetKey("trace_ingest")
@@ -33,7 +34,6 @@ def partition_key_for(name: str, trace_id: str) -> str:
     The stem is the base name without its trace suffix (``.json``, ``.json.gz``, ``.nsys-rep`` ...), letters, digits,
     ``_``, ``-`` and single dots kept, anything else ``_``, at most 48 characters (Dagster refuses ``...`` in keys).
     """
-    from taxbreak.ingest import trace_suffixes
 
     base = name.rsplit("/", 1)[-1]
     for suffix in sorted(trace_suffixes(), key=len, reverse=True):

@@ -4,13 +4,16 @@ new serving steps of a (model, GPU) arrive.
 The asset depends on ``serving_steps`` and ``serving_step_requests`` (kept analysis tables, ``traces`` partitions).
 A sensor evaluates its automation condition (eager: after any partition of either table is updated); the run refits
 only the (model, GPU, phase) groups whose number of fit-ready steps changed since their stored fit
-(``taxbreak.requests.stale_groups``), and rebuilds ``request_step_fit``, ``request_step_shares``, ``request_totals``
+(``taxbreak.features.requests.stale_groups``), and rebuilds ``request_step_fit``, ``request_step_shares``,
+``request_totals``
 and ``request_tenants``. It runs in the ``duckdb_writer`` pool and holds the warehouse lock like every other writer.
 The model: docs/method.md.
 """
 
 import dagster as dg
 
+from taxbreak.engine import runner
+from taxbreak.features.requests import refit, stale_groups
 from taxbreak.pipeline.defs.analysis_assets import POOL
 from taxbreak.pipeline.defs.resources import WarehouseResource
 
@@ -28,8 +31,6 @@ REQUEST_MODEL_FIT = dg.AssetKey("request_model_fit")
     "(docs/method.md, docs/warehouse.md).",
 )
 def request_model_fit(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from taxbreak.engine import publish
-    from taxbreak.requests import refit, stale_groups
 
     def write(con):  # noqa: ANN001, ANN202 - DuckDB connection; (refit result, fits) or None
         has_steps = bool(con.execute(
@@ -46,8 +47,8 @@ def request_model_fit(context: dg.AssetExecutionContext, warehouse: WarehouseRes
             "SELECT model_name, gpu_name, phase, steps_fitted, r2, rel_err_p90, rel_err_p99, baseline_r2, "
             "baseline_rel_err_p90, baseline_rel_err_p99 FROM request_model_fit ORDER BY ALL").fetchall()
 
-    # the one publisher (taxbreak.engine.publish): the lock, one transaction, the readers' snapshot
-    done = publish(warehouse.file(), write, label="request_model_fit")
+    # the one publisher (taxbreak.engine.runner.publish): the lock, one transaction, the readers' snapshot
+    done = runner.publish(warehouse.file(), write, label="request_model_fit")
     if done is None:
         return dg.MaterializeResult(metadata={"refitted_groups": 0})
     res, fits = done

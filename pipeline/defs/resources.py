@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from taxbreak.config import S3_ENV, SETTINGS, Paths, S3Settings, is_s3_url, normalise_s3_url, setting
-from taxbreak.pipeline.bucket import Bucket, bucket_for_url, open_bucket
+from taxbreak.config import SETTINGS, Paths, setting
+from taxbreak.ingest import Lake
+from taxbreak.ingest.objects import S3_ENV, S3Settings, is_s3_url, normalise_s3_url
+from taxbreak.store.bucket import Bucket, bucket_for_url, open_bucket
 
 if TYPE_CHECKING:
     from taxbreak.ingest import Lake
@@ -87,7 +89,6 @@ class LakeResource(_S3Fields):
         return Path(self.cache) if self.cache else Paths.from_env().cache
 
     def get(self) -> Lake:
-        from taxbreak.ingest import Lake
 
         root = self.path()
         return Lake(root, s3=self.s3() if isinstance(root, str) else None)

@@ -2,7 +2,7 @@
 
 The per-trace analysis tables are ``traces`` partitions too (``analysis_assets``: one step per run over its traces).
 This asset, partitioned like them, is materialised by ``trace_job`` for the run's trace after the tables committed,
-with the trace's headline figures (``taxbreak.readmodel.trace_headlines``, the read model every reader uses) as
+with the trace's headline figures (``taxbreak.read.readmodel.trace_headlines``, the read model every reader uses) as
 metadata: the asset's partitions page then shows which traces are analysed, and a trace whose file failed or whose
 invariants broke has no materialisation of it (its upstream step yielded nothing or failed, so this step did not run).
 It reads one trace's rows from the readers' snapshot (``exports/snapshot.duckdb``, which the tables' step published
@@ -16,6 +16,9 @@ import dagster as dg
 from taxbreak.pipeline.defs.analysis_assets import TABLE_NAMES
 from taxbreak.pipeline.defs.ingest_assets import TRACES, run_trace_id
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
+from taxbreak.read import readmodel
+from taxbreak.store import query
+from taxbreak.store.query import open_readonly
 
 TRACE_ANALYSIS = dg.AssetKey("trace_analysis")
 _FIGURES = ("kernels", "linked_kernels", "hdbi", "hdbi_linked", "hdbi_wall", "linked_fraction", "t_orchestrate_ns",
@@ -24,7 +27,6 @@ _FIGURES = ("kernels", "linked_kernels", "hdbi", "hdbi_linked", "hdbi_wall", "li
 
 def headline_tables() -> list[dg.AssetKey]:
     """The kept tables the read model's headline query reads (named in its SQL)."""
-    from taxbreak import readmodel
 
     sql = readmodel._HEADLINE_SQL  # noqa: SLF001 - the one headline query; its table names are its dependencies
     # and the verdict's table (readmodel.verdicts), which the metadata shows first
@@ -34,7 +36,6 @@ def headline_tables() -> list[dg.AssetKey]:
 def headline_metadata(h: dict, verdict: dict | None = None) -> dict[str, object]:
     """A trace's partition metadata: the verdict first (bound, confidence, top lever, the block `taxbreak summary`
     opens with), then the headline figures and flags, all worded by the read model."""
-    from taxbreak import readmodel
 
     meta: dict[str, object] = {}
     if verdict is not None:
@@ -64,8 +65,6 @@ def headline_metadata(h: dict, verdict: dict | None = None) -> dict[str, object]
 def trace_analysis(
     context: dg.AssetExecutionContext, lake: LakeResource, warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
-    from taxbreak import readmodel
-    from taxbreak.query import open_readonly
 
     trace_id = run_trace_id({"dagster/partition": context.partition_key, **context.run.tags}, lambda: lake.get())
     # as every reader: the snapshot the tables' step published before this one (no lock, no wait for other runs'
@@ -73,7 +72,7 @@ def trace_analysis(
     opened = open_readonly(warehouse.file())
     try:
         heads = (readmodel.trace_headlines(opened.con, [trace_id])
-                 if readmodel.has_relation(opened.con, "trace_meta") else [])
+                 if query.has_relation(opened.con, "trace_meta") else [])
         verdict = readmodel.verdicts(opened.con, [trace_id]).get(trace_id) if heads else None
     finally:
         opened.con.close()

@@ -1,7 +1,8 @@
-"""The what-if replay as an asset: ``whatif_results`` and ``critical_path`` (taxbreak.whatif; docs/method.md).
+"""The what-if replay as an asset: ``whatif_results`` and ``critical_path`` (taxbreak.features.whatif; docs/method.md).
 
 Part of ``trace_job`` (after the analysis tables): a run started for one trace replays that trace's default
-scenarios (``taxbreak.whatif.default_scenarios``: identity, the host-speed sweep 1x..4x, GPU 2x, CUDA graphs for
+scenarios (``taxbreak.features.whatif.default_scenarios``: identity, the host-speed sweep 1x..4x, GPU 2x, CUDA graphs
+for
 decode, the top-5 fusion candidates); a run without a partition computes them for every analysed trace that has
 no rows yet (``full_rebuild``: for every trace). It runs in the ``duckdb_writer`` pool like every other writer.
 It stays unpartitioned: a run without a given trace replays only the traces that have no rows yet, which is not
@@ -10,6 +11,8 @@ what a range of partitions would record.
 
 import dagster as dg
 
+from taxbreak.engine import runner
+from taxbreak.features import whatif
 from taxbreak.pipeline.defs.analysis_assets import POOL, AnalysisConfig, trace_ids_for_run
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
@@ -20,7 +23,7 @@ READS = ["int_kernel_links", "kernel_taxbreak", "int_steps", "trace_launch_floor
 
 def _specs() -> list[dg.AssetSpec]:
     try:
-        from taxbreak.whatif import table_docs
+        from taxbreak.features.whatif import table_docs
     except ImportError:  # pragma: no cover - the replay module is optional for loading the definitions
         return []
     return [dg.AssetSpec(key=sf.name, deps=[dg.AssetKey(r) for r in READS], group_name="analysis",
@@ -33,8 +36,6 @@ def _specs() -> list[dg.AssetSpec]:
 def whatif_tables(
     context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource,
 ):  # noqa: ANN201 - yields MaterializeResult
-    from taxbreak import whatif
-    from taxbreak.engine import publish
 
     trace_ids = trace_ids_for_run(context, config.full_rebuild)
 
@@ -62,10 +63,10 @@ def whatif_tables(
         totals = {k: (con.execute(f"SELECT count(*) FROM {k}").fetchone()[0] if _has(con, k) else 0) for k in rows}
         return todo, rows, totals
 
-    # the one publisher (taxbreak.engine.publish), one publication per trace (whatif.write_tables): the marts of
+    # the one publisher (taxbreak.engine.runner.publish), one publication per trace (whatif.write_tables): the marts of
     # the run's trace only (None: every trace) and only of the tables this step writes: the trace's other tables,
-    # just published by the analysis step, stay where they are (taxbreak.marts)
-    todo, rows, totals = publish(warehouse.file(), write, traces=trace_ids,
+    # just published by the analysis step, stay where they are (taxbreak.store.marts)
+    todo, rows, totals = runner.publish(warehouse.file(), write, traces=trace_ids,
                                  tables=[k.path[-1] for k in WHATIF_KEYS], one_transaction=False, label="whatif")
     for key in context.selected_asset_keys:
         name = key.path[-1]

@@ -1,6 +1,6 @@
 -- table: request_model_fit
 -- grain: one row per (model, GPU, phase) fitted: the step-latency model of co-batched serving steps (a prefill and a decode model, and a 'mixed' row holding the mixed steps' shared constant and figures)
--- reads: request_fit_rows (the numpy fit of taxbreak.requests.refit over serving_steps)
+-- reads: request_fit_rows (the numpy fit of taxbreak.features.requests.refit over serving_steps)
 -- description: LLMVisor's step-latency model (METHOD.md section 8 in docs/method.md): T(B) = beta + a1 sum p + a2 sum c + a3 sum p^2 + a4 |B|, fitted by least squares per model, GPU and phase (prefill, decode) with two segments split at a breakpoint on sum p chosen by grid search minimising the squared error (ours; at least max(5, 5% of the phase's steps) per side), and the token-count baseline alpha + gamma sum p fitted on the same steps. A mixed step (chunked prefill) is T_prefill(its prefill requests) + T_decode(its decode requests) + shared_ns, one constant fitted on the mixed steps' residuals (ours); a phase with too few pure steps is fitted jointly with the mixed steps (fit_basis). Written by `taxbreak requests --refit` and the pipeline's request_model_fit asset when new steps of the group arrive.
 -- column: model_name: model (serving_steps.model_name)
 -- column: gpu_name: GPU model (serving_steps.gpu_name)
@@ -34,7 +34,7 @@
 -- column: baseline_rel_err_p50: baseline median relative error
 -- column: baseline_rel_err_p90: baseline 90th percentile relative error
 -- column: baseline_rel_err_p99: baseline 99th percentile relative error
--- column: few_steps: the fit rests on fewer than 50 steps (taxbreak.requests.FEW_STEPS_WARNING, ours): read its figures with care
+-- column: few_steps: the fit rests on fewer than 50 steps (taxbreak.features.requests.FEW_STEPS_WARNING, ours): read its figures with care
 -- column: fit_note: why the fit is as it is: joint basis and why, delta = 0 and why, backfitting rounds, too few steps; '' when none
 -- column: fit_seconds: time the fit took (s)
 -- column: fitted_at: when the fit was made (UTC)

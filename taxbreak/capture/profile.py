@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from taxbreak.meta import META_VERSION, MetaError, sidecar_path, validate_meta  # the one sidecar schema
+from taxbreak.ingest.sidecar import META_VERSION, MetaError, sidecar_path, validate_meta  # the one sidecar schema
 
 META_KEY = "taxbreak"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -127,7 +127,7 @@ def write_meta(trace_path: str | os.PathLike[str], meta: dict[str, Any]) -> Path
 
 
 def _validate(meta: dict[str, Any], where: str) -> None:
-    """Check ``meta`` against the sidecar schema (taxbreak.meta)."""
+    """Check ``meta`` against the sidecar schema (taxbreak.ingest.sidecar)."""
     try:
         validate_meta(meta, where)
     except MetaError as exc:

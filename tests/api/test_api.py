@@ -61,7 +61,7 @@ def test_sql_traces_trend_and_whatif(home: Path) -> None:
     n = wh.sql("SELECT count(*) AS n FROM kernel_taxbreak")
     assert isinstance(n, pd.DataFrame) and int(n.n[0]) == wh.summary("Qwen").headline["kernels"]
     assert wh.sql("SELECT 1 AS x", arrow=True).column("x").to_pylist() == [1]
-    from taxbreak.query import SandboxRefused
+    from taxbreak.store.query import SandboxRefused
 
     with pytest.raises(SandboxRefused):  # the sandbox of `taxbreak sql`: a reader writes nothing
         wh.sql(f"COPY (SELECT 1) TO '{home / 'lake' / 'x.parquet'}'")

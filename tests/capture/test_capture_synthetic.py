@@ -249,8 +249,8 @@ def test_synthetic_null_kernel_floor(tmp_path: Path) -> None:
 def test_synthetic_null_kernel_is_the_floor_in_the_warehouse(tmp_path: Path) -> None:
     import duckdb
 
-    from taxbreak import analysis
     from taxbreak.capture.synthetic import write_null_kernel
+    from taxbreak.engine import analysis
     from taxbreak.ingest import Lake, ingest_file
 
     path = write_null_kernel(tmp_path / "in" / "synthetic_null_kernel_H200.json.gz", gpu_name="NVIDIA H200",

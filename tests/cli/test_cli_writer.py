@@ -14,8 +14,9 @@ import duckdb
 import pytest
 from cli_support import FUSION_ID, MIXED_ID, Run, add_fusion, build_mixed
 
-from taxbreak.plan import plan_tables, sql_files
-from taxbreak.warehouse import FAULT_ENV, snapshot_path
+from taxbreak.engine.plan import plan_tables, sql_files
+from taxbreak.store.faults import FAULT_ENV
+from taxbreak.store.warehouse import snapshot_path
 
 KEPT = [f.name for f in sql_files() if f.materialize != "temp"]
 
@@ -135,7 +136,7 @@ def test_two_analyze_runs_at_once_both_succeed(home: Path, run: Run, states: dic
 
 def _holder(code: str, home: Path) -> subprocess.Popen:
     """A process that runs ``code`` (db bound to the warehouse path), prints 'ready' and waits for stdin to close."""
-    script = ("import sys, duckdb\nfrom pathlib import Path\nfrom taxbreak.warehouse import writer\n"
+    script = ("import sys, duckdb\nfrom pathlib import Path\nfrom taxbreak.store.warehouse import writer\n"
               f"db = Path({str(home / 'taxbreak.duckdb')!r})\n{code}")
     p = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
@@ -166,11 +167,14 @@ def test_a_writer_waits_for_a_reader_holding_the_file(home: Path, run: Run, stat
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAXBREAK_")} | {"TAXBREAK_HOME": str(home)}
     writer_proc = subprocess.Popen([sys.executable, "-m", "taxbreak.cli", "analyze"], cwd=home, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # the writer is waiting for the reader now
+    # release the reader only once the writer says it waits for it (a fixed sleep races a loaded machine)
+    first = writer_proc.stderr.readline()
+    while first and "waiting for a reader to close" not in first:
+        first = writer_proc.stderr.readline()
+    assert "waiting for a reader to close" in first
     assert writer_proc.poll() is None
     reader.stdin.close()
     reader.wait(timeout=30)
     out, err = writer_proc.communicate(timeout=120)
-    assert writer_proc.returncode == 0, err
-    assert "waiting for a reader to close" in err
+    assert writer_proc.returncode == 0, first + err
     assert table_state(home / "taxbreak.duckdb") == states["after"]

@@ -1,4 +1,5 @@
-"""The one run (taxbreak.engine): `taxbreak analyze` refuses to publish a broken invariant (exit 4, the check, its
+"""The one run (taxbreak.engine.runner): `taxbreak analyze` refuses to publish a broken invariant (exit 4, the check,
+its
 table and the failing row count named, every warehouse table and the readers' snapshot unchanged), and analyze,
 retry, the demo and forget all go through the engine (its hook events)."""
 
@@ -12,10 +13,10 @@ import duckdb
 import pytest
 from cli_support import FUSION_ID, MIXED_ID, add_fusion
 
-from taxbreak import engine
-from taxbreak.checks import check_files
 from taxbreak.cli import EXIT_INVARIANT_BROKEN, main
-from taxbreak.warehouse import snapshot_path
+from taxbreak.engine import runner
+from taxbreak.engine.checks import check_files
+from taxbreak.store.warehouse import snapshot_path
 
 
 def _common(home: Path) -> list[str]:
@@ -26,7 +27,7 @@ def _break_hdbi_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """The hdbi check made to flag every trace row (an invariant the computed rows break)."""
     broken = [dataclasses.replace(c, text="SELECT trace_id, hdbi FROM taxbreak_by_scope WHERE scope_kind = 'trace'")
               if c.name == "hdbi_in_unit_interval" else c for c in check_files()]
-    monkeypatch.setattr(engine, "check_files", lambda: broken)
+    monkeypatch.setattr(runner, "check_files", lambda: broken)
 
 
 def _differences(db: Path, before: Path) -> dict[str, int]:
@@ -82,14 +83,14 @@ def test_analyze_refuses_to_publish_a_broken_invariant(home: Path, monkeypatch: 
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str] | None, list[str]]]:
-    """engine.run wrapped: each call's traces and the kinds of events its hooks were told, in order."""
+    """runner.run wrapped: each call's traces and the kinds of events its hooks were told, in order."""
     calls: list[tuple[list[str] | None, list[str]]] = []
-    real = engine.run
+    real = runner.run
 
     def spy(paths, traces=None, tables=None, config=None, hooks=None, **kw):  # noqa: ANN001, ANN202
         kinds: list[str] = []
 
-        def hook(event: engine.Event) -> None:
+        def hook(event: runner.Event) -> None:
             kinds.append(event.kind)
             if hooks is not None:
                 hooks(event)
@@ -97,7 +98,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str] | None, list[s
         calls.append((traces, kinds))
         return real(paths, traces, tables, config, hook, **kw)
 
-    monkeypatch.setattr(engine, "run", spy)
+    monkeypatch.setattr(runner, "run", spy)
     return calls
 
 
@@ -110,8 +111,8 @@ def test_analyze_retry_and_the_demo_go_through_the_engine(home: Path, monkeypatc
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from taxbreak import demo
     from taxbreak.config import Paths
-    from taxbreak.pipeline.retry import rebuild_tables
-    from taxbreak.plan import plan_tables
+    from taxbreak.engine.plan import plan_tables
+    from taxbreak.features.retry import rebuild_tables
 
     calls = _spy(monkeypatch)
     n_checks = len(check_files())
@@ -143,19 +144,19 @@ def test_forget_publishes_through_the_engine(home: Path, monkeypatch: pytest.Mon
     add_fusion(home / "lake")
     assert main(["analyze", *_common(home)]) == 0
     published: list[tuple[str, list[str] | None]] = []
-    real = engine.publish
+    real = runner.publish
 
     def spy(paths, write, **kw):  # noqa: ANN001, ANN202
         hooks = kw.pop("hooks", None)
 
-        def hook(event: engine.Event) -> None:
+        def hook(event: runner.Event) -> None:
             published.append((event.name, event.trace_ids))
             if hooks is not None:
                 hooks(event)
 
         return real(paths, write, hooks=hook, **kw)
 
-    monkeypatch.setattr(engine, "publish", spy)
+    monkeypatch.setattr(runner, "publish", spy)
     assert main(["forget", FUSION_ID[:12], *_common(home)]) == 0
     assert published == [("forget", [FUSION_ID])]
     with duckdb.connect(str(home / "wh.duckdb"), read_only=True) as con:

@@ -1,6 +1,6 @@
 """Issue 30: ``forget`` is atomic with respect to concurrent writers.  Once it returns 0, no warehouse table, mart
 or snapshot holds the trace, whatever ran beside it: a run for the trace that computed before the forget and
-publishes after it publishes nothing of it (taxbreak.analysis.publish_run reads the catalogue under the writer
+publishes after it publishes nothing of it (taxbreak.engine.analysis.publish_run reads the catalogue under the writer
 lock, and forget removes the catalogue row under that lock).  On the mixed and fusion scenario traces
 (tests/sql/scenarios.py: fusion has 10 kernels, mixed 9)."""
 
@@ -15,11 +15,11 @@ import duckdb
 import pytest
 from cli_support import FUSION_ID, MIXED_ID, add_fusion
 
-from taxbreak.analysis import compute_run, publish_run
 from taxbreak.cli import main
+from taxbreak.engine.analysis import compute_run, publish_run
 from taxbreak.ingest import Lake
-from taxbreak.marts import LocalMarts, load_manifest
-from taxbreak.warehouse import writer
+from taxbreak.store.marts import LocalMarts, load_manifest
+from taxbreak.store.warehouse import writer
 
 
 def _paths(home: Path) -> list[str]:
@@ -88,7 +88,7 @@ def test_a_trace_forgotten_while_the_run_reads_the_lake(home: Path, monkeypatch:
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """The run listed the trace's lake file, then `forget` removed it before the run read it (the interleaving that
     gave analyze a traceback in a CI race): the run computes the traces still ingested again, no error."""
-    from taxbreak import analysis
+    from taxbreak.engine import analysis
 
     add_fusion(home / "lake")
     assert main(["analyze", "-q", *_paths(home)]) == 0

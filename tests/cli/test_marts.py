@@ -8,8 +8,9 @@ from pathlib import Path
 import duckdb
 from cli_support import FUSION_ID, MIXED_ID, Run, add_fusion
 
-from taxbreak.marts import marts_dir, pending
-from taxbreak.warehouse import FAULT_ENV, snapshot_path
+from taxbreak.store.faults import FAULT_ENV
+from taxbreak.store.marts import marts_dir, pending
+from taxbreak.store.warehouse import snapshot_path
 
 
 def assert_snapshot_is_the_warehouse(db: Path) -> set[str]:

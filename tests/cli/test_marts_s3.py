@@ -18,9 +18,10 @@ import pytest
 from cli_support import FUSION_ID, MIXED_ID, Run, add_fusion
 from s3_helpers import empty, moto_s3, point_at
 
-from taxbreak import marts
-from taxbreak.query import open_readonly
-from taxbreak.warehouse import FAULT_ENV, snapshot_path, writer
+from taxbreak.store import marts
+from taxbreak.store.faults import FAULT_ENV
+from taxbreak.store.query import open_readonly
+from taxbreak.store.warehouse import snapshot_path, writer
 
 BUCKET = "marts"
 PREFIX = "team/marts"

@@ -12,10 +12,10 @@ import pytest
 from cli_support import MIXED_ID
 from sql.scenarios import NULL_ID, build_mixed, mixed_rows, null_kernel_rows, write_trace
 
-from taxbreak import analysis
+from taxbreak.engine import analysis
+from taxbreak.engine.plan import sql_files
 from taxbreak.ingest import Lake
-from taxbreak.plan import sql_files
-from taxbreak.warehouse import WarehouseBusy, warehouse_lock, writer
+from taxbreak.store.warehouse import WarehouseBusy, warehouse_lock, writer
 
 KEPT = [f.name for f in sql_files() if f.materialize != "temp"]
 OTHER = "e" * 64  # a trace on another host: the documented default floor

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from taxbreak.cli import main
-from taxbreak.marts import MANIFEST, LocalMarts, confined, load_manifest, manifest_problem
-from taxbreak.query import SandboxRefused, check_output, interactive, open_readonly
+from taxbreak.store.marts import MANIFEST, LocalMarts, confined, load_manifest, manifest_problem
+from taxbreak.store.query import SandboxRefused, check_output, interactive, open_readonly
 
 
 def _paths(home: Path) -> list[str]:
@@ -134,7 +134,7 @@ def test_a_forged_manifest_is_not_acted_on(analyzed: Path, tmp_path: Path,
     ("traces", {"a/b": ["", 0, 0]}, "traces: 'a/b'"),
 ])
 def test_manifest_problem_names_the_field(field: str, value: object, named: str) -> None:
-    from taxbreak.marts import Manifest
+    from taxbreak.store.marts import Manifest
 
     m = Manifest(tables=["kernel_taxbreak"], columns={"kernel_taxbreak": [["trace_id", "VARCHAR"]]})
     setattr(m, field, value)

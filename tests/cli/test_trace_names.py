@@ -1,5 +1,5 @@
 """Trace names as users type them (issue 24): every command that takes TRACE resolves it through the one resolver
-(taxbreak.tracenames) and behaves the same: the id prefix, the file name, its stem without suffixes and a unique
+(taxbreak.store.tracenames) and behaves the same: the id prefix, the file name, its stem without suffixes and a unique
 substring name a trace; an ambiguous name exits 2 listing the candidates; an unknown one says "no trace matches X",
 and a known but unanalysed one says to run `taxbreak analyze`."""
 
@@ -16,7 +16,7 @@ from sql.scenarios import mixed_rows, write_trace  # noqa: E402
 
 from taxbreak.cli import main  # noqa: E402
 from taxbreak.ingest import Lake  # noqa: E402
-from taxbreak.tracenames import TraceAmbiguous, TraceNotFound, match, resolve, stem  # noqa: E402
+from taxbreak.store.tracenames import TraceAmbiguous, TraceNotFound, match, resolve, stem  # noqa: E402
 
 EAGER_GZ = "1" * 64
 EAGER_SQLITE = "2" * 64

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from taxbreak.config import ingest_limits
 from taxbreak.ingest import ingest_file
 from taxbreak.ingest import kineto as kineto_mod
 
@@ -84,9 +85,9 @@ def test_nesting_deeper_than_the_limit_fails_the_file_quickly(write_kineto, lake
 def test_nesting_within_the_limit_is_stored(write_kineto, lake, monkeypatch):
     monkeypatch.setenv("TAXBREAK_MAX_JSON_DEPTH", "8")
     # top object, events array, event, args: 4 levels; 4 arrays more: 8
-    res = ingest_file(write_kineto("ok.json", [{**BASE[0], "args": {"a": [[[[1]]]]}}]), lake)
+    res = ingest_file(write_kineto("ok.json", [{**BASE[0], "args": {"a": [[[[1]]]]}}]), lake, limits=ingest_limits())
     assert res.status == "ingested", res.error
-    res = ingest_file(write_kineto("no.json", [{**BASE[0], "args": {"a": [[[[[1]]]]]}}]), lake)
+    res = ingest_file(write_kineto("no.json", [{**BASE[0], "args": {"a": [[[[[1]]]]]}}]), lake, limits=ingest_limits())
     assert res.status == "failed" and "nested deeper than 8 levels" in res.error
 
 
@@ -96,7 +97,7 @@ def test_a_gzip_bomb_fails_with_the_limit_named(write_kineto, lake, monkeypatch)
     raw = b'{"traceEvents": [' + b" " * (1 << 20) + b"]}"
     path = write_kineto("bomb.json.gz", raw=raw, gz=True)
     assert len(raw) > 20 * path.stat().st_size
-    res = ingest_file(path, lake)
+    res = ingest_file(path, lake, limits=ingest_limits())
     assert res.status == "failed"
     assert f"gzip data expanding more than 20 times its {path.stat().st_size:,} bytes" in res.error
     assert "TAXBREAK_MAX_GZIP_RATIO" in res.error
@@ -106,7 +107,7 @@ def test_temporary_space_is_capped(write_kineto, lake, monkeypatch):
     monkeypatch.setenv("TAXBREAK_MAX_TEMP_BYTES", "50")
     for name, gz in (("t.json", False), ("t.json.gz", True)):
         path = write_kineto(name, BASE, gz=gz)
-        res = ingest_file(path, lake)
+        res = ingest_file(path, lake, limits=ingest_limits())
         assert res.status == "failed"
         assert res.error == (f"{path}: more than 50 bytes of JSON, the temporary space one ingest may use "
                              "(setting ingest.max_temp_bytes, $TAXBREAK_MAX_TEMP_BYTES); not ingested")
@@ -114,7 +115,7 @@ def test_temporary_space_is_capped(write_kineto, lake, monkeypatch):
 
 def test_a_read_error_of_the_streaming_route_names_no_workdir_file(write_kineto, lake, monkeypatch):
     """DuckDB's own messages name the file it reads, which is in the workdir: the message keeps the problem."""
-    def failing_stage(con, events_path, fmt, stage_path):  # noqa: ANN001, ANN202
+    def failing_stage(con, events_path, fmt, stage_path, max_json_depth):  # noqa: ANN001, ANN202
         raise kineto_mod.duckdb.InvalidInputException(f'Malformed JSON in file "{events_path}", at line 3')
 
     monkeypatch.setattr(kineto_mod, "_stage", failing_stage)
@@ -130,7 +131,7 @@ def test_gzip_expansion_below_the_free_size_is_never_refused(write_kineto, lake,
     events = [{**BASE[0], "name": f"op{i}", "ts": 10 + i} for i in range(2000)]
     path = write_kineto("many.json.gz", events, gz=True)
     assert len(gzip.decompress(path.read_bytes())) > 5 * path.stat().st_size
-    res = ingest_file(path, lake)
+    res = ingest_file(path, lake, limits=ingest_limits())
     assert res.status == "ingested" and res.row["event_count"] == 2000
 
 

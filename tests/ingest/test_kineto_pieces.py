@@ -43,9 +43,9 @@ def stage_calls(monkeypatch):
     calls: list[int] = []
     real = kineto_mod._stage
 
-    def spy(con, events_path, fmt, stage_path):  # noqa: ANN001, ANN202
+    def spy(con, events_path, fmt, stage_path, max_json_depth):  # noqa: ANN001, ANN202
         calls.append(len(events_path) if isinstance(events_path, list) else 1)
-        return real(con, events_path, fmt, stage_path)
+        return real(con, events_path, fmt, stage_path, max_json_depth)
 
     monkeypatch.setattr(kineto_mod, "_stage", spy)
     return calls

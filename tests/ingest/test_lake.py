@@ -91,7 +91,7 @@ def test_catalogue_refuses_an_unknown_major_version(lake):
 
 
 def test_analysis_refuses_an_events_partition_of_an_unknown_major_version(lake, tmp_path):
-    from taxbreak import analysis
+    from taxbreak.engine import analysis
 
     lake.write_events(TRACE_ID, iter([_batch(2)]), TraceInfo(source_format="kineto"), file_name="t.json",
                       source_path="/x/t.json", file_bytes=1)

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from taxbreak.config import ingest_limits
 from taxbreak.ingest import Lake, TraceInfo, ingest_file
 from taxbreak.ingest.base import make_owned_dir, owned_name
 from taxbreak.ingest.lake import STAGING_DIR, STAGING_PREFIX, TMP_PREFIX
@@ -158,7 +159,8 @@ def test_errors_name_the_source_never_a_temporary_file(tmp_path: Path, monkeypat
     path = tmp_path / "t.json"
     path.write_bytes(GOOD)
     monkeypatch.setenv("TAXBREAK_MAX_TEMP_BYTES", "10")
-    res = ingest_file(path, Lake(tmp_path / "lake"), source_path="s3://bucket/inbox/t.json", file_name="t.json")
+    res = ingest_file(path, Lake(tmp_path / "lake"), source_path="s3://bucket/inbox/t.json", file_name="t.json",
+                      limits=ingest_limits())
     assert res.status == "failed"
     assert res.error.startswith("s3://bucket/inbox/t.json: more than 10 bytes of JSON")
     assert str(tmp_path) not in res.error and "taxbreak-ingest-" not in res.error

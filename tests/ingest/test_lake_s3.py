@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 from s3_helpers import empty, moto_s3, point_at
 
-from taxbreak.config import S3Settings
 from taxbreak.ingest import Lake, TraceInfo, ingest_file
+from taxbreak.ingest.objects import S3Settings
 from taxbreak.schemas import EVENT_SCHEMA
 
 BUCKET = "lake"
@@ -120,10 +120,10 @@ def test_an_interrupted_write_uploads_nothing(s3) -> None:  # noqa: ANN001
 
 
 def test_duckdb_reads_the_s3_lake(s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
-    from taxbreak.analysis import materialize
+    from taxbreak.engine.analysis import materialize
     from taxbreak.ingest.links import link_counts
     from taxbreak.ingest.nsys_rep import lake_kernel_summary
-    from taxbreak.query import open_readonly
+    from taxbreak.store.query import open_readonly
 
     lake = Lake(ROOT)
     ids = {n: ingest_file(_kineto(tmp_path / f"k{n}.json", n), lake).trace_id for n in (2, 5)}
@@ -161,7 +161,7 @@ def test_duckdb_reads_the_s3_lake(s3, tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_s3_urls_and_settings() -> None:
-    from taxbreak.config import is_s3_url, normalise_s3_url
+    from taxbreak.ingest.objects import is_s3_url, normalise_s3_url
 
     assert normalise_s3_url("s3://b/p/") == "s3://b/p" == normalise_s3_url(Path("s3://b/p"))
     assert is_s3_url(Path("s3://b")) and not is_s3_url("/data/s3/lake") and not is_s3_url("s3-lake")

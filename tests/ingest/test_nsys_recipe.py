@@ -17,8 +17,7 @@ import pytest
 from nsys_fixtures import build_tiny_export
 
 from taxbreak.cli import main
-from taxbreak.ingest import Lake
-from taxbreak.ingest.nsys_check import (
+from taxbreak.features.nsys_check import (
     GAPS_RECIPE,
     KERNEL_RECIPE,
     parse_gaps_recipe,
@@ -26,6 +25,7 @@ from taxbreak.ingest.nsys_check import (
     recipes_unavailable,
     run_recipes,
 )
+from taxbreak.ingest import Lake
 from taxbreak.ingest.nsys_rep import nsys_version
 
 # The tiny fixture's kernels, by hand: gemm 1 x 1000 ns (3500 -> 4500); graph_k 3 x 200 ns.
@@ -161,7 +161,7 @@ def test_nsys_check_runs_both_recipes_and_stores_them(tmp_path: Path, monkeypatc
 
 
 def test_recipe_with_short_names_is_compared_by_short_name(tmp_path: Path) -> None:
-    from taxbreak.ingest.nsys_check import compare_kernel_recipe
+    from taxbreak.features.nsys_check import compare_kernel_recipe
 
     got = parse_kernel_recipe(write_kern_sum(tmp_path / "k", {"gemm": (1, 1000), "graph_k": (3, 600)}))
     key, diffs = compare_kernel_recipe(got, {GEMM: (1, 1000), GRAPH_K: (3, 600)}, {"gemm": (1, 1000),

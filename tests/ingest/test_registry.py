@@ -25,8 +25,8 @@ from taxbreak.ingest import (
     iter_trace_files,
 )
 from taxbreak.ingest.base import event_batch, starts_with
-from taxbreak.pipeline.bucket import is_bucket_trace_name, local_copy_name
 from taxbreak.schemas import EVENT_SCHEMA
+from taxbreak.store.bucket import is_bucket_trace_name, local_copy_name
 
 KINETO = b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}]}'
 

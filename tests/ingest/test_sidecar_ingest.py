@@ -13,8 +13,8 @@ from pathlib import Path
 from test_lake_s3 import BUCKET, ROOT, s3, s3_server  # noqa: F401 - moto's server and a client (module fixtures)
 
 from taxbreak.ingest import Lake, ingest_file
-from taxbreak.meta import SIDECAR_MAX_BYTES, find_meta
-from taxbreak.pipeline.bucket import S3Bucket, apply_sidecar, ingest_from
+from taxbreak.ingest.sidecar import SIDECAR_MAX_BYTES, find_meta
+from taxbreak.store.bucket import S3Bucket, apply_sidecar, ingest_from
 
 TRACE = (b'{"schemaVersion": 1, "traceEvents": [\n'
          b'{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": 7, "ts": 11, "dur": 1,'

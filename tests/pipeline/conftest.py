@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from taxbreak.capture.synthetic import SyntheticConfig, write_nsys_sqlite
-from taxbreak.meta import sidecar_path
+from taxbreak.ingest.sidecar import sidecar_path
 
 # A SYNTHETIC Nsight Systems SQLite export written by the project's own writer (taxbreak.capture.synthetic, the
 # real export schema): the prefill step of a 1-layer dense decoder with a 4-token prompt, one output token.

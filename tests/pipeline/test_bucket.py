@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from taxbreak.pipeline.bucket import Cursor, Entry, LocalBucket, is_bucket_trace_name, select_new
+from taxbreak.store.bucket import Cursor, Entry, LocalBucket, is_bucket_trace_name, select_new
 
 S = 1_000_000_000
 
@@ -150,7 +150,7 @@ def test_local_bucket_lists_regular_files_inside_it_only(tmp_path: Path) -> None
 def test_hashing_a_fifo_or_a_device_fails_at_once(tmp_path: Path) -> None:
     import time
 
-    from taxbreak.pipeline.bucket import sha256_of
+    from taxbreak.store.bucket import sha256_of
 
     inbox, _ = _hostile_bucket(tmp_path)
     bucket = LocalBucket(inbox)
@@ -164,7 +164,7 @@ def test_hashing_a_fifo_or_a_device_fails_at_once(tmp_path: Path) -> None:
 
 def test_ingest_from_a_hostile_bucket_records_the_good_file_and_names_the_rest(tmp_path: Path) -> None:
     from taxbreak.ingest import Lake
-    from taxbreak.pipeline.bucket import ingest_from
+    from taxbreak.store.bucket import ingest_from
 
     inbox, _ = _hostile_bucket(tmp_path)
     bucket, lake = LocalBucket(inbox), Lake(tmp_path / "lake")
@@ -196,8 +196,8 @@ def test_ingest_file_refuses_a_device_and_a_fifo_without_blocking(tmp_path: Path
 
 def test_a_sidecar_after_its_trace_updates_the_catalogue_without_reading_events(tmp_path: Path) -> None:
     from taxbreak.ingest import Lake
-    from taxbreak.meta import find_meta
-    from taxbreak.pipeline.bucket import apply_sidecar, ingest_from
+    from taxbreak.ingest.sidecar import find_meta
+    from taxbreak.store.bucket import apply_sidecar, ingest_from
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
@@ -227,7 +227,7 @@ def test_a_sidecar_after_its_trace_updates_the_catalogue_without_reading_events(
 
 def test_a_sidecar_before_its_trace_is_stored_ingests_the_trace(tmp_path: Path) -> None:
     from taxbreak.ingest import Lake
-    from taxbreak.pipeline.bucket import apply_sidecar
+    from taxbreak.store.bucket import apply_sidecar
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
@@ -238,7 +238,7 @@ def test_a_sidecar_before_its_trace_is_stored_ingests_the_trace(tmp_path: Path) 
 
 
 def test_object_key_segments_are_names_not_paths() -> None:
-    from taxbreak.pipeline.bucket import local_copy_name
+    from taxbreak.store.bucket import local_copy_name
 
     for name in ("../up.json", "./dot.json", "/etc/x.json", "a/../b.json"):  # '', '.', '..' are key segments
         assert is_bucket_trace_name(name), name

@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak.analysis import materialize
-from taxbreak.checks import check_files, evaluate
+from taxbreak.engine.analysis import materialize
+from taxbreak.engine.checks import check_files, evaluate
 from taxbreak.ingest import Lake, ingest_file
 
 from .conftest import write_kineto
@@ -108,7 +108,7 @@ def test_a_broken_invariant_blocks_the_trace(env: dict[str, Path], instance, mon
     failed evaluation is recorded; the trace before it stays as it was."""
     import dataclasses
 
-    from taxbreak import engine
+    from taxbreak.engine import runner
     from taxbreak.pipeline.local import load_defs, tick
 
     defs = load_defs()
@@ -117,7 +117,7 @@ def test_a_broken_invariant_blocks_the_trace(env: dict[str, Path], instance, mon
     assert [r.success for r in t1.runs] == [True]
     broken = [dataclasses.replace(c, text="SELECT trace_id FROM taxbreak_by_scope WHERE scope_kind = 'trace'")
               if c.name == "hdbi_in_unit_interval" else c for c in check_files()]
-    monkeypatch.setattr(engine, "check_files", lambda: broken)
+    monkeypatch.setattr(runner, "check_files", lambda: broken)
     write_kineto(env["inbox"] / "second.json", 3, base_us=99.0)
     t2 = tick(defs, instance, t1.cursor)
     (run,) = t2.runs

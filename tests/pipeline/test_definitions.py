@@ -22,7 +22,7 @@ def test_dg_check_defs(dagster_home: Path) -> None:
 
 
 def test_definitions_content() -> None:
-    from taxbreak.analysis import sql_files
+    from taxbreak.engine.analysis import sql_files
     from taxbreak.pipeline.local import load_defs
 
     defs = load_defs()
@@ -85,7 +85,7 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
     import dataclasses
     from unittest import mock
 
-    from taxbreak import analysis, rules
+    from taxbreak.engine import analysis, rules
     from taxbreak.pipeline.defs.analysis_assets import code_version
 
     files = {f.name: f for f in analysis.sql_files()}
@@ -118,7 +118,7 @@ def test_settings_tables_are_declared_where_read() -> None:
     import dataclasses
     import re
 
-    from taxbreak import analysis
+    from taxbreak.engine import analysis
     from taxbreak.pipeline.defs.analysis_assets import SETTINGS_TABLES
 
     # every run setting is hashed into the versions of the tables that read it
@@ -151,9 +151,9 @@ def test_preload_builds_the_jobs_once_per_environment(monkeypatch) -> None:  # n
 def test_exports_take_the_writer_only_when_the_readers_copy_lags(tmp_path: Path) -> None:
     """warehouse_exports: every writer publishes its own marts and snapshot, so the step takes the lock only for
     what a killed writer left pending or a snapshot older than the file."""
-    from taxbreak.marts import mark_pending
     from taxbreak.pipeline.defs.analysis_assets import exports_behind
-    from taxbreak.warehouse import snapshot_path, writer
+    from taxbreak.store.marts import mark_pending
+    from taxbreak.store.warehouse import snapshot_path, writer
 
     db = tmp_path / "taxbreak.duckdb"
     assert exports_behind(db)  # nothing published yet

@@ -66,7 +66,7 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
         failed_run = run.dagster_run.tags["taxbreak/trace_id"] == _sha(inbox / "corrupt.json")
         assert {e.check_name for e in evals} == ({"ingest_completeness"} if failed_run else every_check)
         assert "kernel_taxbreak" not in _materialized(run) if failed_run else "kernel_taxbreak" in _materialized(run)
-    # the readers' copy: one Parquet partition per trace and table (taxbreak.marts), and the snapshot's views
+    # the readers' copy: one Parquet partition per trace and table (taxbreak.store.marts), and the snapshot's views
     marts = env["warehouse"].parent / "marts" / "kernel_taxbreak"
     assert sorted(p.name for p in marts.glob("trace_id=*")) == sorted(f"trace_id={_sha(f)}" for f in (good, nsight))
     parquet = str(marts / "trace_id=*" / "part-0.parquet")

@@ -62,8 +62,8 @@ def test_retry_from_s3(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tm
     import boto3  # pinned in requirements.lock
     from moto.server import ThreadedMotoServer
 
-    from taxbreak.pipeline.bucket import S3Bucket, ingest_from
-    from taxbreak.pipeline.retry import retry_row
+    from taxbreak.features.retry import retry_row
+    from taxbreak.store.bucket import S3Bucket, ingest_from
 
     from .conftest import write_kineto
 

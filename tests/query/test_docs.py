@@ -5,14 +5,14 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from taxbreak.docgen import DOC_PATH, example_queries, generate, split_unit
-from taxbreak.plan import sql_files
+from taxbreak.engine.plan import sql_files
+from taxbreak.read.docgen import DOC_PATH, example_queries, generate, split_unit
 
 QUERIES = example_queries()
 
 
 def test_committed_doc_equals_generated() -> None:
-    assert DOC_PATH.read_text(encoding="utf-8") == generate(), "run `python -m taxbreak.docgen` and commit"
+    assert DOC_PATH.read_text(encoding="utf-8") == generate(), "run `python -m taxbreak.read.docgen` and commit"
 
 
 def test_doc_carries_every_table_and_column() -> None:

@@ -1,4 +1,4 @@
-"""Issue 12: the per-trace marts are compacted into few segment files (taxbreak.marts): readers see exactly the
+"""Issue 12: the per-trace marts are compacted into few segment files (taxbreak.store.marts): readers see exactly the
 warehouse's rows before and after a compaction, a trace written again supersedes its rows in a segment, a writer
 killed between staging and renaming leaves readers the previous snapshot and the next writer catches up, and a
 forgotten trace leaves no file that holds it.
@@ -19,9 +19,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import marts
-from taxbreak.marts import PART
-from taxbreak.warehouse import FAULT_ENV, snapshot_path, writer
+from taxbreak.store import marts
+from taxbreak.store.faults import FAULT_ENV
+from taxbreak.store.marts import PART
+from taxbreak.store.warehouse import snapshot_path, writer
 
 TABLES = ("tiny_kernels", "tiny_meta", "tiny_models")
 
@@ -174,7 +175,7 @@ def _killed(db: Path, point: str, k: int) -> subprocess.CompletedProcess:
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_marts_compaction import _fill
-        from taxbreak.warehouse import writer
+        from taxbreak.store.warehouse import writer
         with writer({str(db)!r}, traces=["t{k}"]) as con:
             _fill(con, {k})
     """)
@@ -250,7 +251,7 @@ def test_whole_rewrites(db: Path) -> None:
     assert on_disk(db, "t2") == 0  # traces gone: every replaced file deleted at once
     assert_snapshot_is_the_warehouse(db)
     # the readers' fallback without a snapshot reads the same files the manifest names
-    from taxbreak.query import open_readonly
+    from taxbreak.store.query import open_readonly
 
     snapshot_path(db).unlink()
     db.rename(db.with_name("moved.duckdb"))
@@ -330,7 +331,7 @@ def test_a_killed_write_of_some_tables_is_caught_up(db: Path) -> None:
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_marts_compaction import _fill_kernels
-        from taxbreak.warehouse import writer
+        from taxbreak.store.warehouse import writer
         with writer({str(db)!r}, traces=["t2"], tables=["tiny_kernels"]) as con:
             _fill_kernels(con, 2, 7)
     """)

@@ -13,10 +13,10 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from taxbreak import marts
 from taxbreak.cli import main
-from taxbreak.query import WarehouseUnavailable, interactive, open_readonly
-from taxbreak.warehouse import publish_snapshot
+from taxbreak.store import marts
+from taxbreak.store.query import WarehouseUnavailable, interactive, open_readonly
+from taxbreak.store.warehouse import publish_snapshot
 
 
 def _count_sql(trace_id: str) -> str:
@@ -124,7 +124,7 @@ def test_readme_query_runs_on_plain_duckdb(wh: dict, tmp_path) -> None:  # noqa:
     (tmp_path / "warehouse").mkdir()
     shutil.copyfile(wh["warehouse"], tmp_path / "warehouse" / "taxbreak.duckdb")
     con = duckdb.connect(str(tmp_path / "warehouse" / "taxbreak.duckdb"))
-    try:  # the per-trace Parquet marts and the snapshot a writer publishes beside the warehouse (taxbreak.marts)
+    try:  # the per-trace Parquet marts and the snapshot a writer publishes beside the warehouse (taxbreak.store.marts)
         marts.export(con, tmp_path / "warehouse" / "taxbreak.duckdb", None, compact_loose=2)  # one segment
     finally:
         publish_snapshot(tmp_path / "warehouse" / "taxbreak.duckdb", con)  # closes con

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from taxbreak.analysis import materialize
 from taxbreak.capture.synthetic import SyntheticConfig, generate_synthetic, total_kernels
+from taxbreak.engine.analysis import materialize
 from taxbreak.ingest import Lake, ingest_file
 
 DENSE = {bs: SyntheticConfig(n_layers=2, output_tokens=4, batch_size=bs) for bs in (1, 4, 16)}

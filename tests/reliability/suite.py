@@ -92,6 +92,7 @@ def _leftovers(lake: Path, tmp: Path) -> list[str]:
 _CORPUS_CHILD = r"""
 import json, os, signal, sys, time
 from pathlib import Path
+from taxbreak.config import ingest_limits
 from taxbreak.ingest import Lake, ingest_file
 
 class Hang(Exception):
@@ -112,7 +113,8 @@ for item in todo:
     signal.alarm(int(item["timeout"]))
     try:
         lake = Lake(item["lake"])
-        res = ingest_file(item["path"], lake)
+        # the item's limits come from its TAXBREAK_MAX_* environment, read now as the CLI reads it
+        res = ingest_file(item["path"], lake, limits=ingest_limits())
         out.update(status=res.status, error=res.error, trace_id=res.trace_id)
     except Hang:
         out["hang"] = True
@@ -546,9 +548,9 @@ def run_s3(work: Path, log: Callable[[str], None] = lambda s: None) -> Tally:
     import boto3
     from moto.server import ThreadedMotoServer
 
-    from taxbreak.config import S3Settings
     from taxbreak.ingest import Lake
-    from taxbreak.pipeline.bucket import S3Bucket, ingest_from
+    from taxbreak.ingest.objects import S3Settings
+    from taxbreak.store.bucket import S3Bucket, ingest_from
 
     tally = Tally("S3 keys")
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 from taxbreak.cli import main
-from taxbreak.compare import GroupError, compare, resolve_group
+from taxbreak.read.compare import GroupError, compare, resolve_group
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak.analysis import materialize
 from taxbreak.cli import main
-from taxbreak.export import IDLE_TRACK_TID
+from taxbreak.engine.analysis import materialize
 from taxbreak.ingest import Lake, ingest_file
+from taxbreak.read.export import IDLE_TRACK_TID
 
 # The parts of the Chrome trace-event format (and Perfetto's importer) the export uses.
 CHROME_SCHEMA = {

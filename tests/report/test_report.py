@@ -13,9 +13,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import plots
 from taxbreak.cli import main
-from taxbreak.report import collect, render_html, render_index, render_trace_page, trace_label, write_report
+from taxbreak.read import plots
+from taxbreak.read.report import collect, render_html, render_index, render_trace_page, trace_label, write_report
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -191,7 +191,7 @@ def test_labels_and_null_kernel_traces(wh: dict, data: dict) -> None:
     assert trace_label(a) != trace_label(b) and a["trace_id"][:6] in trace_label(a)
     assert trace_label(a).startswith("H100 80GB HBM3 · ")
     null = {**a, "is_null_kernel": True}
-    from taxbreak.report import hdbi_chart
+    from taxbreak.read.report import hdbi_chart
 
     svg, calib = hdbi_chart([null, b], "HDBI")
     assert calib == [null] and trace_label(b) in svg and "HDBI_wall" in svg
@@ -220,7 +220,7 @@ def test_gpu_sections(wh: dict, data: dict) -> None:
 
 
 def test_timeline_stops_at_its_kernel_limit(wh: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    from taxbreak import report
+    from taxbreak.read import report
 
     monkeypatch.setattr(report, "TIMELINE_MAX_KERNELS", 10)
     con = duckdb.connect(str(wh["warehouse"]), read_only=True)
@@ -415,7 +415,7 @@ def test_screenshot_and_console(chromium: str, report_dir: Path, tmp_path: Path)
 
 
 def test_markdown_summary_for_dagster_metadata(wh: dict, data: dict) -> None:
-    from taxbreak.report import markdown_summary
+    from taxbreak.read.report import markdown_summary
 
     lines = markdown_summary(data).splitlines()
     assert len(lines) == 2 + len(wh["ids"])
@@ -432,7 +432,7 @@ def test_markdown_summary_for_dagster_metadata(wh: dict, data: dict) -> None:
 
 def test_host_partition_per_step_adds_up(wh: dict, data: dict) -> None:
     """The host-time partition shown per trace: one trace row and one row per step, parts summing to wall time."""
-    from taxbreak.report import HOST_PARTS
+    from taxbreak.read.report import HOST_PARTS
 
     t = _by_file(data)[wh["ids"]["dense_bs1"]]
     rows = t["host_partition"]

@@ -1,4 +1,5 @@
-"""The interactive timeline's script (taxbreak/report_assets/timeline.js) driven in headless Chromium: a page with a
+"""The interactive timeline's script (taxbreak/read/report_assets/timeline.js) driven in headless Chromium: a page
+with a
 hand-made two-kernel trace dispatches wheel, mouse and menu events and writes what it saw onto <body>."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from taxbreak.report import ASSETS, IDLE_CAUSE_COLORS, _page
+from taxbreak.read.report import ASSETS, IDLE_CAUSE_COLORS, _page
 
 # lanes 0 ops, 1 launches, 2 GPU 0 idle gaps, 3 GPU 0 stream 7. k: [lane, start, dur, name, colour, launch start,
 # launch dur, ΔFT, ΔCT, ΔKT, t_launch_obs, t_dispatch, op name]; times in ns.

@@ -12,9 +12,9 @@ import pytest
 from public_data import available
 from requests_support import ev
 
-from taxbreak import analysis
+from taxbreak.engine import analysis
 from taxbreak.ingest import Lake, ingest_file
-from taxbreak.meta import MetaError, validate_meta
+from taxbreak.ingest.sidecar import MetaError, validate_meta
 
 VLLM = "execute_40_context_2(sq36sk50sqsq650sqsk700)_generation_4(sq4sk400sqsq4sqsk400)"
 COLS = ("composition_source, phase, batch_requests, prefill_requests, decode_requests, tokens_sum, tokens_sq_sum, "
@@ -175,7 +175,7 @@ def test_real_annotations_parse(rel: str, real_trace, tmp_path: Path) -> None:
 
 
 def test_trace_without_fit_says_what_to_do(wh) -> None:
-    from taxbreak.requests import format_requests, trace_requests
+    from taxbreak.features.requests import format_requests, trace_requests
 
     d = trace_requests(wh, "a" * 16)
     assert d["fitted"] is False

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="the serving loop needs torch (pip i
 from taxbreak.capture.models import ModelConfig, build_model  # noqa: E402
 from taxbreak.capture.profile import CaptureError  # noqa: E402
 from taxbreak.capture.serving import _ReqState, capture_serving, packed_step  # noqa: E402
-from taxbreak.meta import read_sidecar, sidecar_path  # noqa: E402
+from taxbreak.ingest.sidecar import read_sidecar, sidecar_path  # noqa: E402
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe"])

@@ -9,10 +9,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis, report
 from taxbreak.capture.synthetic_serving import ServingConfig, simulate_serving, write_serving_kineto
 from taxbreak.cli import main
+from taxbreak.engine import analysis
 from taxbreak.ingest import Lake, ingest_file
+from taxbreak.read import report
 
 
 @pytest.fixture(scope="module")

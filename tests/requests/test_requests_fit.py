@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from requests_support import serving_con
 
-from taxbreak.requests import RequestsError, design, fit_phase, refit, stale_groups
+from taxbreak.features.requests import RequestsError, design, fit_phase, refit, stale_groups
 
 LO = np.array([1000.0, 10.0, 2.0, 0.5, 100.0])  # beta, a1, a2, a3, a4
 HI = np.array([5000.0, 30.0, 1.0, 0.1, 50.0])
@@ -229,7 +229,7 @@ def test_a_phase_with_few_pure_steps_is_fitted_jointly_with_the_mixed_steps() ->
 
 
 def test_small_samples_keep_max_5_or_5_percent_per_segment() -> None:
-    from taxbreak.requests import segment_min_steps
+    from taxbreak.features.requests import segment_min_steps
 
     assert [segment_min_steps(n) for n in (10, 100, 101, 1000)] == [5, 5, 6, 50]
     x, y = _steps(40)  # the high law starts above sum p = 300; move it to above 340: 6 high steps of 40

@@ -8,7 +8,7 @@ from requests_support import serving_con
 
 from taxbreak.capture.synthetic_serving import ServedRequest as Req
 from taxbreak.capture.synthetic_serving import ServingConfig, make_requests, run_tables, schedule, simulate_serving
-from taxbreak.requests import refit
+from taxbreak.features.requests import refit
 
 
 def test_scheduler_by_hand() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak.analysis import materialize
+from taxbreak.engine.analysis import materialize
 from taxbreak.ingest.lake import Lake
 
 from .scenarios import ev, kernel, write_trace

@@ -28,8 +28,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis, readmodel
+from taxbreak.engine import analysis
 from taxbreak.ingest.lake import Lake
+from taxbreak.read import readmodel
 
 from .scenarios import ev, kernel, write_trace
 
@@ -127,7 +128,7 @@ def test_dispatch_base_from_few_samples_is_flagged(wh: duckdb.DuckDBPyConnection
 
 def test_flag_reaches_every_reader(wh: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
     """summary (text and --json) and the report's trace page show the unstable base."""
-    from taxbreak import report
+    from taxbreak.read import report
 
     s = readmodel.summary(None, BASE_ID[:8], con=wh)
     assert "dispatch_base_unstable" in readmodel.format_summary(s)

@@ -28,7 +28,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis
+from taxbreak.engine import analysis
 from taxbreak.ingest.lake import Lake
 
 from .scenarios import ev, kernel, write_trace

@@ -9,8 +9,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis, report
+from taxbreak.engine import analysis
 from taxbreak.ingest import Lake, ingest_file
+from taxbreak.read import report
 
 from .scenarios import ev, kernel, write_trace
 

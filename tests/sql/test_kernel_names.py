@@ -1,5 +1,5 @@
 """A kernel's own name, short name and name rule (docs/method.md section 2) on real-world demangled names: the
-analyses' SQL (sql/int_kernel_names.sql) and the readers' Python (taxbreak.kernel_names) give the same names."""
+analyses' SQL (sql/int_kernel_names.sql) and the readers' Python (taxbreak.read.kernel_names) give the same names."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from taxbreak import kernel_names
-from taxbreak.plan import sql_files
-from taxbreak.rules import RunConfig, settings_arrow
+from taxbreak.engine.plan import sql_files
+from taxbreak.engine.rules import RunConfig, settings_arrow
+from taxbreak.read import kernel_names
 
 GEMVX = ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float, float, false, true, true, "
          "false, 7, false, cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, "

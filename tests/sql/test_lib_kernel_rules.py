@@ -1,5 +1,5 @@
 """The I_lib kernel-name rules (METHOD.md section 2) as DuckDB applies them: first match by priority, own-name rules
-on the kernel's own name (taxbreak.kernel_names, equal to sql/int_kernel_names.sql's: test_kernel_names), signature
+on the kernel's own name (taxbreak.read.kernel_names, equal to sql/int_kernel_names.sql's: test_kernel_names), signature
 rules on the whole name."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from taxbreak.kernel_names import own_name
-from taxbreak.rules import LIB_KERNEL_RULES
+from taxbreak.engine.rules import LIB_KERNEL_RULES
+from taxbreak.read.kernel_names import own_name
 
 
 def first_rule(name: str) -> tuple[int, str] | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis
+from taxbreak.engine import analysis
 from taxbreak.ingest import Lake, ingest_file
 
 # kernel events per file, from SOURCES.md (Kineto 'kernel'/'Kernel' cat counts, Nsight CUPTI_ACTIVITY_KIND_KERNEL rows)

@@ -8,8 +8,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis
-from taxbreak.meta import MetaError, find_meta, validate_meta, write_sidecar
+from taxbreak.engine import analysis
+from taxbreak.ingest.sidecar import MetaError, find_meta, validate_meta, write_sidecar
 
 from .scenarios import FUSION_ID, MIXED_ID, MIXED_META, build_mixed, fusion_rows, mixed_rows, write_trace
 
@@ -28,9 +28,9 @@ def test_sql_files_ordered_and_documented() -> None:
 
 
 def test_plan_declares_every_input(tmp_path: Path) -> None:
-    """A name in '-- reads:' is another file or an input the engine declares (taxbreak.plan.INPUTS), and prepare
+    """A name in '-- reads:' is another file or an input the engine declares (taxbreak.engine.plan.INPUTS), and prepare
     creates exactly the declared inputs: a typo in a header or an input added without its declaration fails here."""
-    from taxbreak import plan
+    from taxbreak.engine import plan
 
     files = {f.name for f in plan.sql_files()}
     declared = {i.name for i in plan.INPUTS}

@@ -7,8 +7,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis, readmodel
+from taxbreak.engine import analysis
 from taxbreak.ingest.lake import Lake
+from taxbreak.read import readmodel
 
 from .scenarios import (
     FUSION_ID,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 
-from taxbreak import analysis
+from taxbreak.engine import analysis
 
 from .scenarios import LONE_ID, SWEEP_IDS, build_sweep, sweep_meta, sweep_point_rows, write_trace
 

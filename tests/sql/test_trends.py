@@ -15,10 +15,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from taxbreak import analysis
+from taxbreak.engine import analysis
+from taxbreak.engine.plan import sql_files
+from taxbreak.engine.rules import RunConfig
 from taxbreak.ingest.lake import Lake
-from taxbreak.plan import sql_files
-from taxbreak.rules import RunConfig
 
 from .scenarios import mixed_rows, write_trace
 
@@ -155,7 +155,7 @@ def test_run_spec_and_workloads_end_to_end(wh: duckdb.DuckDBPyConnection) -> Non
 
 
 def test_compare_warns_when_runs_are_not_one_workload(wh: duckdb.DuckDBPyConnection) -> None:
-    from taxbreak.compare import compare, format_compare
+    from taxbreak.read.compare import compare, format_compare
 
     same = compare(wh, "1" * 16, "2" * 16)
     assert same["workload_mismatch"] == [] and "WARNING" not in format_compare(same)
@@ -185,7 +185,7 @@ def test_trend_command(wh: duckdb.DuckDBPyConnection, capsys: pytest.CaptureFixt
 
 
 def test_report_lists_workloads_and_draws_their_pages(wh: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
-    from taxbreak import report
+    from taxbreak.read import report
 
     index = report.write_report(wh, tmp_path / "rep")
     html = index.read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""What-if replay (taxbreak.whatif): hand-computed replays of a tiny trace, identity on public traces, and the
+"""What-if replay (taxbreak.features.whatif): hand-computed replays of a tiny trace, identity on public traces, and the
 synthetic generator's ground truth (the same workload generated at another host speed, launch floor, with graphs)."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from taxbreak import analysis, whatif
 from taxbreak.capture.synthetic import Dist, SyntheticConfig, write_kineto
+from taxbreak.engine import analysis
+from taxbreak.features import whatif
 from taxbreak.ingest import ingest_file
 from taxbreak.ingest.base import TraceInfo
 from taxbreak.ingest.lake import Lake
@@ -267,7 +268,7 @@ def test_synthetic_ground_truth(tmp_path: Path) -> None:
 
 
 def test_report_section(tiny: tuple) -> None:
-    from taxbreak import whatif_report
+    from taxbreak.read import whatif_report
 
     con, root = tiny
     whatif.compute_and_write(con, root, [TINY])

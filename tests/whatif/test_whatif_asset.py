@@ -8,7 +8,8 @@ import dagster as dg
 import duckdb
 import pyarrow as pa
 
-from taxbreak import analysis, whatif
+from taxbreak.engine import analysis
+from taxbreak.features import whatif
 from taxbreak.ingest.base import TraceInfo
 from taxbreak.ingest.lake import Lake
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource

@@ -9,14 +9,14 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from taxbreak import analysis, whatif
 from taxbreak.cli import main
+from taxbreak.engine import analysis
+from taxbreak.features import whatif
 from taxbreak.ingest.base import TraceInfo
 from taxbreak.ingest.lake import Lake
-from taxbreak.query import open_readonly
-from taxbreak.readmodel import has_relation
 from taxbreak.schemas import EVENT_SCHEMA
-from taxbreak.warehouse import writer
+from taxbreak.store.query import has_relation, open_readonly
+from taxbreak.store.warehouse import writer
 
 from .test_whatif import TINY, tiny_rows
 
@@ -54,6 +54,6 @@ def test_report_page_shows_the_whatif_section(tmp_path: Path) -> None:
                            "'trace'").fetchone()[0]
     finally:
         con.close()
-    from taxbreak.plots import fmt_value
+    from taxbreak.read.plots import fmt_value
 
     assert f"<td class='n'>{fmt_value(gpu2, 'ns')}</td>" in page

@@ -14,7 +14,7 @@ Every key but ``taxbreak_meta_version`` is optional; unknown keys are kept (forw
 
 The sidecar enters the lake with its trace: ``sidecar_update`` makes the catalogue keys (``SIDECAR_KEYS``) that
 ``taxbreak.ingest.ingest_file`` writes into the trace's ``metadata_json`` when it ingests the trace (a local file or
-an S3 object) and ``taxbreak.pipeline.bucket.apply_sidecar`` when a sidecar arrives later; ``find_meta`` reads them
+an S3 object) and ``taxbreak.store.bucket.apply_sidecar`` when a sidecar arrives later; ``find_meta`` reads them
 back, so the analysis reads the lake alone.
 """
 

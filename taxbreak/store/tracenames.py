@@ -21,6 +21,9 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from taxbreak.ingest import Lake
+from taxbreak.store.query import has_relation, printable
+
 # suffixes taken off a file name for its stem, repeatedly, longest first where they nest
 TRACE_SUFFIXES = (".gz", ".zst", ".bz2", ".xz", ".json", ".trace", ".pt", ".sqlite", ".db", ".nsys-rep", ".qdrep",
                   ".pftrace", ".pb")
@@ -116,7 +119,6 @@ def explain_unanalysed(lake: str | os.PathLike[str] | None, name: str, warehouse
     rows: list[dict[str, Any]] = []
     if lake is not None:
         try:
-            from taxbreak.ingest import Lake
 
             rows = Lake(lake).catalogue().to_pylist()
         except Exception:  # noqa: BLE001 - the lake may be elsewhere or gone; say what we know
@@ -142,7 +144,6 @@ def resolve_in_warehouse(con: Any, name: str, *, lake: str | os.PathLike[str] | 
                          warehouse: str | os.PathLike[str] | Path) -> str:
     """The analysed trace ``name`` names on a warehouse connection (its trace_meta); LookupError with the reader's
     message otherwise (ambiguous: the candidates; unknown: ``explain_unanalysed``)."""
-    from taxbreak.readmodel import has_relation
 
     cands = con.execute("SELECT trace_id, file_name FROM trace_meta").fetchall() if has_relation(
         con, "trace_meta") else []
@@ -157,7 +158,6 @@ def resolve_for_cli(con: Any, name: str, command: str, paths: Any) -> str | None
     command then exits 2).  ``paths``: its taxbreak.config.Paths (the lake is asked about unanalysed names)."""
     import sys
 
-    from taxbreak.query import printable
 
     try:
         return resolve_in_warehouse(con, name, lake=paths.lake, warehouse=paths.warehouse)

@@ -45,6 +45,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from taxbreak.config import Paths, add_path_args
+from taxbreak.engine import analysis, runner
+from taxbreak.engine.analysis import _comment, _q, publication
+from taxbreak.engine.plan import SqlFile, header, parse_sql_file
+from taxbreak.ingest.lake import Lake
+from taxbreak.store.tracenames import resolve_for_cli
+from taxbreak.store.warehouse import WarehouseBusy
+
 NEG = -(1 << 62)  # "no constraint" (an int64 far below every time)
 
 # Host segment categories: the codes of host_partition.sql (1..7) and their names.
@@ -235,7 +243,6 @@ WHERE kind IN ('runtime_api', 'driver_api') AND dur_ns > 0 AND regexp_matches(na
 
 
 def _events_source(lake_root: str | os.PathLike[str], trace_id: str, con: duckdb.DuckDBPyConnection) -> str:
-    from taxbreak.ingest.lake import Lake
 
     lake = Lake(lake_root)
     lake.register_filesystem(con)
@@ -293,7 +300,6 @@ def build_graph(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str
 def _host_segments(lake_root: str | os.PathLike[str], trace_id: str) -> tuple[pa.Table, tuple | None]:
     """The trace's host segments (sql/int_host_segments.sql) and its first dispatcher op (pid, tid, ts_ns), computed
     by the analysis itself on a private in-memory connection, so the replay applies the analysis' rules."""
-    from taxbreak import analysis
 
     mcon = analysis.connect(None)
     try:
@@ -1042,7 +1048,7 @@ TABLE_DOCS = {
 -- table: whatif_results
 -- grain: one row per trace, what-if scenario and scope (the trace, each step, each phase)
 -- reads: int_kernel_links, kernel_taxbreak, int_steps, trace_launch_floor, skip_by_trace, fusion_candidates, (lake) events
--- description: What-if replay (docs/method.md, "What-if replay", ours): the trace's dependency graph replayed under a scenario, with the scope's figures in the trace itself (*_own) and in the replay (*_replay), computed the same way. Written by taxbreak.whatif (the Dagster asset whatif_tables computes the default scenarios for every trace; `taxbreak whatif TRACE --save` adds others). IL of a step runs from the step annotation's start to the step's last kernel end.
+-- description: What-if replay (docs/method.md, "What-if replay", ours): the trace's dependency graph replayed under a scenario, with the scope's figures in the trace itself (*_own) and in the replay (*_replay), computed the same way. Written by taxbreak.features.whatif (the Dagster asset whatif_tables computes the default scenarios for every trace; `taxbreak whatif TRACE --save` adds others). IL of a step runs from the step annotation's start to the step's last kernel end.
 -- column: trace_id: trace key
 -- column: scenario: scenario name ('identity', 'host_x1.5', 'gpu_x2', 'cuda_graph_decode', 'fuse_top5', or the CLI's)
 -- column: scenario_json: every scenario setting as a JSON object (host_speedup, t_sys_ns, t_sys_scale, gpu_speedup, cuda_graph, graph_keep_framework, graph_gap_ns, fuse_top)
@@ -1099,13 +1105,12 @@ TABLE_DOCS = {
 
 
 def table_docs() -> list[Any]:
-    """The tables' header docs as taxbreak.analysis.SqlFile objects (for docgen and COMMENT ON)."""
-    from taxbreak.plan import SqlFile, header
+    """The tables' header docs as taxbreak.engine.analysis.SqlFile objects (for docgen and COMMENT ON)."""
 
     out = []
     for name, text in TABLE_DOCS.items():
         sf = SqlFile(name=name, path=Path(__file__), text=text)
-        for key, val in header(text):  # the one header parser (taxbreak.plan)
+        for key, val in header(text):  # the one header parser (taxbreak.engine.plan)
             if key == "grain":
                 sf.grain = val
             elif key == "reads":
@@ -1119,12 +1124,11 @@ def table_docs() -> list[Any]:
     return out + [levers_sql_file()]
 
 
-LEVERS_SQL = Path(__file__).resolve().parent.parent / "sql" / "whatif" / "levers.sql"
+LEVERS_SQL = Path(__file__).resolve().parents[2] / "sql" / "whatif" / "levers.sql"
 
 
 def levers_sql_file() -> Any:
     """sql/whatif/levers.sql, the verdict's levers over the replay's rows (run by write_tables after them)."""
-    from taxbreak.plan import parse_sql_file
 
     return parse_sql_file(LEVERS_SQL)
 
@@ -1178,7 +1182,6 @@ def result_rows(results: list[dict[str, Any]]) -> tuple[pa.Table, pa.Table]:
 def write_tables(con: duckdb.DuckDBPyConnection, results: list[dict[str, Any]]) -> dict[str, int]:
     """Publish scenario results into the warehouse on ``con``: each (trace, scenario)'s old rows are replaced, in
     one transaction (nothing half-written)."""
-    from taxbreak.analysis import _comment, _q, publication
 
     res_t, cp_t = result_rows(results)
     docs = {sf.name: sf for sf in table_docs()}
@@ -1200,7 +1203,6 @@ def write_tables(con: duckdb.DuckDBPyConnection, results: list[dict[str, Any]]) 
 def _write_levers(con: duckdb.DuckDBPyConnection, sf: Any, trace_ids: list[str]) -> int:
     """Replace the levers of ``trace_ids`` from their whatif_results rows (inside the caller's publication). A table
     whose columns differ from the statement's (an older release) is rebuilt, keeping nothing stale."""
-    from taxbreak.analysis import _comment
 
     if not trace_ids or not all(_table_exists(con, t) for t in sf.reads):
         return 0
@@ -1292,7 +1294,6 @@ def format_result(res: dict[str, Any], steps: str | None = None) -> str:
 
 
 def cmd_whatif(args: Any) -> int:
-    from taxbreak.config import Paths
 
     paths = Paths.from_args(args)
     if not Path(paths.warehouse).exists():
@@ -1306,7 +1307,6 @@ def cmd_whatif(args: Any) -> int:
         print(f"whatif: {exc}", file=sys.stderr)
         return 2
     try:
-        from taxbreak.tracenames import resolve_for_cli
 
         tid = resolve_for_cli(con, args.trace, "whatif", paths)
         if tid is None:
@@ -1324,12 +1324,10 @@ def cmd_whatif(args: Any) -> int:
         return 2
     finally:
         con.close()
-    if args.save:  # the one publisher (taxbreak.engine.publish): the writer lock, one publication, the snapshot
-        from taxbreak.engine import publish
-        from taxbreak.warehouse import WarehouseBusy
+    if args.save:  # the one publisher (taxbreak.engine.runner.publish): the writer lock, one publication, the snapshot
 
         try:
-            publish(paths, lambda wcon: write_tables(wcon, results), traces=[tid], label="whatif")
+            runner.publish(paths, lambda wcon: write_tables(wcon, results), traces=[tid], label="whatif")
         except WarehouseBusy as exc:
             print(f"whatif: {exc}", file=sys.stderr)
             return 3
@@ -1370,7 +1368,6 @@ def add_whatif_parser(sub: Any) -> None:
     p.add_argument("--name", default=None, help="scenario name (default 'cli')")
     p.add_argument("--save", action="store_true", help="write the results into whatif_results / critical_path")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    from taxbreak.config import add_path_args
 
     add_path_args(p)
     p.set_defaults(func=cmd_whatif)

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
-from taxbreak.config import S3Settings
+from taxbreak.config import ingest_limits
 from taxbreak.ingest import IngestError, IngestResult, Lake, Sidecar, ingest_file, trace_suffixes
 from taxbreak.ingest.base import clean_dead, make_owned_dir, open_regular
-from taxbreak.meta import SIDECAR_SUFFIX, sidecar_update
+from taxbreak.ingest.objects import S3Settings
+from taxbreak.ingest.sidecar import SIDECAR_SUFFIX, sidecar_update
 
 HASH_CHUNK_BYTES = 1 << 20
 DOWNLOAD_PREFIX = "taxbreak-dl-"
@@ -238,7 +239,7 @@ def ingest_from(b: Bucket, name: str, store: Lake, *, force: bool, cache_dir: Pa
         return IngestResult(url, "", "failed", None, f"{url}: not ingested: {exc.strerror or exc}")
     if local is not None:
         return ingest_file(local, store, force=force, cache_dir=cache_dir, source_path=url,
-                           file_name=name.rsplit("/", 1)[-1], sidecar=sidecar)
+                           file_name=name.rsplit("/", 1)[-1], sidecar=sidecar, limits=ingest_limits())
     clean_dead(None, DOWNLOAD_PREFIX)
     tmp = make_owned_dir(DOWNLOAD_PREFIX)
     try:
@@ -248,14 +249,15 @@ def ingest_from(b: Bucket, name: str, store: Lake, *, force: bool, cache_dir: Pa
         except Exception as exc:  # noqa: BLE001 - a store error (gone, denied, network) fails this object only
             return IngestResult(url, "", "failed", None, f"{url}: cannot download the object ({exc})")
         return ingest_file(dest, store, force=force, cache_dir=cache_dir, source_path=url,
-                           file_name=name.rsplit("/", 1)[-1], sidecar=sidecar)
+                           file_name=name.rsplit("/", 1)[-1], sidecar=sidecar, limits=ingest_limits())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def apply_sidecar(b: Bucket, trace_name: str, store: Lake, *, cache_dir: Path | None) -> IngestResult:
     """The sidecar ``<trace_name>.meta.json`` changed: record it in the trace's catalogue row (metadata key
-    ``taxbreak_sidecar``, or ``taxbreak_sidecar_error`` when it is invalid; ``taxbreak.meta.sidecar_update``) without
+    ``taxbreak_sidecar``, or ``taxbreak_sidecar_error`` when it is invalid;
+    ``taxbreak.ingest.sidecar.sidecar_update``) without
     reading the events again, from a local folder or S3 alike.  A trace not stored yet is ingested instead (its
     sidecar with it).  Status 'meta_updated' (or what ``ingest_from`` returns)."""
     url = b.describe(trace_name)

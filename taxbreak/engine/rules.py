@@ -2,7 +2,7 @@
 (``RunConfig``), and their shape as the run-settings tables the SQL reads (``settings_tables``, ``settings_arrow``).
 
 Definitions are in docs/method.md; the rules marked "ours" are this repository's, not the papers'.  The engine
-(``taxbreak.analysis``) loads them per run; Dagster hashes the ones a table reads into its code version.
+(``taxbreak.engine.analysis``) loads them per run; Dagster hashes the ones a table reads into its code version.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 import pyarrow as pa
+
+from taxbreak.config import SETTINGS, setting, workload_key_fields
 
 # Vendor-library kernel name rules (METHOD.md section 2): the first matching rule (lowest priority number)
 # decides I_lib when the trace has no library API ranges.  Patterns are case-insensitive regular expressions
@@ -126,7 +128,6 @@ class RunConfig:
     @classmethod
     def from_settings(cls, t_sys_ns: int | None = None) -> RunConfig:
         """The defaults above with the user's settings (``taxbreak.config``) applied; ``t_sys_ns``: an option."""
-        from taxbreak.config import setting, workload_key_fields
 
         return cls(t_sys_override_ns=setting("analysis.t_sys_ns", t_sys_ns).value,
                    workload_key_fields=",".join(workload_key_fields()),
@@ -138,7 +139,6 @@ class RunConfig:
 
 
 def _setting_default(key: str) -> str:
-    from taxbreak.config import SETTINGS
 
     return str(SETTINGS[key].default)
 

@@ -1,7 +1,7 @@
 """The analysis invariants (docs/method.md) as SQL files beside the tables they guard: ``sql/checks/*.sql``.
 
 Each file holds one SELECT of the rows that break one rule, with a header in the style of the tables' (parsed by
-``taxbreak.plan.header``, the one header parser)::
+``taxbreak.engine.plan.header``, the one header parser)::
 
     -- check: <name>               (must equal the file name)
     -- guards: <table>             (the table whose rows it judges: the Dagster asset the check belongs to)
@@ -9,7 +9,8 @@ Each file holds one SELECT of the rows that break one rule, with a header in the
     -- severity: error | warn      (error: a broken rule stops the run before anything is published)
     -- description: ...
 
-Every writer of the analysis tables (``taxbreak.engine.run``) evaluates them on the run's computed rows, before its
+Every writer of the analysis tables (``taxbreak.engine.runner.run``) evaluates them on the run's computed rows, before
+its
 publication commits: in a run for some traces on the run's own file (its tables hold those traces' rows only), in a
 run over every trace inside the run's transaction.  A broken error-severity check raises ``InvariantBroken``:
 nothing of the run is published (tables, marts, snapshot).  Dagster shows each check as a blocking asset check of
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import duckdb
 
-from taxbreak.plan import SQL_DIR, header
+from taxbreak.engine.plan import SQL_DIR, header
 
 CHECKS_DIR = SQL_DIR / "checks"
 CHECK_KEYS = ("check", "guards", "reads", "severity", "description")

@@ -43,7 +43,10 @@ import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from taxbreak.config import Paths, ingest_limits
+from taxbreak.ingest import ingest_file
 from taxbreak.ingest.base import IngestError
+from taxbreak.ingest.lake import Lake, ObjectPath
 from taxbreak.ingest.nsys_rep import (
     EXPORT_TIMEOUT_S,
     _fmt,
@@ -191,7 +194,6 @@ def lake_short_name_summary(lake_root: Any, trace_id: str) -> dict[str, tuple[in
     """{kernel short name: (instances, total ns)} of one trace in the lake."""
     import duckdb
 
-    from taxbreak.ingest.lake import Lake
 
     lake = Lake(lake_root)
     con = duckdb.connect()
@@ -242,7 +244,6 @@ def compare_kernel_recipe(result: RecipeResult, ours: dict[str, tuple[int, int]]
 def store_check(lake: Any, trace_id: str, record: dict[str, Any], tables: dict[str, pa.Table]) -> str:  # noqa: ANN401
     """Write ``check.json`` and ``tables`` (``<name>.parquet``) under ``checks/nsys/<trace_id>/`` in the lake
     (a local folder or ``s3://``), replacing an earlier check's files; returns where."""
-    from taxbreak.ingest.lake import ObjectPath
 
     folder = lake.root / CHECKS_DIR / trace_id
     key = folder.key if isinstance(folder, ObjectPath) else str(folder)
@@ -258,8 +259,6 @@ def store_check(lake: Any, trace_id: str, record: dict[str, Any], tables: dict[s
 
 
 def cmd_nsys_check(args: argparse.Namespace) -> int:
-    from taxbreak.config import Paths
-    from taxbreak.ingest import Lake, ingest_file
 
     trace = Path(args.trace)
     nsys = find_nsys()
@@ -270,7 +269,7 @@ def cmd_nsys_check(args: argparse.Namespace) -> int:
         return 2
     paths = Paths.from_args(args)
     lake = Lake(paths.lake)
-    res = ingest_file(trace, lake, cache_dir=paths.cache)
+    res = ingest_file(trace, lake, cache_dir=paths.cache, limits=ingest_limits())
     if res.status not in ("ingested", "unchanged"):
         print(f"nsys-check: cannot ingest: {res.error}", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 
 A failed file is otherwise never retried while its content is unchanged (the sensor and the sweep skip content
 the catalogue knows).  A retry forces ``ingest_file(..., force=True)`` and, for the traces that now ingest,
-rebuilds the warehouse tables for those traces through the one run every writer takes (``taxbreak.engine.run``).
+rebuilds the warehouse tables for those traces through the one run every writer takes (``taxbreak.engine.runner.run``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from taxbreak.config import S3Settings
+from taxbreak.config import Paths
+from taxbreak.engine import runner
+from taxbreak.engine.plan import plan_tables
 from taxbreak.ingest import IngestResult, Lake
-from taxbreak.pipeline.bucket import bucket_for_url, ingest_from
-from taxbreak.tracenames import TraceAmbiguous, TraceNotFound
+from taxbreak.ingest.objects import S3Settings
+from taxbreak.store.bucket import bucket_for_url, ingest_from
+from taxbreak.store.tracenames import TraceAmbiguous, TraceNotFound, catalogue_candidates, resolve
 
 __all__ = ["cmd_retry", "rebuild_tables", "retry_row", "select_failed"]
 
@@ -28,10 +31,9 @@ class RetryOutcome:
 
 
 def select_failed(lake: Lake, prefix: str | None) -> list[dict]:
-    """The failed catalogue row ``prefix`` names (taxbreak.tracenames: id prefix, file name, stem or unique
+    """The failed catalogue row ``prefix`` names (taxbreak.store.tracenames: id prefix, file name, stem or unique
     substring; TraceAmbiguous when it names several), every failed row for None, none when it names no failed
     trace."""
-    from taxbreak.tracenames import catalogue_candidates, resolve
 
     rows = [r for r in lake.catalogue().to_pylist() if r["status"] == "failed"]
     if prefix is not None:
@@ -57,18 +59,16 @@ def retry_row(row: dict, lake: Lake, cache_dir: Path | None = None) -> RetryOutc
 
 
 def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str], hooks=None) -> dict[str, int]:  # noqa: ANN001
-    """Every sql/ file for ``trace_ids`` through the one run (``taxbreak.engine.run``: computed outside the writer
+    """Every sql/ file for ``trace_ids`` through the one run (``taxbreak.engine.runner.run``: computed outside the
+    writer
     lock, checked, published in one transaction under it, then the marts and the readers' snapshot); rows per
     table, in the plan's order.  ``hooks``: the run's event callback."""
-    from taxbreak import engine
-    from taxbreak.plan import plan_tables
 
-    counts = engine.run(engine.Where(warehouse, lake_root), traces=trace_ids, hooks=hooks).counts
+    counts = runner.run(runner.Where(warehouse, lake_root), traces=trace_ids, hooks=hooks).counts
     return {n: counts[n] for n in plan_tables() if n in counts}
 
 
 def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.cli
-    from taxbreak.config import Paths
 
     if not args.prefix and not args.all_failed:
         print("give a TRACE_ID prefix or --all-failed", file=sys.stderr)

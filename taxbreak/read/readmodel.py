@@ -13,7 +13,9 @@ from typing import Any
 
 import duckdb
 
-from taxbreak.kernel_names import short_name
+from taxbreak.read.kernel_names import short_name
+from taxbreak.store.query import has_relation
+from taxbreak.store.tracenames import resolve
 
 # HDBI reading aids; not thresholds from the paper (docs/method.md section 2).
 HDBI_REFERENCE_LINES = (0.2, 0.5)
@@ -61,13 +63,6 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> l
     cur = con.execute(sql, params)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-
-
-def has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    """A table or a view of that name on the connection: the warehouse holds tables, the readers' snapshot views."""
-    return bool(con.execute(
-        "SELECT count(*) FROM (SELECT table_name AS n FROM duckdb_tables() UNION ALL "
-        "SELECT view_name FROM duckdb_views()) WHERE n = $n", {"n": name}).fetchone()[0])
 
 
 def trace_headlines(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> list[dict[str, Any]]:
@@ -184,9 +179,8 @@ def caveats(h: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def resolve_trace(con: duckdb.DuckDBPyConnection, name: str) -> str:
-    """The one analysed trace ``name`` names (id prefix, file name, stem or unique substring: taxbreak.tracenames,
+    """The one analysed trace ``name`` names (id prefix, file name, stem or unique substring: taxbreak.store.tracenames,
     the one resolver of every command); LookupError (TraceNotFound / TraceAmbiguous) saying why not."""
-    from taxbreak.tracenames import resolve
 
     cands = con.execute("SELECT trace_id, file_name FROM trace_meta").fetchall()
     return resolve(cands, name, "analysed trace")

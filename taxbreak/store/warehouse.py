@@ -6,9 +6,9 @@ through ``writer(db)``:
 1. it takes the exclusive lock ``<db>.lock`` (``flock``), waiting for another writer;
 2. it opens the file read-write, waiting while a reader still holds it (DuckDB lets no process write a file that
    another process has open);
-3. the work runs; each publication inside it is one transaction (``taxbreak.analysis.publication``), so a killed
+3. the work runs; each publication inside it is one transaction (``taxbreak.engine.analysis.publication``), so a killed
    writer leaves the tables as they were before it or as they are after it, never a mix;
-4. on success it writes the Parquet marts of the traces the write touched (``taxbreak.marts``: loose
+4. on success it writes the Parquet marts of the traces the write touched (``taxbreak.store.marts``: loose
    ``marts/<table>/trace_id=<id>/`` partitions, compacted into few segment files when enough accumulate; the
    caller says which traces, ``traces=None`` meaning all, and may say which tables, ``tables=``), replaces
    ``marts/_manifest.json`` (``marts/`` beside the DuckDB file, or where the ``paths.marts`` setting says: another
@@ -16,7 +16,7 @@ through ``writer(db)``:
    manifest's files plus copies of the
    cross-trace tables, written beside its place and renamed into it, so a reader sees the old snapshot or the new
    one (the commit point readers see); neither grows with the traces already analysed;
-5. it deletes the marts files the layout replaced long enough ago (``taxbreak.marts.collect``; a write for some
+5. it deletes the marts files the layout replaced long enough ago (``taxbreak.store.marts.collect``; a write for some
    traces at most ``COLLECT_PER_WRITE`` of them);
 6. it releases the lock.
 
@@ -26,7 +26,7 @@ lock): the next writer exports its traces too.
 Both waits are bounded by the ``analysis.writer_wait_s`` setting (``taxbreak.config``); past it the writer fails
 with a message naming the file, instead of a DuckDB lock traceback.
 
-Readers (``taxbreak sql``, ``summary``, ``report``, ``compare``: ``taxbreak.query.open_readonly``) read the
+Readers (``taxbreak sql``, ``summary``, ``report``, ``compare``: ``taxbreak.store.query.open_readonly``) read the
 snapshot when it is at least as new as the warehouse file, so they never hold the file a writer needs; else the
 file itself (read-only), else the snapshot, else the Parquet exports.
 """
@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import signal
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -44,8 +44,46 @@ from pathlib import Path
 
 import duckdb
 
+from taxbreak.config import setting
+from taxbreak.store import marts
+from taxbreak.store.faults import fault_point
+from taxbreak.store.marts import build_snapshot
+
 SNAPSHOT_NAME = "snapshot.duckdb"
-FAULT_ENV = "TAXBREAK_FAULT_POINT"
+
+
+MEMORY_ENV = "TAXBREAK_DUCKDB_MEMORY"  # the environment variable of the analysis.duckdb_memory setting
+
+
+def memory_limit() -> str:
+    """DuckDB's memory_limit for the analyses: the ``analysis.duckdb_memory`` setting ($TAXBREAK_DUCKDB_MEMORY or
+    taxbreak.toml, a DuckDB size such as '4GB'; default 512MB, which keeps the analysis's peak RSS under 1 GB).
+
+    Operators that can spill (sorts, windows, hash joins and aggregates, the run's temporary tables) spill to the
+    connection's temp_directory beyond it."""
+    return str(setting("analysis.duckdb_memory").value)
+
+
+def connect(warehouse_path: str | os.PathLike[str] | None) -> duckdb.DuckDBPyConnection:
+    """A connection to the warehouse (None: in memory) with the analyses' settings: bounded memory (``memory_limit``)
+    and a spill folder DuckDB creates when it first spills and removes on close: ``<warehouse>.tmp`` beside the
+    warehouse file, or a fresh folder in the system temp dir for an in-memory warehouse."""
+    if warehouse_path is not None:
+        Path(warehouse_path).parent.mkdir(parents=True, exist_ok=True)
+        spill = Path(str(warehouse_path) + ".tmp")
+    else:
+        spill = Path(tempfile.gettempdir()) / f"taxbreak-duckdb-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp"
+    con = duckdb.connect(str(warehouse_path) if warehouse_path is not None else ":memory:")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET preserve_insertion_order = false")  # no table here relies on row order; faster writes
+    # An ASOF join whose probe side DuckDB estimates at <= 64 rows becomes a nested loop + aggregate, quadratic in
+    # the real rows when the estimate is wrong (a CTE behind a filter): 36 k kernels took 33 s CPU in
+    # int_kernel_links instead of 0.6 s.  Same rows either way; always the ASOF operator.
+    con.execute("SET asof_loop_join_threshold = 0")
+    con.execute("SET memory_limit = $m", {"m": memory_limit()})
+    con.execute("SET temp_directory = $t", {"t": str(spill)})
+    return con
 
 
 class WarehouseBusy(RuntimeError):
@@ -65,21 +103,7 @@ def lock_path(warehouse: str | os.PathLike[str]) -> Path:
     return db.with_name(db.name + ".lock")
 
 
-def fault_point(name: str) -> None:
-    """Crash-test hook: SIGKILL this process at the named point when ``$TAXBREAK_FAULT_POINT`` lists it
-    (comma-separated).  Points: ``publish:<table>`` (a table written, its transaction open), ``before_commit``,
-    ``after_commit`` (before the marts), ``marts_staged`` (every marts file of the write staged, none renamed into
-    place), ``marts_renamed`` (renamed, the marts manifest not yet replaced), ``marts_committed`` (the manifest
-    replaced, the snapshot not yet built), ``snapshot_copied`` (the snapshot written, not yet renamed into place),
-    ``snapshot_published`` (renamed, replaced marts files not yet deleted)."""
-    wanted = os.environ.get(FAULT_ENV)
-    if wanted and name in {w.strip() for w in wanted.split(",")}:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _wait_s() -> float:
-    from taxbreak.config import setting
-
     return float(setting("analysis.writer_wait_s").value)
 
 
@@ -113,15 +137,14 @@ def warehouse_lock(
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _is_lock_error(exc: Exception) -> bool:  # also taxbreak.query's test for a held file
+def _is_lock_error(exc: Exception) -> bool:  # also taxbreak.store.query's test for a held file
     return "lock" in str(exc).lower()
 
 
 def connect_writer(
     db: Path, deadline: float, on_wait: Callable[[str], None] | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """``taxbreak.analysis.connect(db)``, retried while another process (a reader) has the file open."""
-    from taxbreak.analysis import connect
+    """``connect(db)``, retried while another process (a reader) has the file open."""
 
     told = False
     delay = 0.05
@@ -143,9 +166,8 @@ def connect_writer(
 
 
 def publish_snapshot(db: Path, con: duckdb.DuckDBPyConnection) -> Path:
-    """Build the readers' snapshot (``taxbreak.marts.build_snapshot``) beside ``exports/snapshot.duckdb`` from the
+    """Build the readers' snapshot (``taxbreak.store.marts.build_snapshot``) beside ``exports/snapshot.duckdb`` from the
     writer's connection and rename it into place after ``con`` is closed; call it holding the writer lock."""
-    from taxbreak.marts import build_snapshot
 
     dest = snapshot_path(db)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -190,7 +212,6 @@ def writer(
         marker = None
         try:
             if not read_only and snapshot:
-                from taxbreak import marts
 
                 marker = marts.mark_pending(db, traces, tables)  # stays if this writer dies: the next one catches up
             yield con

@@ -1,6 +1,7 @@
 """The report's workloads: the index lists every workload with its latest change, and a workload of two or more
 runs gets ``workloads/<id>.html`` with its figures over the runs and the change points marked (issue 28;
-docs/method.md "Trends and regressions").  Data from taxbreak.trend, the one read of workload_trends/_changes."""
+docs/method.md "Trends and regressions").  Data from taxbreak.features.trend, the one read of
+workload_trends/_changes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 import duckdb
 
-from taxbreak import plots, readmodel, trend
+from taxbreak.features import trend
+from taxbreak.read import plots, readmodel
+from taxbreak.store import query
 
 # (figure, label, unit) drawn per workload page, in this order
 FIGURES = (("il_ns", "IL", "ns"), ("t_orchestrate_ns", "T_Orchestrate", "ns"), ("delta_ft_ns", "ΔFT", "ns"),
@@ -20,7 +23,7 @@ FIGURES = (("il_ns", "IL", "ns"), ("t_orchestrate_ns", "T_Orchestrate", "ns"), (
 
 def workload_data(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Every workload (trend.workloads), with its runs and change points where it has two runs or more."""
-    if not readmodel.has_relation(con, "workload_trends") or not readmodel.has_relation(con, "workload_changes"):
+    if not query.has_relation(con, "workload_trends") or not readmodel.has_relation(con, "workload_changes"):
         return []
     out = []
     for w in trend.workloads(con):

@@ -1,6 +1,6 @@
 """Per-trace Parquet marts of the warehouse tables, compacted into few files, and the readers' snapshot over them.
 
-The DuckDB file stays the writers' database (``taxbreak.warehouse.writer``: one lock, one transaction per
+The DuckDB file stays the writers' database (``taxbreak.store.warehouse.writer``: one lock, one transaction per
 publication).  What readers open is built from it after each write, and only for what the write changed.
 
 Layout of ``<warehouse dir>/marts/`` (the per-trace tables: a ``trace_id`` column, SQL file not
@@ -50,7 +50,7 @@ uploaded whole; a loose partition is a new object ``part-<random>.parquet`` at e
 it, and ``live_files`` and ``replaced`` then name that file, not its folder), so a reader of the previous manifest
 still reads the objects it names; the manifest, one PUT after every other upload, is the commit point; a write that
 fails before it deletes what it uploaded.  The snapshot stays local, its views name ``s3://`` URLs, and every
-connection that reads them registers the store's filesystem first (``register_filesystem``: ``taxbreak.query``,
+connection that reads them registers the store's filesystem first (``register_filesystem``: ``taxbreak.store.query``,
 ``build_snapshot``, ``export``).  Before its uploads a writer lists the new objects in a local journal
 (``marts/.uploads-*.json``); the next writer deletes those of a writer killed before its manifest that no manifest
 names.
@@ -70,6 +70,11 @@ from pathlib import Path
 
 import duckdb
 
+from taxbreak.config import ConfigError, setting
+from taxbreak.engine.plan import sql_files
+from taxbreak.ingest.objects import S3Settings, is_s3_url, normalise_s3_url
+from taxbreak.store.faults import fault_point
+
 MARTS_DIR = "marts"
 PART = "part-0.parquet"
 MANIFEST = "_manifest.json"
@@ -87,13 +92,11 @@ def marts_dir(warehouse: str | os.PathLike[str]) -> Path:
 
 
 def _configured() -> str | None:
-    from taxbreak.config import setting
 
     return setting("paths.marts").value
 
 
 def _local(warehouse: str | os.PathLike[str], where: str | None) -> Path:
-    from taxbreak.config import is_s3_url
 
     return Path(warehouse).parent / MARTS_DIR if where is None or is_s3_url(where) else Path(where)
 
@@ -194,12 +197,11 @@ class LocalMarts:
 
 class ObjectMarts:
     """The marts on an S3-compatible store (``paths.marts = "s3://bucket/prefix"``; endpoint and credentials:
-    ``taxbreak.config.S3Settings``).  No object is renamed or replaced in place by a write that readers may see
+    ``taxbreak.ingest.objects.S3Settings``).  No object is renamed or replaced in place by a write that readers may see
     twice: loose partitions and segments get new names, uploaded whole (one PUT, or a multipart upload that S3 shows
     only when completed), and ``_manifest.json`` (one PUT, written last) is the commit point."""
 
-    def __init__(self, url: str, s3=None) -> None:  # noqa: ANN001 - taxbreak.config.S3Settings
-        from taxbreak.config import S3Settings, normalise_s3_url
+    def __init__(self, url: str, s3=None) -> None:  # noqa: ANN001 - taxbreak.ingest.objects.S3Settings
 
         self.url = normalise_s3_url(url)
         self.key = self.url[len("s3://"):]
@@ -301,7 +303,6 @@ def _store(root: Root | Path) -> Root:
 def _roots(warehouse: str | os.PathLike[str]) -> tuple[Root, Path]:
     """(where the marts of ``warehouse`` live, the local marts folder: the same folder, or where the writers of
     marts on S3 stage their files and keep their markers and journals), from one reading of the setting."""
-    from taxbreak.config import is_s3_url
 
     where = _configured()
     local = _local(warehouse, where)
@@ -351,7 +352,6 @@ def _segment_rel(table: str, segment: str) -> str:
 
 
 def _cross_trace_names() -> set[str]:
-    from taxbreak.analysis import sql_files
 
     return {f.name for f in sql_files() if f.scope == "cross_trace"}
 
@@ -359,7 +359,6 @@ def _cross_trace_names() -> set[str]:
 def policy(compact_loose: int | None = None, fanout: int | None = None) -> tuple[int, int]:
     """(loose traces that trigger a compaction, segments of one tier that are merged): the arguments, else the
     ``marts.compact_loose`` and ``marts.compact_fanout`` settings."""
-    from taxbreak.config import ConfigError, setting
 
     loose = int(setting("marts.compact_loose").value if compact_loose is None else compact_loose)
     fan = int(setting("marts.compact_fanout").value if fanout is None else fanout)
@@ -370,7 +369,6 @@ def policy(compact_loose: int | None = None, fanout: int | None = None) -> tuple
 
 
 def _keep_replaced_s() -> float:
-    from taxbreak.config import setting
 
     return float(setting("marts.keep_replaced_s").value)
 
@@ -702,7 +700,6 @@ def export(
     per-trace table new to the layout is published for every trace it has rows of; one whose columns changed
     makes a whole rewrite.  Call it holding the writer lock, after the write committed; then ``build_snapshot``
     (the readers' commit point) and ``collect``."""
-    from taxbreak.warehouse import fault_point
 
     loose_at, fan = policy(compact_loose, fanout)
     root, local = _roots(warehouse)
@@ -1116,7 +1113,8 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[
 
 
 def reader_sources(con: duckdb.DuckDBPyConnection, warehouse: str | os.PathLike[str]) -> dict[str, str]:
-    """Table name -> a SELECT over the marts, for a reader without the snapshot (``taxbreak.query``): the per-trace
+    """Table name -> a SELECT over the marts, for a reader without the snapshot (``taxbreak.store.query``): the
+    per-trace
     tables as ``view_select`` (their columns only, when no trace has rows), the cross-trace tables' files.  Registers
     the marts' filesystem on ``con`` where they are on S3."""
     root = _reader_root(warehouse)

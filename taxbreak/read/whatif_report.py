@@ -1,6 +1,6 @@
-"""The what-if part of the HTML report (self-contained: taxbreak.report calls ``whatif_data`` and
+"""The what-if part of the HTML report (self-contained: taxbreak.read.report calls ``whatif_data`` and
 ``whatif_section``): per trace, the curve "IL vs host speed" of the default sweep and the critical-path split of the
-trace and its phases, from the warehouse tables whatif_results and critical_path (taxbreak.whatif)."""
+trace and its phases, from the warehouse tables whatif_results and critical_path (taxbreak.features.whatif)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import duckdb
 
-from taxbreak import plots
-from taxbreak.readmodel import has_relation
+from taxbreak.read import plots
+from taxbreak.store.query import has_relation
 
 CP_COLORS = {"framework": "#4e79a7", "library": "#59a14f", "launch": "#f28e2b", "launch_path": "#ffbe7d",
              "sync": "#b07aa1", "other_runtime": "#9c755f", "untraced": "#bab0ac", "kernel": "#e15759",

@@ -1,5 +1,6 @@
-"""The engine: runs the plan (``taxbreak.plan``: the ``sql/`` files, their order and the inputs prepared in Python)
-with the run settings (``taxbreak.rules``) and publishes the tables into the DuckDB warehouse.  It owns the
+"""The engine: runs the plan (``taxbreak.engine.plan``: the ``sql/`` files, their order and the inputs prepared in
+Python)
+with the run settings (``taxbreak.engine.rules``) and publishes the tables into the DuckDB warehouse.  It owns the
 connection policy (memory limit, spill folder), the run inputs (from the lake only), the run-local tables and the
 writer rules (one publication per run).
 
@@ -37,50 +38,18 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from taxbreak.engine.plan import SQL_DIR, SqlFile, _ordered, plan_tables, release_after, sql_files
+from taxbreak.engine.rules import RunConfig, settings_arrow, settings_tables
 from taxbreak.ingest.lake import Lake
-from taxbreak.meta import find_meta
-from taxbreak.plan import SQL_DIR, SqlFile, _ordered, plan_tables, release_after, sql_files
-from taxbreak.rules import RunConfig, settings_arrow, settings_tables
-from taxbreak.warehouse import fault_point
+from taxbreak.ingest.sidecar import find_meta
+from taxbreak.store.faults import fault_point
+from taxbreak.store.marts import register_filesystem
+from taxbreak.store.warehouse import MEMORY_ENV, connect, memory_limit, snapshot_path
 
-# the plan and the rules live in taxbreak.plan and taxbreak.rules; the engine's callers find them here too
-__all__ = ["SQL_DIR", "RunConfig", "SqlFile", "plan_tables", "release_after", "settings_tables", "sql_files"]
-
-MEMORY_ENV = "TAXBREAK_DUCKDB_MEMORY"  # the environment variable of the analysis.duckdb_memory setting
-
-
-def memory_limit() -> str:
-    """DuckDB's memory_limit for the analyses: the ``analysis.duckdb_memory`` setting ($TAXBREAK_DUCKDB_MEMORY or
-    taxbreak.toml, a DuckDB size such as '4GB'; default 512MB, which keeps the analysis's peak RSS under 1 GB).
-
-    Operators that can spill (sorts, windows, hash joins and aggregates, the run's temporary tables) spill to the
-    connection's temp_directory beyond it."""
-    from taxbreak.config import setting
-
-    return str(setting("analysis.duckdb_memory").value)
-
-
-def connect(warehouse_path: str | os.PathLike[str] | None) -> duckdb.DuckDBPyConnection:
-    """A connection to the warehouse (None: in memory) with the analyses' settings: bounded memory (``memory_limit``)
-    and a spill folder DuckDB creates when it first spills and removes on close: ``<warehouse>.tmp`` beside the
-    warehouse file, or a fresh folder in the system temp dir for an in-memory warehouse."""
-    if warehouse_path is not None:
-        Path(warehouse_path).parent.mkdir(parents=True, exist_ok=True)
-        spill = Path(str(warehouse_path) + ".tmp")
-    else:
-        spill = Path(tempfile.gettempdir()) / f"taxbreak-duckdb-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp"
-    con = duckdb.connect(str(warehouse_path) if warehouse_path is not None else ":memory:")
-    con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET autoload_known_extensions = false")
-    con.execute("SET preserve_insertion_order = false")  # no table here relies on row order; faster writes
-    # An ASOF join whose probe side DuckDB estimates at <= 64 rows becomes a nested loop + aggregate, quadratic in
-    # the real rows when the estimate is wrong (a CTE behind a filter): 36 k kernels took 33 s CPU in
-    # int_kernel_links instead of 0.6 s.  Same rows either way; always the ASOF operator.
-    con.execute("SET asof_loop_join_threshold = 0")
-    con.execute("SET memory_limit = $m", {"m": memory_limit()})
-    con.execute("SET temp_directory = $t", {"t": str(spill)})
-    return con
-
+# the plan and the rules live in taxbreak.engine.plan and taxbreak.engine.rules, the connection policy in
+# taxbreak.store.warehouse; the engine's callers find them here too
+__all__ = ["MEMORY_ENV", "SQL_DIR", "RunConfig", "SqlFile", "connect", "memory_limit", "plan_tables", "release_after",
+           "settings_tables", "sql_files"]
 
 def _catalog(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("SELECT current_database()").fetchall()[0][0]
@@ -210,7 +179,8 @@ def prepare(
     """Load the run's inputs into temporary tables and compute its run-local tables; returns the bound parameters
     of the statements.
 
-    Creates the temporary tables of ``taxbreak.plan.INPUTS`` and binds ``taxbreak.plan.PARAMETERS``; in a run over
+    Creates the temporary tables of ``taxbreak.engine.plan.INPUTS`` and binds ``taxbreak.engine.plan.PARAMETERS``; in
+    a run over
     every trace (``trace_ids`` None)
     also a view ``events`` and a table ``catalogue`` over the whole lake (for ad-hoc queries; no statement reads
     them).  The run-local tables that ``tables`` (None: every table) need are computed into the scratch database
@@ -448,7 +418,8 @@ def publication(con: duckdb.DuckDBPyConnection, faults: bool = True) -> Iterator
     """Everything a run writes to the warehouse as one transaction: committed whole when the block ends, rolled back
     on an exception, and absent after a crash (DuckDB replays only committed transactions).  Re-entrant: an inner
     block joins the outer one (the Dagster step wraps its tables; ``materialize`` wraps its own).  ``faults``: the
-    commit is a fault point of the crash tests (``taxbreak.warehouse.fault_point``; not for a run's private file)."""
+    commit is a fault point of the crash tests (``taxbreak.store.faults.fault_point``; not for a run's private
+    file)."""
     key = id(con)
     if key in _IN_PUBLICATION:
         yield con
@@ -490,7 +461,7 @@ def materialize(
     ``tables`` limits the run to those tables and what they read.  The whole run is one publication (one
     transaction): a crash leaves every table as it was.  ``progress(name, index, total, rows)`` is called before
     each file is computed (rows None) and after it (its row count); 'prepare' (index 0) is the loading of the
-    inputs.  Write a warehouse file through ``taxbreak.warehouse.writer`` (the lock and the readers' snapshot)."""
+    inputs.  Write a warehouse file through ``taxbreak.store.warehouse.writer`` (the lock and the readers' snapshot)."""
     names = plan_tables(tables)
     own = con is None
     con = con or connect(warehouse_path)
@@ -625,15 +596,13 @@ def compute_run(
 
     The run reads the lake for its traces only.  The statements that read every trace's rows of an ``all_traces``
     table (``trace_launch_floor`` reads every null-kernel trace's ``launch_floor_measurements``) see the rows the
-    readers' snapshot held when the run started (``taxbreak.warehouse.snapshot_path``), plus the run's own: what a
+    readers' snapshot held when the run started (``taxbreak.store.warehouse.snapshot_path``), plus the run's own: what a
     run started after the last publication sees.  Two runs computing at once therefore give the rows of one serial
     order (the later publisher did not see the earlier one's rows, as if it had run first): a trace that writes a
     floor measurement uses its own, so no run both reads and writes what another changes.  The cross-trace tables
     are not computed here: they read every trace's published rows (``publish_run``)."""
     if not trace_ids:
         raise ValueError("compute_run needs the traces to analyse (a run over every trace is written whole)")
-    from taxbreak.marts import register_filesystem
-    from taxbreak.warehouse import snapshot_path
 
     files = {f.name: f for f in sql_files()}
     plan = plan_tables(tables)
@@ -702,7 +671,6 @@ def still_ingested(lake_root: str | os.PathLike[str], trace_ids: list[str]) -> l
     """Those of ``trace_ids`` the lake's catalogue holds as ingested now.  Read under the writer lock, it is the
     state ``taxbreak forget`` (which removes catalogue rows under that lock) left: a run that computed a trace
     beside a ``forget`` of it then publishes nothing of it."""
-    from taxbreak.ingest import Lake
 
     lake = Lake(lake_root)
     out = []
@@ -717,7 +685,7 @@ def publish_run(
     con: duckdb.DuckDBPyConnection, run: ComputedRun, cross_trace: bool = True,
     progress: Callable[[str, int, int, int | None], None] | None = None,
 ) -> dict[str, int]:
-    """Publish a computed run into the warehouse open on ``con`` (hold ``taxbreak.warehouse.writer`` with
+    """Publish a computed run into the warehouse open on ``con`` (hold ``taxbreak.store.warehouse.writer`` with
     ``traces=run.trace_ids``), in one publication: each per-trace table's rows of the run's traces are replaced by
     the run's (a table new to the warehouse, or whose columns changed with the code, becomes the run's rows), then
     the cross-trace tables of the run's plan are recomputed from every trace's rows (``cross_trace``; the Dagster

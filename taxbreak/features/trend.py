@@ -2,7 +2,7 @@
 (workload_trends, workload_changes; docs/method.md "Trends and regressions", ours).
 
 Without an argument: the workloads, with their run count and their latest change.  With a workload id prefix or a
-trace name (resolved as every command resolves TRACE, taxbreak.tracenames): that workload's runs in capture order,
+trace name (resolved as every command resolves TRACE, taxbreak.store.tracenames): that workload's runs in capture order,
 a mark on the runs where a figure moved, and the change points with what moved with them.
 """
 
@@ -16,7 +16,11 @@ from typing import Any
 
 import duckdb
 
-from taxbreak import readmodel
+from taxbreak.config import add_path_args
+from taxbreak.read import readmodel
+from taxbreak.store import query
+from taxbreak.store.query import open_for_cli, printable
+from taxbreak.store.tracenames import TraceNotFound
 
 _RUN_COLUMNS = ("run_seq", "trace_id", "file_name", "capture_ts_ns", "capture_ts_source", "il_ns", "t_orchestrate_ns",
                 "delta_ft_ns", "delta_ct_ns", "delta_kt_ns", "t_device_active_ns", "kpt", "hdbi_wall",
@@ -45,7 +49,6 @@ def resolve_workload(con: duckdb.DuckDBPyConnection, name: str) -> str:
                                      {"p": name.lower()}).fetchall()]
     if len(ids) == 1:
         return ids[0]
-    from taxbreak.tracenames import TraceNotFound
 
     try:
         tid = readmodel.resolve_trace(con, name)  # TraceAmbiguous lists the candidates
@@ -121,13 +124,12 @@ def format_trend(t: dict[str, Any]) -> str:
 
 
 def cmd_trend(args: argparse.Namespace) -> int:
-    from taxbreak.query import open_for_cli, printable
 
     opened = open_for_cli(args, "trend")
     if opened is None:
         return 2
     try:
-        if not readmodel.has_relation(opened.con, "workload_trends"):
+        if not query.has_relation(opened.con, "workload_trends"):
             print("taxbreak trend: this warehouse has no workload_trends yet: run `taxbreak analyze`", file=sys.stderr)
             return 2
         if args.workload is None:
@@ -147,7 +149,6 @@ def cmd_trend(args: argparse.Namespace) -> int:
 
 
 def add_trend_parser(sub: argparse._SubParsersAction) -> None:
-    from taxbreak.config import add_path_args
 
     p = sub.add_parser(
         "trend", help="a workload's runs over time and its regressions / improvements beyond noise",

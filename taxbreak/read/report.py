@@ -3,7 +3,7 @@
 ``collect`` reads the data (plain dicts and lists, testable without HTML); ``render_index`` and ``render_trace_page``
 draw it; ``write_report`` writes ``index.html`` plus ``traces/<id>.html`` per trace, rewriting a trace's page only
 when its data changed (``manifest.json`` keeps a content hash per page). Every headline figure, flag and caveat
-comes from the one read model (taxbreak.readmodel); the GPU breakdown and stream queues from their sql/ tables.
+comes from the one read model (taxbreak.read.readmodel); the GPU breakdown and stream queues from their sql/ tables.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ from typing import Any
 
 import duckdb
 
-from taxbreak import plots, readmodel, trend_report, whatif_report
-from taxbreak.config import add_path_args
-from taxbreak.plots import fmt_value
+from taxbreak.config import Paths, add_path_args
+from taxbreak.read import plots, readmodel, trend_report, whatif_report
+from taxbreak.read.compare import GroupError, resolve_group
+from taxbreak.read.plots import fmt_value
+from taxbreak.store import query
+from taxbreak.store.query import open_for_cli
 
 HDBI_REF_NOTE = "reference line (ours, not the paper's)"
 HDBI_LABELS = [(y, f"{y:g}: {HDBI_REF_NOTE}") for y in readmodel.HDBI_REFERENCE_LINES]
@@ -42,11 +45,11 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) 
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-_has = readmodel.has_relation  # a table or a view (the snapshot's) of that name
+_has = query.has_relation  # a table or a view (the snapshot's) of that name
 
 
 def trace_rows(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per analysed trace, from the read model every reader shares (taxbreak.readmodel)."""
+    """One row per analysed trace, from the read model every reader shares (taxbreak.read.readmodel)."""
     return readmodel.trace_headlines(con, trace_ids)
 
 
@@ -249,7 +252,7 @@ def sweep_data(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None = Non
 
 
 def assumption_groups(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The caveats of every trace (taxbreak.readmodel.caveats) grouped by kind: per kind the traces it concerns
+    """The caveats of every trace (taxbreak.read.readmodel.caveats) grouped by kind: per kind the traces it concerns
     (their labels) and the distinct wordings with the traces each applies to."""
     by_kind: dict[str, dict[str, Any]] = {}
     for t in traces:
@@ -261,7 +264,8 @@ def assumption_groups(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def assumptions(traces: list[dict[str, Any]]) -> list[str]:
-    """The caveats of every trace (taxbreak.readmodel.caveats), grouped by kind: one line per kind naming the traces
+    """The caveats of every trace (taxbreak.read.readmodel.caveats), grouped by kind: one line per kind naming the
+    traces
     it concerns, the first trace's wording as the example."""
     by_kind: dict[str, list[tuple[str, str]]] = {}
     for t in traces:
@@ -1027,8 +1031,6 @@ def default_output(warehouse: str | os.PathLike[str]) -> Path:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from taxbreak.config import Paths
-    from taxbreak.query import open_for_cli
 
     opened = open_for_cli(args, "report")
     if opened is None:
@@ -1036,7 +1038,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         ids = None
         if args.trace:
-            from taxbreak.compare import GroupError, resolve_group
 
             try:
                 ids = resolve_group(opened.con, ",".join(args.trace))

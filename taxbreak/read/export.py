@@ -24,7 +24,9 @@ from typing import Any
 
 import duckdb
 
-from taxbreak.config import add_path_args
+from taxbreak.config import Paths, add_path_args
+from taxbreak.store.query import open_for_cli
+from taxbreak.store.tracenames import resolve_for_cli
 
 FORMATS = ("chrome",)
 IDLE_TRACK = "GPU idle gaps"
@@ -161,9 +163,6 @@ def write_chrome(con: duckdb.DuckDBPyConnection, trace_id: str, out_path: str | 
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from taxbreak.config import Paths
-    from taxbreak.query import open_for_cli
-    from taxbreak.tracenames import resolve_for_cli
 
     opened = open_for_cli(args, "export")
     if opened is None:

@@ -13,8 +13,8 @@ Each SQL file holds one SELECT statement; its header comment documents the table
     -- column: <name>: <description> (<unit>)
 
 A name in ``-- reads:`` is another SQL file or one of ``INPUTS``; nothing else (tests/sql/test_runner.py).
-The engine (``taxbreak.analysis``) runs this plan; Dagster maps it onto assets (``pipeline/defs``) and
-``taxbreak.docgen`` documents it, all from here.
+The engine (``taxbreak.engine.analysis``) runs this plan; Dagster maps it onto assets (``pipeline/defs``) and
+``taxbreak.read.docgen`` documents it, all from here.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from taxbreak.rules import settings_tables
+from taxbreak.engine.rules import settings_tables
 
 
 @dataclass(frozen=True)
 class Input:
-    """A table the engine prepares in Python for a run (``taxbreak.analysis.prepare``), before any statement."""
+    """A table the engine prepares in Python for a run (``taxbreak.engine.analysis.prepare``), before any statement."""
 
     name: str
     source: str  # "lake" (events, catalogue, sidecar metadata: enters with the ingest) or "settings" (the run's rules)
@@ -41,7 +41,7 @@ _LAKE_INPUTS = (
     Input("stg_meta_raw", "lake", "the run's traces' sidecar / embedded metadata as recorded at ingest "
           "(trace_id, meta_source, meta_note, meta_json)"),
 )
-# every run-settings table of taxbreak.rules (its columns: the RunConfig fields it holds)
+# every run-settings table of taxbreak.engine.rules (its columns: the RunConfig fields it holds)
 INPUTS: tuple[Input, ...] = _LAKE_INPUTS + tuple(
     Input(t, "settings", "run settings: " + ", ".join(cols)) for t, cols in settings_tables().items())
 # statement parameters the engine binds: name -> what it holds
@@ -50,7 +50,7 @@ PARAMETERS: dict[str, str] = {
 }
 
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 try:  # installed layout: taxbreak.sql is the sql/ folder
     import taxbreak.sql as _sql_pkg
 
@@ -87,7 +87,7 @@ _ANY_KEY = re.compile(r"^--\s*([a-z_]+):\s*(.*)$")
 
 def header(text: str, keys: tuple[str, ...] = TABLE_KEYS) -> list[tuple[str, str]]:
     """The ``-- key: value`` header lines of a file's text whose key is one of ``keys``, in order (the one header
-    parser: the tables' files here, the checks' in ``taxbreak.checks``)."""
+    parser: the tables' files here, the checks' in ``taxbreak.engine.checks``)."""
     out = []
     for line in text.splitlines():
         m = _ANY_KEY.match(line.strip())

@@ -4,14 +4,15 @@ writes that are no run of the plan (``publish``: forget, the what-if rows, the r
 ``run(paths, traces, tables, config, hooks)`` does, in this order and with these guarantees, what ``taxbreak
 analyze``, ``taxbreak retry``, ``make demo`` and the Dagster ``analysis_tables`` step each did by hand before:
 
-1. **prepare and compute** the plan's tables (``taxbreak.plan``; inputs from the lake only, ``taxbreak.analysis``):
+1. **prepare and compute** the plan's tables (``taxbreak.engine.plan``; inputs from the lake only,
+``taxbreak.engine.analysis``):
    for some traces outside the writer lock, into the run's own DuckDB file (``analysis.compute_run``; runs for
    other traces compute at the same time); for every trace under the lock, straight into the warehouse inside
    the run's one transaction (every table is rewritten whole);
-2. **check** the computed rows with the invariants of ``sql/checks/*.sql`` (``taxbreak.checks``), before anything
-   is published: a broken error-severity check raises ``taxbreak.checks.InvariantBroken`` (the transaction is
+2. **check** the computed rows with the invariants of ``sql/checks/*.sql`` (``taxbreak.engine.checks``), before anything
+   is published: a broken error-severity check raises ``taxbreak.engine.checks.InvariantBroken`` (the transaction is
    rolled back, or the run's file is never published): the tables, marts and snapshot stay as they were;
-3. **publish** under the writer (``taxbreak.warehouse.writer``: the lock, then) in one transaction
+3. **publish** under the writer (``taxbreak.store.warehouse.writer``: the lock, then) in one transaction
    (``analysis.publication``): the run's traces' rows replaced (``analysis.publish_run``), then the cross-trace
    tables recomputed from every trace's rows (``cross_trace``; the Dagster step leaves them to its own step);
 4. **export** when the writer ends: the Parquet marts of the run's traces and the readers' snapshot.
@@ -34,11 +35,11 @@ from typing import Any, Protocol
 
 import duckdb
 
-from taxbreak.analysis import compute_run, materialize, publication, publish_run
-from taxbreak.checks import Check, CheckResult, InvariantBroken, check_files, evaluate
-from taxbreak.plan import plan_tables
-from taxbreak.rules import RunConfig
-from taxbreak.warehouse import snapshot_path, writer
+from taxbreak.engine.analysis import compute_run, materialize, publication, publish_run
+from taxbreak.engine.checks import Check, CheckResult, InvariantBroken, check_files, evaluate
+from taxbreak.engine.plan import plan_tables
+from taxbreak.engine.rules import RunConfig
+from taxbreak.store.warehouse import snapshot_path, writer
 
 __all__ = ["Event", "InvariantBroken", "RunResult", "Where", "publish", "run"]
 
@@ -97,7 +98,7 @@ def _none(_event: Event) -> None:
 
 
 def _progress(emit: Hooks) -> Callable[[str, int, int, int | None], None]:
-    """The engine parts' progress callback (``taxbreak.analysis``) as hook events."""
+    """The engine parts' progress callback (``taxbreak.engine.analysis``) as hook events."""
 
     def progress(name: str, index: int, total: int, rows: int | None) -> None:
         emit(Event("table_started" if rows is None else "table", name=name, index=index, total=total, rows=rows))
@@ -127,7 +128,7 @@ def run(
     """Analyse ``traces`` (None: every ingested trace, written whole) for ``tables`` (None: the whole plan; else
     those and what they read) and publish them (see the module doc).  ``checks``: the check names to evaluate
     (None: every one).  Raises ValueError for an unknown table, ``InvariantBroken`` for a broken invariant
-    (nothing published), ``taxbreak.warehouse.WarehouseBusy`` when the writer lock stays held."""
+    (nothing published), ``taxbreak.store.warehouse.WarehouseBusy`` when the writer lock stays held."""
     emit = hooks or _none
     plan_tables(tables)  # an unknown table fails here, before any lock or file
     todo = [c for c in check_files() if checks is None or c.name in checks]

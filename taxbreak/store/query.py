@@ -1,13 +1,13 @@
 """``taxbreak sql``: ad-hoc queries over the warehouse, also while a writer works on it.
 
-Opening order (``open_readonly``; the writer side is ``taxbreak.warehouse``):
+Opening order (``open_readonly``; the writer side is ``taxbreak.store.warehouse``):
 1. the snapshot every writer publishes when it finishes (``exports/snapshot.duckdb``), when it is at least as new
    as the warehouse file: a reader then never holds the file a writer needs, and sees the state after the last
    completed write;
 2. else the DuckDB warehouse file, read-only;
 3. when a writer holds it (DuckDB lets no other process open a file one process holds read-write), the older
    snapshot, read-only;
-4. else views over the Parquet marts (the files ``marts/_manifest.json`` names, ``taxbreak.marts``).
+4. else views over the Parquet marts (the files ``marts/_manifest.json`` names, ``taxbreak.store.marts``).
 In every case the lake is attached as views ``events`` and ``catalogue`` when it exists.
 
 ``taxbreak sql`` runs the user's SQL in a sandbox unless ``--unrestricted`` (or the ``sql.unrestricted`` setting)
@@ -34,15 +34,24 @@ from pathlib import Path
 
 import duckdb
 
-from taxbreak.config import Paths, add_path_args, is_s3_url, setting
-from taxbreak.marts import marts_location, reader_sources, register_filesystem
-from taxbreak.warehouse import SNAPSHOT_NAME, _is_lock_error, exports_dir, snapshot_is_current
+from taxbreak.config import Paths, add_path_args, setting
+from taxbreak.ingest.lake import EVENTS_DIR, Lake
+from taxbreak.ingest.objects import is_s3_url, normalise_s3_url
+from taxbreak.store.marts import marts_location, reader_sources, register_filesystem
+from taxbreak.store.warehouse import SNAPSHOT_NAME, _is_lock_error, exports_dir, snapshot_is_current
 
 __all__ = ["SNAPSHOT_NAME", "Opened", "WarehouseUnavailable", "exports_dir", "open_readonly", "printable"]
 
 # C0 controls but tab and newline, DEL, C1 controls, zero-width and bidirectional formatting characters
 _UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 _UNSAFE_CELL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """A table or a view of that name on the connection: the warehouse holds tables, the readers' snapshot views."""
+    return bool(con.execute(
+        "SELECT count(*) FROM (SELECT table_name AS n FROM duckdb_tables() UNION ALL "
+        "SELECT view_name FROM duckdb_views()) WHERE n = $n", {"n": name}).fetchone()[0])
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -94,7 +103,6 @@ def _attach_lake(con: duckdb.DuckDBPyConnection, lake: Path | str | None) -> Non
     """Views ``events`` and ``catalogue`` over the lake (a local folder or ``s3://bucket/prefix``)."""
     if lake is None:
         return
-    from taxbreak.ingest.lake import EVENTS_DIR, Lake
 
     store = Lake(lake)
     existing = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
@@ -162,7 +170,6 @@ def restrict(con: duckdb.DuckDBPyConnection, opened_path: Path, warehouse: Path,
     if lake is not None:
         text = str(lake)
         if is_s3_url(text):
-            from taxbreak.config import normalise_s3_url
 
             dirs.append(normalise_s3_url(text) + "/")
         else:
@@ -189,7 +196,7 @@ def open_readonly(
 
 def _ro_snapshot(snap: Path, warehouse: Path, sandbox: bool) -> duckdb.DuckDBPyConnection | None:
     """The snapshot, read-only; None when its views read the marts of another folder (a copied or moved
-    warehouse folder whose snapshot was not rebuilt since: taxbreak.marts names the marts by absolute path).  With
+    warehouse folder whose snapshot was not rebuilt since: taxbreak.store.marts names the marts by absolute path).  With
     the marts on S3 (``paths.marts``), their filesystem is registered on the connection."""
     con = _ro(snap, sandbox)
     location = marts_location(warehouse)
@@ -237,7 +244,7 @@ def _open_readonly(warehouse: Path, lake: Path | None, prefer: str, sandbox: boo
                for p in sorted(exp.glob("*.parquet")) if not p.name.startswith(".")}
     if prefer in ("auto", "exports"):
         con = duckdb.connect(":memory:")
-        # the marts (taxbreak.marts), read directly: the files their manifest names
+        # the marts (taxbreak.store.marts), read directly: the files their manifest names
         parquet.update(reader_sources(con, warehouse))
         if parquet:
             for name, select in parquet.items():

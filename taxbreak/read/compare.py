@@ -2,7 +2,7 @@
 
 A group spec is a comma-separated list of items; each item is
 ``model:NAME`` (trace_meta.model), ``kind:dense|moe`` (trace_meta.model_kind), ``bs:N`` (batch size),
-a file-name glob (``*bs16*``), or one trace named as every command names TRACE (``taxbreak.tracenames``: id
+a file-name glob (``*bs16*``), or one trace named as every command names TRACE (``taxbreak.store.tracenames``: id
 prefix, file name, its stem or a unique substring; an ambiguous name is an error listing the candidates).
 A group's figures are sums over its traces, with HDBI and kernels per token recomputed from the sums (not
 averaged)."""
@@ -15,8 +15,12 @@ import sys
 
 import duckdb
 
-from taxbreak import readmodel
 from taxbreak.config import add_path_args
+from taxbreak.read import readmodel
+from taxbreak.read.plots import fmt_value
+from taxbreak.store import query
+from taxbreak.store.query import open_for_cli
+from taxbreak.store.tracenames import TraceAmbiguous, resolve
 
 # (metric, unit, better when lower)
 METRICS: list[tuple[str, str, bool | None]] = [
@@ -64,8 +68,7 @@ def resolve_group(con: duckdb.DuckDBPyConnection, spec: str) -> list[str]:
             hit = [r[0] for r in rows if r[4] == int(val)]
         elif any(c in item for c in "*?["):
             hit = [r[0] for r in rows if fnmatch.fnmatch(r[1] or "", item)]
-        else:  # one trace, named as every command names TRACE (taxbreak.tracenames)
-            from taxbreak.tracenames import TraceAmbiguous, resolve
+        else:  # one trace, named as every command names TRACE (taxbreak.store.tracenames)
 
             try:
                 hit = [resolve([(r[0], r[1]) for r in rows], item, "analysed trace")]
@@ -88,7 +91,7 @@ def resolve_group(con: duckdb.DuckDBPyConnection, spec: str) -> list[str]:
 
 
 def group_metrics(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[str, float | int | None]:
-    """The compared figures for a set of traces: sums of the read model's trace rows (taxbreak.readmodel), with
+    """The compared figures for a set of traces: sums of the read model's trace rows (taxbreak.read.readmodel), with
     the ratios recomputed from the sums, and how many traces carry each flag."""
     hs = readmodel.trace_headlines(con, trace_ids)
 
@@ -146,7 +149,7 @@ def _key_values(key: str) -> dict[str, str]:
 def workload_mismatch(con: duckdb.DuckDBPyConnection, ids_a: list[str], ids_b: list[str]) -> list[dict]:
     """The workload-key fields (run_spec, setting trends.workload_key) in which A and B differ: for each, the
     values on each side. Empty when they are like for like (or the warehouse predates run_spec)."""
-    if not readmodel.has_relation(con, "run_spec"):
+    if not query.has_relation(con, "run_spec"):
         return []
     keys = dict(con.execute("SELECT trace_id, workload_key FROM run_spec WHERE trace_id IN "
                             "(SELECT unnest($ids::VARCHAR[]))", {"ids": list(ids_a) + list(ids_b)}).fetchall())
@@ -224,7 +227,6 @@ def format_verdict_change(vc: dict | None) -> list[str]:
 
 
 def format_compare(result: dict) -> str:
-    from taxbreak.plots import fmt_value
 
     lines = [f"A = {result['a']['spec']}: {len(result['a']['trace_ids'])} trace(s) "
              + ", ".join(t[:12] for t in result["a"]["trace_ids"][:6]),
@@ -252,7 +254,6 @@ def format_compare(result: dict) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from taxbreak.query import open_for_cli
 
     opened = open_for_cli(args, "compare")
     if opened is None:

@@ -46,8 +46,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from taxbreak.analysis import publication
-from taxbreak.plan import SQL_DIR, SqlFile, parse_sql_file
+from taxbreak.config import Paths, add_path_args
+from taxbreak.engine import runner
+from taxbreak.engine.analysis import publication
+from taxbreak.engine.plan import SQL_DIR, SqlFile, parse_sql_file
+from taxbreak.store.query import open_for_cli
+from taxbreak.store.tracenames import TraceNotFound, explain_unanalysed, resolve
+from taxbreak.store.warehouse import WarehouseBusy
 
 TERMS = ("beta", "a1", "a2", "a3", "a4")
 TERM_FEATURES = ("1", "sum p", "sum c", "sum p^2", "|B|")
@@ -545,7 +550,7 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
     counts: dict[str, int] = {}
     con.register("request_fit_rows", rows)
     try:
-        with publication(con):  # one transaction; joins the caller's (taxbreak.engine.publish) when there is one
+        with publication(con):  # one transaction; joins the caller's (taxbreak.engine.runner.publish) when there is one
             first = files[0]
             con.execute(f"CREATE OR REPLACE TEMP TABLE _new_fit AS {first.text}")
             if _has_table(con, first.name):
@@ -601,10 +606,9 @@ def trace_requests(con: Any, trace: str, top: int = 20) -> dict[str, Any]:
     fits of the (model, GPU) groups its steps belong to. ``trace``: trace id prefix or file name."""
     if not _has_table(con, "serving_steps"):
         raise LookupError("the warehouse has no serving_steps table: run `taxbreak analyze` first")
-    from taxbreak.tracenames import resolve
 
     names = dict(con.execute("SELECT trace_id, file_name FROM trace_meta").fetchall())
-    t = resolve(names.items(), trace, "analysed trace")  # the one resolver (taxbreak.tracenames)
+    t = resolve(names.items(), trace, "analysed trace")  # the one resolver (taxbreak.store.tracenames)
     out: dict[str, Any] = {"trace_id": t, "file_name": names[t]}
     out["steps"] = _rows(con, "SELECT composition_source, phase, count(*) AS steps, count(*) FILTER (WHERE fit_ready) "
                               "AS fit_ready_steps, bool_or(has_request_detail) AS has_request_detail, "
@@ -709,8 +713,6 @@ def format_requests(d: dict[str, Any]) -> str:
 
 def cmd_requests(args: Any) -> int:
     """``taxbreak requests [TRACE] [--refit] [--json]``."""
-    from taxbreak.config import Paths
-    from taxbreak.query import open_for_cli
 
     paths = Paths.from_args(args)
     if not Path(paths.warehouse).exists():
@@ -718,16 +720,14 @@ def cmd_requests(args: Any) -> int:
               file=sys.stderr)
         return 2
     if args.refit:
-        from taxbreak.engine import publish
-        from taxbreak.warehouse import WarehouseBusy
 
         def write(con: Any) -> dict[str, Any]:
             return refit(con, None if not args.all else [tuple(r) for r in con.execute(
                 "SELECT DISTINCT model_name, gpu_name, phase FROM serving_steps WHERE fit_ready").fetchall()])
 
         try:
-            # the one publisher (taxbreak.engine.publish): the lock, one transaction, then the readers' snapshot
-            res = publish(paths, write, label="request_model_fit")
+            # the one publisher (taxbreak.engine.runner.publish): the lock, one transaction, then the readers' snapshot
+            res = runner.publish(paths, write, label="request_model_fit")
         except (RequestsError, WarehouseBusy) as exc:
             print(f"requests: {paths.warehouse}: {exc}", file=sys.stderr)
             return 2
@@ -750,7 +750,6 @@ def cmd_requests(args: Any) -> int:
     try:
         d = trace_requests(opened.con, args.trace, top=args.top)
     except LookupError as exc:
-        from taxbreak.tracenames import TraceNotFound, explain_unanalysed
 
         msg = explain_unanalysed(paths.lake, args.trace, opened.path) if isinstance(exc, TraceNotFound) else (
             f"{opened.path}: {exc}")
@@ -763,7 +762,6 @@ def cmd_requests(args: Any) -> int:
 
 
 def add_requests_parser(sub: Any) -> None:
-    from taxbreak.config import add_path_args
 
     p = sub.add_parser(
         "requests", help="per-request latency attribution of co-batched serving steps (LLMVisor)",

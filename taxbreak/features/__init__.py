@@ -1,0 +1,1 @@
+"""features layer: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""read layer: see docs/architecture.md."""
