@@ -26,7 +26,7 @@ from typing import Any
 
 from taxbreak.capture.profile import capture_generation
 from taxbreak.capture.synthetic import SyntheticConfig, generate_synthetic
-from taxbreak.cli import format_ingest_result
+from taxbreak.cli.ingest import format_ingest_result
 from taxbreak.config import Paths, ingest_limits
 from taxbreak.engine import runner
 from taxbreak.engine.checks import InvariantBroken

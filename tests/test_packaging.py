@@ -32,7 +32,7 @@ def test_wheel_has_only_the_taxbreak_namespace(wheel: Path) -> None:
     assert top == {"taxbreak", "taxbreak-0.1.0.dist-info"}
     # the fixed folders are inside the namespace, SQL files and the schema changelog included
     for expected in ("taxbreak/ingest/__init__.py", "taxbreak/schemas/events.py", "taxbreak/pipeline/__init__.py",
-                     "taxbreak/schemas/CHANGELOG.md", "taxbreak/cli.py"):
+                     "taxbreak/schemas/CHANGELOG.md", "taxbreak/cli/main.py"):
         assert expected in names
     sql_files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "sql").rglob("*.sql"))
     assert sql_files, "no SQL files under sql/"
