@@ -28,7 +28,15 @@ from taxbreak.engine import runner
 from taxbreak.engine.analysis import RunConfig, build_cross_trace, plan_tables, settings_tables
 from taxbreak.engine.checks import InvariantBroken
 from taxbreak.engine.plan import INPUTS
-from taxbreak.pipeline.defs.checks import check_specs, markdown_preview
+from taxbreak.features.trend import regressions_in
+from taxbreak.pipeline.defs.checks import (
+    REGRESSION_CHECK,
+    REGRESSIONS_ASSET,
+    check_specs,
+    markdown_preview,
+    regression_result,
+    regression_spec,
+)
 from taxbreak.pipeline.defs.checks import results as check_results
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES, run_trace_id, trace_ids_of_keys
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
@@ -212,7 +220,6 @@ def _table_assets() -> list[dg.AssetsDefinition]:
     ):  # noqa: ANN202 - yields MaterializeResult
         import pyarrow.compute as pc
 
-
         trace_ids = trace_ids_for_run(context, config.full_rebuild)
         if trace_ids == []:
             context.log.info("no trace of the run's partitions is in the catalogue; tables unchanged")
@@ -262,11 +269,16 @@ def _table_assets() -> list[dg.AssetsDefinition]:
         yield from results
         yield from check_results(done.checks)
 
-    @dg.multi_asset(specs=[s for s in TABLE_SPECS if s.key.path[-1] in CROSS_TRACE], can_subset=True, pool=POOL,
-                    name="cross_trace_tables")
-    def cross_trace_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource):  # noqa: ANN202
+    watch = REGRESSIONS_ASSET in CROSS_TRACE  # the regression warning on the runs a run analysed (issue 28)
 
-        results = []
+    @dg.multi_asset(specs=[s for s in TABLE_SPECS if s.key.path[-1] in CROSS_TRACE], can_subset=True, pool=POOL,
+                    check_specs=[regression_spec()] if watch else None, name="cross_trace_tables")
+    def cross_trace_tables(
+        context: dg.AssetExecutionContext, lake: LakeResource, warehouse: WarehouseResource
+    ):  # noqa: ANN202 - yields MaterializeResult and AssetCheckResult
+        results: list = []
+        check = watch and dg.AssetCheckKey(dg.AssetKey(REGRESSIONS_ASSET), REGRESSION_CHECK) in \
+            context.selected_asset_check_keys
 
         def write(con) -> None:  # noqa: ANN001 - DuckDB connection
             for name in CROSS_TRACE:  # dependency order
@@ -278,10 +290,19 @@ def _table_assets() -> list[dg.AssetsDefinition]:
                     continue
                 results.append(dg.MaterializeResult(asset_key=name,
                                                     metadata=_metadata(con, name, computed, "all traces")))
+                if check and name == REGRESSIONS_ASSET:  # the run's own traces; every workload's newest run without
+                    traces = trace_ids_for_run(context, full_rebuild=False)
+                    scope = ("every workload's newest run" if traces is None else "no trace" if not traces else
+                             f"trace {traces[0][:16]}" if len(traces) == 1 else f"{len(traces)} traces")
+                    results.append(regression_result(regressions_in(con, traces), scope))
 
         # no trace's marts change here; the cross-trace tables are republished whole (one publication), then the
         # snapshot
         runner.publish(warehouse.file(), write, traces=[], tables=[], label="cross_trace_tables")
+        if check and not any(isinstance(r, dg.AssetCheckResult) for r in results):
+            results.append(dg.AssetCheckResult(  # a selected check always answers
+                asset_key=REGRESSIONS_ASSET, check_name=REGRESSION_CHECK, passed=True,
+                severity=dg.AssetCheckSeverity.WARN, description=f"{REGRESSIONS_ASSET} is not built yet"))
         yield from results
 
     return [analysis_tables] + ([cross_trace_tables] if CROSS_TRACE else [])

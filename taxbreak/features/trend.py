@@ -70,6 +70,37 @@ def trend(con: duckdb.DuckDBPyConnection, workload_id: str) -> dict[str, Any]:
     return {"workload_id": workload_id, "workload_key": key[0], "program": key[1], "runs": runs, "changes": changes}
 
 
+def regressions_in(con: duckdb.DuckDBPyConnection, trace_ids: list[str] | None) -> list[dict[str, Any]]:
+    """The regressions (workload_changes, direction 'regression') a landing run takes part in: those of its workload
+    whose change point is the run itself or one of the trends.confirm_runs - 1 runs before it, whose confirming
+    median it is part of (the Dagster warning on each new trace; ours).  ``trace_ids`` None: the newest run of
+    every workload."""
+    if trace_ids is not None and not trace_ids:
+        return []
+    wanted = ("SELECT workload_id, run_seq FROM workload_trends WHERE list_contains($t, trace_id)"
+              if trace_ids is not None else
+              "SELECT workload_id, max(run_seq) AS run_seq FROM workload_trends GROUP BY workload_id")
+    return _rows(con, f"""
+        WITH landed AS ({wanted}),
+        confirm AS (SELECT workload_id, arg_max(trends_confirm_runs, capture_ts_ns) AS runs FROM run_spec
+                    GROUP BY workload_id)
+        SELECT DISTINCT c.workload_id, c.program, c.trace_id, c.file_name, c.run_seq, c.figure, c.value,
+               c.baseline_median, c.baseline_runs, c.confirm_median, c.rel_change, c.robust_z, c.status,
+               c.components_moved, c.top_ops, c.top_kernels
+        FROM workload_changes c JOIN landed l USING (workload_id) JOIN confirm f USING (workload_id)
+        WHERE c.direction = 'regression' AND c.run_seq BETWEEN l.run_seq - f.runs + 1 AND l.run_seq
+        ORDER BY c.workload_id, c.run_seq, c.figure""", {"t": list(trace_ids)} if trace_ids is not None else {})
+
+
+def format_regression(c: dict[str, Any]) -> str:
+    """One regression in a line: workload, run, figure, change against the baseline."""
+    z = "n/a" if c["robust_z"] is None else f"{c['robust_z']:.1f}"
+    moved = f"; moved with it: {', '.join(c['components_moved'])}" if c["components_moved"] else ""
+    return (f"workload {c['workload_id']} ({c['program']}) run {c['run_seq']} {c['file_name']}: {c['figure']} "
+            f"{100 * c['rel_change']:+.1f}% ({c['status']}) vs the median {c['baseline_median']:,.0f} of "
+            f"{c['baseline_runs']} runs, z {z}{moved}")
+
+
 def _ms(ns: float | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e6:,.3f}"
 

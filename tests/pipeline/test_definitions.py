@@ -55,8 +55,30 @@ def test_definitions_content() -> None:
         ("taxbreak_by_scope", "linked_plus_orphan_is_all_kernels"),
         ("taxbreak_by_scope", "orchestrate_is_ft_plus_ct_plus_kt"), ("taxbreak_by_scope", "scopes_partition_the_trace"),
         ("kernel_taxbreak", "per_kernel_costs_consistent"), ("kernel_taxbreak", "kernel_sums_match_trace_rows"),
-        ("taxbreak_by_scope", "times_never_negative"),
+        ("taxbreak_by_scope", "times_never_negative"), ("workload_changes", "no_regression_in_landed_runs"),
     }
+    spec = next(s for n in graph.get(dg.AssetKey("workload_changes")).assets_def.check_specs
+                for s in [n] if s.name == "no_regression_in_landed_runs")
+    assert spec.blocking is False  # a regression warns, it never stops the pipeline
+
+
+def test_regression_warning_carries_the_numbers() -> None:
+    from taxbreak.pipeline.defs.checks import regression_result
+
+    row = {"workload_id": "ab12cd34ef56", "program": "toy", "trace_id": "1" * 64, "file_name": "run15.json",
+           "run_seq": 15, "figure": "delta_ft_ns", "value": 1_080_000.0, "baseline_median": 1_000_000.0,
+           "baseline_runs": 14, "confirm_median": 1_081_000.0, "rel_change": 0.081, "robust_z": 5.6,
+           "status": "confirmed", "components_moved": ["t_orchestrate_ns +6.2%"], "top_ops": [], "top_kernels": []}
+    warn = regression_result([row], "trace 1111111111111111")
+    assert (warn.passed, warn.severity, warn.check_name) == (False, dg.AssetCheckSeverity.WARN,
+                                                           "no_regression_in_landed_runs")
+    assert warn.metadata["regressions"].value == 1 and warn.metadata["figures"].value == ["delta_ft_ns"]
+    assert abs(warn.metadata["max_rel_change"].value - 0.081) < 1e-12
+    assert "| ab12cd34ef56 | 15 | run15.json | delta_ft_ns | +8.1% | confirmed | 1,000,000 | 5.6 | " \
+           "t_orchestrate_ns +6.2% |" in warn.metadata["details"].value
+    assert "delta_ft_ns +8.1% (confirmed) vs the median 1,000,000 of 14 runs, z 5.6" in warn.description
+    ok = regression_result([], "trace 2222222222222222")
+    assert ok.passed and ok.metadata["regressions"].value == 0
 
 
 def test_nothing_outside_pipeline_imports_dagster() -> None:

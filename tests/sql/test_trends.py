@@ -18,6 +18,7 @@ import pytest
 from taxbreak.engine import analysis
 from taxbreak.engine.plan import sql_files
 from taxbreak.engine.rules import RunConfig
+from taxbreak.features import trend
 from taxbreak.ingest.lake import Lake
 
 from .scenarios import mixed_rows, write_trace
@@ -60,6 +61,13 @@ def _series(seed: int, shift: float) -> tuple[list[dict], list[dict]]:
 
 
 def _changes(trends: list[dict], ops: list[dict], cfg: RunConfig | None = None) -> list[dict]:
+    cur = _series_db(trends, ops, cfg).execute("SELECT * FROM workload_changes")
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def _series_db(trends: list[dict], ops: list[dict], cfg: RunConfig | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory warehouse holding a series' workload_trends, taxbreak_by_scope, run_spec and workload_changes."""
     cfg = cfg or RunConfig()
     con = duckdb.connect()
     con.execute("CREATE TABLE workload_trends AS SELECT * FROM (SELECT unnest($r, recursive := true))", {"r": trends})
@@ -69,9 +77,8 @@ def _changes(trends: list[dict], ops: list[dict], cfg: RunConfig | None = None) 
              "trends_mad_k": cfg.trends_mad_k, "trends_min_rel_change": cfg.trends_min_rel_change,
              "trends_confirm_runs": cfg.trends_confirm_runs} for t in trends]
     con.execute("CREATE TABLE run_spec AS SELECT * FROM (SELECT unnest($r, recursive := true))", {"r": spec})
-    cur = con.execute(_sql("workload_changes"))
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    con.execute("CREATE TABLE workload_changes AS " + _sql("workload_changes"))
+    return con
 
 
 def test_injected_regression_is_flagged_at_its_run_and_component() -> None:
@@ -110,6 +117,31 @@ def test_improvement_and_a_provisional_newest_run() -> None:
     rows = _changes(cut, [o for o in ops if o["trace_id"] in {t["trace_id"] for t in cut}])
     (r,) = [r for r in rows if r["figure"] == "delta_ft_ns"]
     assert (r["run_seq"], r["status"], r["confirm_runs"]) == (SHIFT_AT, "provisional", 1)
+
+
+def test_regressions_in_names_the_runs_that_land_in_a_regression() -> None:
+    # the warning Dagster raises on each new trace (pipeline/defs/checks.py): a run takes part in a regression when
+    # the change point is it or one of the trends.confirm_runs - 1 (5 - 1) runs before it
+    trends, ops = _series(0, 0.08)
+    con = _series_db(trends, ops)
+    tid = {t["run_seq"]: t["trace_id"] for t in trends}
+    for run in range(SHIFT_AT, SHIFT_AT + 5):
+        rows = trend.regressions_in(con, [tid[run]])
+        assert [(r["run_seq"], r["figure"]) for r in rows if r["figure"] == "delta_ft_ns"] == [
+            (SHIFT_AT, "delta_ft_ns")], run
+        (r,) = [r for r in rows if r["figure"] == "delta_ft_ns"]
+        assert 0.05 <= r["rel_change"] <= 0.11 and r["baseline_runs"] == SHIFT_AT - 1 and r["status"] == "confirmed"
+        line = trend.format_regression(r)
+        assert f"run {SHIFT_AT} run{SHIFT_AT}.json: delta_ft_ns +" in line and "vs the median" in line
+    for run in (SHIFT_AT - 1, SHIFT_AT + 5, RUNS):  # before the shift, and once it is the new normal
+        assert [r for r in trend.regressions_in(con, [tid[run]]) if r["figure"] == "delta_ft_ns"] == [], run
+    assert [r for r in trend.regressions_in(con, None) if r["figure"] == "delta_ft_ns"] == []  # newest run: 60
+    assert trend.regressions_in(con, []) == []
+    # an improvement is no regression; a noise-only series warns on no run
+    con = _series_db(*_series(7, -0.15))
+    assert trend.regressions_in(con, [t["trace_id"] for t in _series(7, -0.15)[0]]) == []
+    trends, ops = _series(101, 0.0)
+    assert trend.regressions_in(_series_db(trends, ops), [t["trace_id"] for t in trends]) == []
 
 
 def test_settings_reach_the_rule() -> None:
