@@ -2,7 +2,8 @@
 -- grain: one row per analysed trace, as a run of its workload
 -- reads: run_spec, skip_by_trace, taxbreak_by_scope, kernels_per_token, diagnosis
 -- scope: cross_trace
--- description: Each workload's runs in capture order (docs/method.md "Trends and regressions", ours): the runs that share a workload key (run_spec) with the headline figures a regression is looked for in. Capture order is run_spec.capture_ts_ns (the trace's start, else the metadata's captured_at_ns, else the ingest time, as capture_ts_source says), ties by trace id. Per-token figures divide by the output tokens per request (kernels_per_token.output_tokens) and are NULL without them. Computed over every trace in the warehouse: a run for some traces recomputes the whole table.
+-- partition_by: workload_id
+-- description: Each workload's runs in capture order (docs/method.md "Trends and regressions", ours): the runs that share a workload key (run_spec) with the headline figures a regression is looked for in. Capture order is run_spec.capture_ts_ns (the trace's start, else the metadata's captured_at_ns, else the ingest time, as capture_ts_source says), ties by trace id. Per-token figures divide by the output tokens per request (kernels_per_token.output_tokens) and are NULL without them. Computed per workload (partition_by workload_id): a run for some traces recomputes only their workloads' rows, a run over every trace the whole table.
 -- column: workload_id: the workload (run_spec.workload_id)
 -- column: workload_key: the run-spec fields that define it
 -- column: program: run_spec.program

@@ -280,18 +280,20 @@ def _table_assets() -> list[dg.AssetsDefinition]:
         check = watch and dg.AssetCheckKey(dg.AssetKey(REGRESSIONS_ASSET), REGRESSION_CHECK) in \
             context.selected_asset_check_keys
 
+        traces = trace_ids_for_run(context, full_rebuild=False)  # None: every trace
+        memo: dict = {}  # one publication: what a partitioned table found carries to the next
+
         def write(con) -> None:  # noqa: ANN001 - DuckDB connection
             for name in CROSS_TRACE:  # dependency order
                 if dg.AssetKey(name) not in context.selected_asset_keys:
                     continue
-                computed = build_cross_trace(con, name)
+                computed = build_cross_trace(con, name, traces, memo)  # the partitioned ones: the run's groups
                 if computed is None:
                     context.log.info(f"{name}: a table it reads is not built yet; left as it is")
                     continue
                 results.append(dg.MaterializeResult(asset_key=name,
                                                     metadata=_metadata(con, name, computed, "all traces")))
                 if check and name == REGRESSIONS_ASSET:  # the run's own traces; every workload's newest run without
-                    traces = trace_ids_for_run(context, full_rebuild=False)
                     scope = ("every workload's newest run" if traces is None else "no trace" if not traces else
                              f"trace {traces[0][:16]}" if len(traces) == 1 else f"{len(traces)} traces")
                     results.append(regression_result(regressions_in(con, traces), scope))

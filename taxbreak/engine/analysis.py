@@ -323,26 +323,70 @@ def _build_cross_trace(
                            {"t": dep}).fetchall()[0][0]:
                 con.execute(f"ALTER {kind} temp.main.{_q(dep)} RENAME TO {_q('_xt_' + dep)}")
                 shadows.append((kind, dep))
+    narrowed: list[str] = []
     try:
-        con.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", {p: state[p] for p in sf.params})
+        groups = _touched_groups(con, catalog, sf, state, files)
+        if groups is None:
+            con.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", {p: state[p] for p in sf.params})
+        else:  # only the groups (``-- partition_by``) the run's traces are in: their reads narrowed to those groups
+            col = _q(sf.partition_by)
+            values = ", ".join(map(_lit, groups)) or "NULL"  # a view's text cannot take parameters
+            for dep in sf.reads:
+                if dep in files and sf.partition_by in {c for c, _t in _columns(con, catalog, dep)}:
+                    con.execute(f"CREATE TEMP VIEW {_q(dep)} AS SELECT * FROM {_q(catalog)}.main.{_q(dep)} "
+                                f"WHERE {col} IN ({values})")
+                    narrowed.append(dep)
+            con.execute(f"DELETE FROM {target} WHERE {col} IN ({values})")
+            con.execute(f"INSERT INTO {target} BY NAME {sf.text}", {p: state[p] for p in sf.params})
         _comment(con, target, sf, [c for c, _t in _columns(con, catalog, sf.name)])
         return con.execute(f"SELECT count(*) FROM {target}").fetchall()[0][0]
     finally:
+        for dep in narrowed:
+            con.execute(f"DROP VIEW temp.main.{_q(dep)}")
         for kind, dep in shadows:
             con.execute(f"ALTER {kind} temp.main.{_q('_xt_' + dep)} RENAME TO {_q(dep)}")
 
 
-def build_cross_trace(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
+def _touched_groups(con: duckdb.DuckDBPyConnection, catalog: str, sf: SqlFile, state: dict[str, Any],
+                    files: dict[str, SqlFile]) -> list[str] | None:
+    """The values of ``sf.partition_by`` a publication for ``state["changed"]`` (the traces it wrote or removed)
+    touches: those the traces have in the tables ``sf`` reads and in ``sf``'s own rows, plus those an earlier
+    table of the same partition column found (a forgotten trace is no longer in the reads, but was in that table).
+    None: recompute the whole table (no partition column, no such traces, or the table is new or changed shape)."""
+    changed = state.get("changed")
+    if not sf.partition_by or not changed:
+        return None
+    col = sf.partition_by
+    if not _exists(con, catalog, sf.name) or {c for c, _t in _columns(con, catalog, sf.name)} != set(sf.columns):
+        return None
+    found = set(state.setdefault("groups", {}).setdefault(col, set()))
+    for table in [d for d in sf.reads if d in files] + [sf.name]:
+        have = {c for c, _t in _columns(con, catalog, table)}
+        if {col, "trace_id"} <= have:
+            found |= {r[0] for r in con.execute(
+                f"SELECT DISTINCT {_q(col)} FROM {_q(catalog)}.main.{_q(table)} "
+                f"WHERE trace_id IN (SELECT unnest($t::VARCHAR[])) AND {_q(col)} IS NOT NULL",
+                {"t": list(changed)}).fetchall()}
+    state["groups"][col] = found
+    return sorted(found)
+
+
+def build_cross_trace(con: duckdb.DuckDBPyConnection, name: str, traces: list[str] | None = None,
+                      memo: dict[str, Any] | None = None) -> int | None:
     """Recompute the ``-- scope: cross_trace`` table ``name`` from the warehouse's tables of every trace, on its own
-    (the Dagster step after the per-trace tables); its rows, or None when a table it reads is not built yet."""
+    (the Dagster step after the per-trace tables); its rows, or None when a table it reads is not built yet.
+    ``traces``: the traces the run published; a table with ``-- partition_by`` then recomputes only their groups.
+    ``memo``: the same dict for every table of one publication (the groups found carry to the next table)."""
     files = {f.name: f for f in sql_files()}
     sf = files[name]
     if sf.scope != "cross_trace":
         raise ValueError(f"{sf.path}: not a cross_trace table")
     if not all(_exists(con, _catalog(con), d) for d in sf.reads if d in files):
         return None
-    return _build_cross_trace(con, sf, {"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False},
-                              files)
+    state = memo if memo is not None else {}
+    state.update({"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False,
+                  "changed": list(traces or [])})
+    return _build_cross_trace(con, sf, state, files)
 
 
 def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], files: dict[str, SqlFile]) -> int:
@@ -508,7 +552,7 @@ def forget_traces(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[
                 f"DELETE FROM {_q(catalog)}.main.{_q(table)} WHERE trace_id IN (SELECT unnest($ids::VARCHAR[]))",
                 {"ids": trace_ids}).fetchone()
             deleted[table] = int(n)
-        state = {"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False}
+        state = {"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False, "changed": list(trace_ids)}
         for sf in files.values():
             if sf.scope == "cross_trace" and _exists(con, catalog, sf.name):
                 _build_cross_trace(con, sf, state, files)
@@ -706,8 +750,9 @@ def publish_run(
                 _replace_rows(con, files[name], "_computed", "(SELECT unnest($ids::VARCHAR[]))",
                               {"ids": run.trace_ids})
                 fault_point(f"publish:{name}")
-            if cross_trace:
-                state = {"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False}
+            if cross_trace:  # the partitioned ones (``-- partition_by``) only for the groups of the run's traces
+                state = {"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False,
+                         "changed": list(run.trace_ids)}
                 for i, name in enumerate(run.cross_trace, 1):
                     if progress is not None:
                         progress(name, i, len(run.cross_trace), None)

@@ -9,6 +9,8 @@ Each SQL file holds one SELECT statement; its header comment documents the table
     -- materialize: temp          (optional: a run-local table, not kept in the warehouse)
     -- scope: all_traces          (optional: later statements read every trace's rows, not only the run's)
     -- scope: cross_trace         (optional: the statement itself reads every trace's rows)
+    -- partition_by: <column>     (optional, cross_trace: rows of one value of the column depend only on the rows
+                                   of that value in the tables it reads; a run recomputes only its traces' values)
     -- description: ...
     -- column: <name>: <description> (<unit>)
 
@@ -69,6 +71,7 @@ class SqlFile:
     description: str = ""
     materialize: str = "table"
     scope: str = "run"
+    partition_by: str = ""  # cross_trace: the column whose values a run for some traces recomputes alone
     columns: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -80,8 +83,7 @@ def _strip_comments(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
 
 
-TABLE_KEYS = ("table", "grain", "reads", "materialize", "scope", "description", "column")
-_HEADER = re.compile(r"^--\s*(table|grain|reads|materialize|scope|description|column):\s*(.*)$")
+TABLE_KEYS = ("table", "grain", "reads", "materialize", "scope", "partition_by", "description", "column")
 _ANY_KEY = re.compile(r"^--\s*([a-z_]+):\s*(.*)$")
 
 
@@ -112,6 +114,8 @@ def parse_sql_file(path: Path) -> SqlFile:
             sf.materialize = val
         elif key == "scope":
             sf.scope = val
+        elif key == "partition_by":
+            sf.partition_by = val
         elif key == "column":
             col, _, desc = val.partition(":")
             sf.columns[col.strip()] = desc.strip()

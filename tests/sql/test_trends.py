@@ -228,3 +228,48 @@ def test_report_lists_workloads_and_draws_their_pages(wh: duckdb.DuckDBPyConnect
     assert pages == [f"{wid}.html"]
     page = (tmp_path / "rep" / "workloads" / f"{wid}.html").read_text(encoding="utf-8")
     assert "IL per run" in page and "ΔFT per run" in page and "Change points" in page and "none: every figure" in page
+
+
+def _trend_rows(db: Path) -> dict[str, list[tuple]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+                for t in ("workload_trends", "workload_changes")}
+    finally:
+        con.close()
+
+
+def test_a_run_for_one_trace_recomputes_only_its_workload(tmp_path: Path) -> None:
+    # workload_trends/_changes are `-- partition_by: workload_id`: a run for some traces replaces only their
+    # workloads' rows, and the result equals a rebuild over every trace (adding a run, forgetting one)
+    from taxbreak.engine import runner
+
+    lake = Lake(tmp_path / "lake")
+    meta = {"taxbreak_meta_version": 1, "model": "toy-llm", "batch_size": 1, "output_tokens": 2, "dtype": "bf16"}
+    runs = [(f"{i:x}" * 64)[:64] for i in range(1, 6)]
+    for i, tid in enumerate(runs):
+        bs = 8 if i == 4 else 1  # runs 0-3 one workload, run 4 another
+        write_trace(lake, tid, mixed_rows(tid), gpu="NVIDIA H100 80GB HBM3", file_name=f"toy_run_{i}.json",
+                    metadata={"taxbreak": {**meta, "batch_size": bs}})
+        if i == 3:  # the first four and the other workload's run analysed whole; then run 3 added alone
+            analysis.materialize(tmp_path / "inc.duckdb", tmp_path / "lake", trace_ids=runs[:3])
+    analysis.materialize(tmp_path / "inc.duckdb", tmp_path / "lake", trace_ids=[runs[4]])
+    con = duckdb.connect(str(tmp_path / "inc.duckdb"))
+    other = con.execute("SELECT * FROM workload_trends WHERE trace_id = $t", {"t": runs[4]}).fetchall()
+    con.close()
+    runner.run(runner.Where(tmp_path / "inc.duckdb", lake), traces=[runs[3]])
+    analysis.materialize(tmp_path / "full.duckdb", tmp_path / "lake")
+    inc, full = _trend_rows(tmp_path / "inc.duckdb"), _trend_rows(tmp_path / "full.duckdb")
+    assert inc == full
+    assert sorted(r[3] for r in full["workload_trends"]) == [1, 1, 2, 3, 4]  # run_seq: 4 runs + 1 run
+    con = duckdb.connect(str(tmp_path / "inc.duckdb"), read_only=True)
+    assert con.execute("SELECT * FROM workload_trends WHERE trace_id = $t", {"t": runs[4]}).fetchall() == other
+    con.close()
+    # forgetting a run renumbers its workload as a rebuild without it would
+    from taxbreak.cli import main
+
+    assert main(["-q", "forget", runs[1][:16], "--lake", str(tmp_path / "lake"),
+                 "--warehouse", str(tmp_path / "inc.duckdb")]) == 0
+    analysis.materialize(tmp_path / "full2.duckdb", tmp_path / "lake")
+    inc, full = _trend_rows(tmp_path / "inc.duckdb"), _trend_rows(tmp_path / "full2.duckdb")
+    assert inc == full and sorted(r[3] for r in full["workload_trends"]) == [1, 1, 2, 3]
