@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from taxbreak.capture.synthetic_serving import ServingConfig, run_tables, simulate_serving  # noqa: E402
-from taxbreak.features.requests import GRID_POINTS, MIN_SEGMENT_STEPS, design, fit_phase, refit  # noqa: E402
+from taxbreak.features.requests import GRID_POINTS, design, fit_phase, refit, segment_min_steps  # noqa: E402
 
 STEPS_PER_REQUEST = 3.3  # steps per request of the default workload at arrivals 0.3 (measured, for sizing)
 
@@ -41,12 +41,13 @@ def naive_grid_seconds(x: np.ndarray, y: np.ndarray) -> float:
     between the best candidate's neighbours), each scored by one lstsq per segment."""
     t0 = time.perf_counter()
     p = x[:, 1]
+    min_steps = segment_min_steps(len(p))  # the rule fit_phase applies (docs/method.md section 8)
 
     def sse(cands: np.ndarray) -> list[tuple[float, float]]:
         out = []
         for b in cands:
             lo = p <= b
-            if lo.sum() < MIN_SEGMENT_STEPS or (~lo).sum() < MIN_SEGMENT_STEPS:
+            if lo.sum() < min_steps or (~lo).sum() < min_steps:
                 continue
             total = 0.0
             for m in (lo, ~lo):
@@ -112,8 +113,15 @@ def main(argv: list[str] | None = None) -> int:
                            "rel_err_p99, baseline_r2, baseline_rel_err_p50, baseline_rel_err_p90, "
                            "baseline_rel_err_p99 FROM request_model_fit ORDER BY phase").fetchall()
         for ph, n, bp, r2, e50, e90, e99, br2, b50, b90, b99 in fits:
-            truth_bp = cfg.truth[ph].breakpoint_tokens
-            print(f"  {ph:<8} {n:>7,} steps  breakpoint {bp if bp is None else f'{bp:,.0f}'} (true {truth_bp:,})")
+            if ph in cfg.truth:
+                where = (f"breakpoint {bp if bp is None else f'{bp:,.0f}'} "
+                         f"(true {cfg.truth[ph].breakpoint_tokens:,})")
+            else:  # the mixed row: its parts come from the phase models, no breakpoint of its own
+                where = f"prefill part + decode part + shared constant (true {cfg.mixed_shared_ns:,.0f} ns)"
+            print(f"  {ph:<8} {n:>7,} steps  {where}")
+            if r2 is None:  # a joint phase model with too few pure steps: judged through the mixed steps
+                print("    no figures of its own: fitted jointly with the mixed steps (too few pure steps)")
+                continue
             print(f"    model    R2 {r2:.4f}  step error p50 {e50:6.2%} p90 {e90:6.2%} p99 {e99:6.2%}")
             print(f"    baseline R2 {br2:.4f}  step error p50 {b50:6.2%} p90 {b90:6.2%} p99 {b99:6.2%}")
             if n >= 1000:
