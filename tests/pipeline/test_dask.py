@@ -63,7 +63,9 @@ def test_jobs_run_on_a_dask_cluster(env: dict[str, Path], instance: dg.DagsterIn
             assert {e.pid for e in events if e.is_step_start} <= worker_pids
             check = dg.DagsterEventType.ASSET_CHECK_EVALUATION
             checks = [e.event_specific_data for e in events if e.event_type == check]
-            assert len(checks) == 7 and all(c.passed for c in checks)
+            # the seven invariants and the regression warning (issue 28: two runs, no baseline, nothing to warn)
+            assert len(checks) == 8 and all(c.passed for c in checks)
+            assert "no_regression_in_landed_runs" in {c.check_name for c in checks}
     a, b, n = (_sha(f) for f in files)
     with duckdb.connect(str(env["warehouse"]), read_only=True) as con:
         kernels = dict(con.execute("SELECT trace_id, count(*) FROM kernel_taxbreak GROUP BY ALL").fetchall())
