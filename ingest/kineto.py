@@ -493,7 +493,7 @@ def _copy_events_array(
         fh.seek(end + 1)
         tail = fh.read()
         try:
-            doc = json.loads(head + b"[]" + tail)
+            doc = json.loads(head + b"[]" + tail, object_pairs_hook=_pairs_once(path))
         except (ValueError, RecursionError):  # the streaming parser says what is wrong (or how deep it nests)
             return None
         if not isinstance(doc, dict) or doc.get("traceEvents") != []:
@@ -514,6 +514,20 @@ def _copy_events_array(
             fh.close()
         src.close()
     return pieces, doc
+
+
+def _twice(path: Path) -> IngestError:
+    return IngestError(f"{path}: the key traceEvents appears twice at the top level: which array is the trace is "
+                       "unknown (a JSON reader keeps one and drops the other); not ingested")
+
+
+def _pairs_once(path: Path) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A ``json.loads`` object hook that refuses an object with ``traceEvents`` twice (``dict`` keeps the last)."""
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        if sum(k == "traceEvents" for k, _ in pairs) > 1:
+            raise _twice(path)
+        return dict(pairs)
+    return hook
 
 
 # -- streaming fallback (ijson) ----------------------------------------------------------------------------
@@ -582,6 +596,8 @@ def _fallback_to_ndjson(
                         key = None
                         continue
                     if key == "traceEvents" and not in_events:
+                        if found_events:  # a second array: merging both would be a trace nobody recorded
+                            raise _twice(path)
                         if event == "start_array":
                             in_events, found_events = True, True
                             continue

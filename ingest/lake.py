@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 
 from taxbreak.ingest.base import TraceInfo, clean_dead, make_owned_dir, owned_name, prefetched
 from taxbreak.ingest.objects import S3Settings, is_s3_url, normalise_s3_url
-from taxbreak.ingest.redact import redact, redact_args
+from taxbreak.ingest.redact import redact, redact_args, redact_location, redact_names
 from taxbreak.schemas import CATALOGUE_SCHEMA, EVENT_SCHEMA, SCHEMA_VERSION, check_schema_version
 
 if TYPE_CHECKING:
@@ -320,7 +320,8 @@ class Lake:
 
         Every adapter's rows pass here: rows no valid trace can hold are dropped and counted in the row's
         skipped counts (``missing_ts``: no start outside metadata; ``negative_dur``; ``end_out_of_range``:
-        ts + dur beyond int64), and secrets in ``args_json`` are redacted (``redact.redact_args``)."""
+        ts + dur beyond int64), and secrets in ``args_json`` and event names are redacted (``redact.redact_args``,
+        ``redact.redact_names``)."""
         staging = self._staging()
         try:
             part = staging / EVENTS_FILE
@@ -447,11 +448,11 @@ def catalogue_row(
         source_count = event_count + sum(skipped.values())
     return {
         "trace_id": trace_id,
-        "file_name": file_name,
-        "source_path": source_path,
+        "file_name": redact_location(file_name),
+        "source_path": redact_location(source_path),
         "file_bytes": file_bytes,
         "source_format": info.source_format,
-        "tool_versions_json": json.dumps(info.tool_versions, sort_keys=True, default=str),
+        "tool_versions_json": json.dumps(redact(info.tool_versions), sort_keys=True, default=str),
         "gpu_names_json": json.dumps(info.gpu_names),
         "gpu_count": len(info.gpu_names),
         "kernel_gpu_count": kernel_gpu_count,
@@ -466,7 +467,7 @@ def catalogue_row(
         "ingested_at_ns": time.time_ns(),
         "schema_version": SCHEMA_VERSION,
         "status": status,
-        "error": error,
+        "error": redact_location(error),
     }
 
 
@@ -485,8 +486,13 @@ class _Facts:
         return (self.t_max - self.t_min) if self.t_min is not None and self.t_max is not None else None
 
 
+# the event columns secrets are redacted from, and how (names: once per distinct suspect value)
+_REDACTED_COLUMNS = (("args_json", redact_args), ("name", redact_names), ("raw_name", redact_names))
+
+
 def _checked(batches: Iterable[pa.RecordBatch], facts: _Facts) -> Iterator[pa.RecordBatch]:
-    """``batches`` as stored: cast to EVENT_SCHEMA, impossible rows dropped (counted), ``args_json`` redacted, empty
+    """``batches`` as stored: cast to EVENT_SCHEMA, impossible rows dropped (counted), ``args_json`` and names
+    redacted, empty
     batches left out; ``facts`` updated with each batch yielded."""
     try:
         for batch in batches:
@@ -497,10 +503,11 @@ def _checked(batches: Iterable[pa.RecordBatch], facts: _Facts) -> Iterator[pa.Re
             batch, end = _drop_impossible(batch, facts.dropped)
             if batch.num_rows == 0:
                 continue
-            args = batch.column("args_json")
-            clean = redact_args(args)
-            if clean is not args:
-                batch = batch.set_column(batch.schema.get_field_index("args_json"), "args_json", clean)
+            for column, redactor in _REDACTED_COLUMNS:
+                values = batch.column(column)
+                clean = redactor(values)
+                if clean is not values:
+                    batch = batch.set_column(batch.schema.get_field_index(column), column, clean)
             facts.n_rows += batch.num_rows
             kind = batch.column("kind")
             for item in pc.value_counts(kind).to_pylist():

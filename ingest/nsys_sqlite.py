@@ -302,7 +302,11 @@ class NsysDb:
         return list(zip(*cols, strict=True))
 
     def tables(self) -> set[str]:
-        return {r[0] for r in self.rows("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        """Tables and views (an export rewritten by a tool may hold a kernel table as a view of another)."""
+        return {r[0] for r in self.rows("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+    def views(self) -> set[str]:
+        return {r[0] for r in self.rows("SELECT name FROM sqlite_master WHERE type = 'view'")}
 
     def columns(self, table: str) -> list[tuple[str, str]]:
         if table not in self._columns:
@@ -356,10 +360,12 @@ class NsysDb:
 class _Cols:
     """One source batch as the plans see it: typed column access, the id lookups, constant columns."""
 
-    def __init__(self, batch: pa.RecordBatch, lookups: dict[str, Lookup]) -> None:
+    def __init__(self, batch: pa.RecordBatch, lookups: dict[str, Lookup], table: str = "",
+                 dangling: _Tally | None = None) -> None:
         self.batch = batch
         self.n = batch.num_rows
         self.lookups = lookups
+        self.table, self.dangling = table, dangling
         self._names = set(batch.schema.names)
 
     def has(self, name: str) -> bool:
@@ -378,7 +384,17 @@ class _Cols:
         return pa.repeat(pa.scalar(value, pa.string()), self.n)
 
     def resolve(self, lookup: str, id_column: str) -> pa.Array:
-        return self.lookups[lookup].resolve(self.int(id_column))
+        """Text for the ids of ``id_column``; a StringIds id that names no string is counted as
+        ``table.column`` in ``dangling`` (its text is NULL)."""
+        ids = self.int(id_column)
+        out = self.lookups[lookup].resolve(ids)
+        if self.dangling is not None and lookup in _STRING_LOOKUPS and out.null_count > ids.null_count:
+            self.dangling.add(f"{self.table}.{id_column}", out.null_count - ids.null_count)
+        return out
+
+
+# the lookups that are StringIds itself: an id they do not resolve is dangling ("versioned" is NULL by design)
+_STRING_LOOKUPS = frozenset({"strs", "plain"})
 
 
 def _gid_pid(ids: pa.Array) -> pa.Array:
@@ -865,6 +881,18 @@ def _note_repairs(info: TraceInfo, repairs: _Tally) -> None:
     info.metadata["notes"] = [*notes, note]
 
 
+def _note_dangling(info: TraceInfo, dangling: _Tally) -> None:
+    """Say in the catalogue (``metadata_json``: ``dangling_string_ids`` and a note) how many rows named a string id
+    StringIds does not hold, per table.column: they are stored with a NULL name, counted here, never silently."""
+    if not dangling.counts:
+        return
+    counts = dict(sorted(dangling.counts.items()))
+    info.metadata["dangling_string_ids"] = counts
+    note = (f"{sum(counts.values()):,} row(s) name a string id that StringIds does not hold: stored with a NULL "
+            "name (" + ", ".join(f"{k} {v:,}" for k, v in counts.items()) + ")")
+    info.metadata["notes"] = [*info.metadata.get("notes", []), note]
+
+
 class _Prefetch:
     """Run each ``produce(put)`` in its own daemon thread; iterate what they put, at most ``depth`` items ahead.
 
@@ -935,12 +963,12 @@ class _Stopped(Exception):
 
 def _events(plan: _TablePlan, src: _Source, batch: pa.RecordBatch, lookups: dict[str, Lookup], origin: int,
             trace_id: str, duck: Callable[[], duckdb.DuckDBPyConnection], skipped: _Tally | None = None,
-            repairs: _Tally | None = None) -> pa.RecordBatch:
+            repairs: _Tally | None = None, dangling: _Tally | None = None) -> pa.RecordBatch:
     """One source batch as EVENT_SCHEMA rows, in Arrow (``duck`` only for REAL/BLOB args columns); rows with
     impossible times are left out (counted in ``skipped``), text is made valid UTF-8 (counted in ``repairs``)."""
     batch = _repair_text(_drop_impossible(plan.table, batch, skipped), plan.table, repairs,
                          args_text=src.args_text)
-    c = _Cols(batch, lookups)
+    c = _Cols(batch, lookups, plan.table, dangling)
     out = plan.build(c)
     start = c.int("start")
     out.setdefault("ts_ns", pc.subtract_checked(start, origin))
@@ -974,6 +1002,7 @@ def _batches(
     """``path`` names the file in messages (the user's file); the connections read ``db.path``."""
     extra_dbs: list[NsysDb] = []
     dropped = _Tally()  # rows with impossible times, per table:reason (from the reader threads)
+    dangling = _Tally()  # string ids StringIds does not hold, per table.column (the rows are kept, text NULL)
     try:
         skipped: dict[str, int] = {}
         counts = {t: int(db.rows(f"SELECT count(*) FROM {_q(t)}")[0][0]) for t in read_tables}
@@ -1003,8 +1032,9 @@ def _batches(
         origin_ns = origin or 0
         # Big tables are read in rowid ranges by READERS threads, each on its own read-only connection.
         parts: queue.SimpleQueue = queue.SimpleQueue()
+        views = db.views()  # a view has no rowid: read whole
         for t, plan, src in work:
-            if counts[t] >= SPLIT_ROWS:  # (min and max of the rowid in one query would scan the table)
+            if counts[t] >= SPLIT_ROWS and t not in views:  # (min and max of the rowid in one query would scan)
                 lo = int(db.rows(f"SELECT min(rowid) FROM {_q(t)}")[0][0])
                 hi = int(db.rows(f"SELECT max(rowid) FROM {_q(t)}")[0][0])
                 step = (hi - lo) // READERS + 1
@@ -1042,7 +1072,7 @@ def _batches(
                                     batch, first = batch.slice(1), False
                                 if batch.num_rows:
                                     events = _events(plan, src, batch, lookups, origin_ns, trace_id, duck, dropped,
-                                                     rdb.repairs)
+                                                     rdb.repairs, dangling)
                                     if events.num_rows:
                                         put(events)
                         except (adbc.Error, pa.ArrowException, duckdb.Error) as exc:
@@ -1061,6 +1091,7 @@ def _batches(
         info.skipped_counts = dict(sorted(skipped.items()))
         info.source_event_count = source_rows
         _note_repairs(info, db.repairs)
+        _note_dangling(info, dangling)
     except IngestError:
         raise
     except (duckdb.Error, adbc.Error) as exc:  # the set-up queries (counts, origin, lookups)

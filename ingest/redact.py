@@ -8,7 +8,25 @@ URL (``postgres://admin:<redacted>@db``).
 Where: ``lake.catalogue_row`` (every adapter's trace metadata) and ``Lake.publish_events`` (every adapter's
 event ``args_json``, through ``redact_args``: a vectorised pre-filter, run over the bytes of groups of rows at
 once and then over each row of a group it matched, so rows without anything secret-looking cost one
-regular-expression scan of their bytes)."""
+regular-expression scan of their bytes), and every event ``name`` / ``raw_name`` through ``redact_names``
+(the same pre-filter; ``redact_text`` then runs once per distinct suspect name, never per row).
+
+What is redacted (the list docs/architecture.md repeats):
+
+- the value under a secret-looking key: one of its words is token, secret, password, passwd, apikey, api_key,
+  access_key, credential(s), auth, authorization or private_key (``HF_TOKEN``, ``db.password``, ``apiKey``), or its
+  letters end in token, secret, password, passwd, pwd, apikey, accesskey, secretkey or privatekey
+  (``PGPASSWORD``, ``MYSQL_PWD``, ``apitoken``; ``PWD`` / ``OLDPWD``, the working folder, are not secrets);
+- in any text: token-shaped values (Hugging Face, GitHub, AWS key ids, ``sk-``, Slack, ``Bearer x``); the value
+  of a secret option in both spellings (``--password x``, ``--password=x``) and of the short or bare options
+  ``-p``, ``--pass``, ``--key``, ``--pw``; an assignment to a secret name (``PGPASSWORD=x``, ``GH_TOKEN=x``);
+  the password of a URL, ``/`` included (``postgres://admin:<redacted>@db``);
+- argv lists (a JSON array, or its text ``["--password", "x"]``): the element after a secret option;
+- where: trace metadata, event ``args_json``, event names, and the catalogue's ``source_path``, ``file_name`` and
+  ``error`` (URL passwords and token-shaped values there: a path is kept usable).
+
+Not recognised: a password glued to its option (``mysql -psecret``), a secret under a key with none of the words
+above."""
 
 from __future__ import annotations
 
@@ -28,6 +46,11 @@ _SECRET_KEY = re.compile(
     re.IGNORECASE,
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# a key whose letters end in one of these: PGPASSWORD, MYSQL_PWD, apitoken, authToken (not max_tokens)
+_SECRET_SUFFIX = re.compile(r"(token|secret|password|passwd|pwd|apikey|accesskey|secretkey|privatekey)$")
+_NOT_SECRET = frozenset({"pwd", "oldpwd"})  # the shell's working folders
+# option names secret as a whole, not as a word of a key: -p (mysql, psql), --pass, --key, --pw
+_SECRET_OPTION = frozenset({"p", "pass", "key", "pw"})
 # token formats recognisable on their own: Hugging Face, GitHub, AWS access key ids, OpenAI-style, Slack
 _SECRET_VALUE = re.compile(
     r"\b(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,}|xox[abp]-[A-Za-z0-9-]{10,}|Bearer\s+[A-Za-z0-9._~+/-]{16,})\b"
@@ -35,27 +58,37 @@ _SECRET_VALUE = re.compile(
 
 
 _VALUE = r"""("[^"]*"|'[^']*'|[^\s"',;&|]+)"""
-# --secret-option value / --secret-option=value (the option's words decide, as for keys)
-_OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.-]*)(=|[ \t]+)" + _VALUE)
+# --secret-option value / --secret-option=value / "--secret-option", "value" (argv as text); the option's words
+# decide, as for keys; a value after a space is no other option
+_OPTION = re.compile(r"""(?<![\w-])(--?[A-Za-z][\w.-]*)(=|[ \t]+(?=[^\s-])|["']\s*,\s*["'])""" + _VALUE)
 # NAME=value (environment assignments, key=value lists)
 _ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=" + _VALUE)
-# scheme://user:password@host
-_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s\"']*):([^@/\s\"']+)@")
-# RE2 pre-filter for args_json: anything any rule above could act on (false positives only cost time); camelCase
-# keys (accessKey, privateKey: is_secret_key splits them) and Bearer values included
-_ARGS_PREFILTER = (
+# scheme://user:password@host; the password may hold '/' (it ends at the first '@')
+_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s\"']*):([^@\s\"']+)@")
+# RE2 pre-filter for args_json and names: anything any rule above could act on (false positives only cost time);
+# camelCase keys (accessKey, privateKey: is_secret_key splits them) and Bearer values included
+_PREFILTER = (
     r"(?i)(token|secret|passw|apikey|api_key|api-key|access_key|access-key|accesskey|credential|auth|private_key|"
-    r"private-key|privatekey|bearer|://[^/@\s\"]*:[^@/\s\"]*@|hf_[a-z0-9]{30}|gh[pousr]_[a-z0-9]{30}|"
-    r"akia[0-9a-z]{16}|sk-[a-z0-9_-]{20}|xox[abp]-)"
+    r"private-key|privatekey|bearer|://[^/@\s\"]*:[^@\s\"]*@|hf_[a-z0-9]{30}|gh[pousr]_[a-z0-9]{30}|"
+    r"akia[0-9a-z]{16}|sk-[a-z0-9_-]{20}|xox[abp]-|pwd|pass|key|-p[\s=\"'])"
 )
 
 
 def is_secret_key(key: str) -> bool:
-    return bool(_SECRET_KEY.search(_CAMEL.sub("_", key).replace("-", "_")))
+    if _SECRET_KEY.search(_CAMEL.sub("_", key).replace("-", "_")):
+        return True
+    letters = re.sub(r"[^a-z0-9]", "", key.lower())
+    return letters not in _NOT_SECRET and bool(_SECRET_SUFFIX.search(letters))
+
+
+def is_secret_option(option: str) -> bool:
+    """``option`` (``--password``, ``-p``) takes a secret value."""
+    name = option.lstrip("-")
+    return option.startswith("-") and (name.lower() in _SECRET_OPTION or is_secret_key(name))
 
 
 def _option_sub(m: re.Match[str]) -> str:
-    return f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_key(m.group(1).lstrip("-")) else m.group(0)
+    return f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_option(m.group(1)) else m.group(0)
 
 
 def _assign_sub(m: re.Match[str]) -> str:
@@ -79,8 +112,9 @@ def redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: (REDACTED if is_secret_key(str(k)) and value[k] not in (None, "") else redact(v))
                 for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
+    if isinstance(value, list):  # an argv list: the element after a secret option is its value
+        return [REDACTED if i and isinstance(value[i - 1], str) and is_secret_option(value[i - 1])
+                and "=" not in value[i - 1] and v not in (None, "") else redact(v) for i, v in enumerate(value)]
     if isinstance(value, str):
         return redact_text(value)
     return value
@@ -112,18 +146,18 @@ def _prefilter(args: pa.Array) -> pa.Array:
     the group to the per-row check.  Only the rows of groups that matched are checked one by one."""
     n = len(args)
     if not (pa.types.is_string(args.type) or pa.types.is_large_string(args.type)) or args.buffers()[2] is None:
-        return pc.fill_null(pc.match_substring_regex(args, _ARGS_PREFILTER), False)
+        return pc.fill_null(pc.match_substring_regex(args, _PREFILTER), False)
     width = np.int64 if pa.types.is_large_string(args.type) else np.int32
     offsets = np.frombuffer(args.buffers()[1], dtype=width)[args.offset: args.offset + n + 1]
     firsts = np.arange(0, n, PREFILTER_GROUP_ROWS)
     bounds = np.append(offsets[firsts], offsets[n]).astype(width, copy=False)
     groups = pa.Array.from_buffers(args.type, len(firsts), [None, pa.py_buffer(bounds), args.buffers()[2]])
-    matched = pc.match_substring_regex(groups, _ARGS_PREFILTER).to_numpy(zero_copy_only=False)
+    matched = pc.match_substring_regex(groups, _PREFILTER).to_numpy(zero_copy_only=False)
     if not matched.any():
         return pa.array(np.zeros(n, dtype=bool))
     rows = np.repeat(matched, np.diff(np.append(firsts, n)))
     verdict = np.zeros(n, dtype=bool)
-    checked = pc.match_substring_regex(pc.filter(args, pa.array(rows)), _ARGS_PREFILTER)
+    checked = pc.match_substring_regex(pc.filter(args, pa.array(rows)), _PREFILTER)
     verdict[rows] = pc.fill_null(checked, False).to_numpy(zero_copy_only=False)
     return pa.array(verdict)
 
@@ -140,3 +174,32 @@ def redact_args(args: pa.Array) -> pa.Array:
     if after == before:
         return args
     return pc.replace_with_mask(args, suspect, pa.array(after, args.type))
+
+
+def redact_names(names: pa.Array) -> pa.Array:
+    """Event names (``name``, ``raw_name``) with secrets redacted; ``names`` itself when nothing needed it.
+
+    Names repeat (a few hundred distinct in millions of rows), so after the pre-filter ``redact_text`` runs once
+    per distinct suspect name and the results are put back by lookup, never once per row."""
+    if len(names) == 0 or names.null_count == len(names):
+        return names
+    suspect = _prefilter(names)
+    if not pc.any(suspect).as_py():
+        return names
+    distinct = pc.unique(pc.filter(names, suspect)).drop_null().to_pylist()
+    changed = [(t, c) for t in distinct if (c := redact_text(t)) != t]
+    if not changed:
+        return names
+    where = pc.index_in(names, value_set=pa.array([t for t, _ in changed], names.type))
+    hit = pc.is_valid(where)
+    after = pc.take(pa.array([c for _, c in changed], names.type), pc.filter(where, hit))
+    return pc.replace_with_mask(names, hit, after)
+
+
+def redact_location(text: str | None) -> str | None:
+    """A path, URL or error message with URL passwords and token-shaped values redacted (the rest kept, so the
+    path still names the file)."""
+    if not text:
+        return text
+    text = _SECRET_VALUE.sub(REDACTED, text)
+    return _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text) if "://" in text else text

@@ -41,6 +41,10 @@ MODEL_KINDS = ("dense", "moe")
 
 _INT_KEYS = ("batch_size", "prompt_len", "output_tokens")
 _STR_KEYS = ("model", "dtype", "device", "gpu_name")
+# the largest count a sidecar may hold: every JSON reader holds it exactly and it fits the warehouse's BIGINT (a
+# larger integer passed here and became NULL there, reported as missing)
+MAX_COUNT = 2**53 - 1
+SWEEP_PHASES = ("prefill", "decode")
 
 
 class MetaError(ValueError):
@@ -56,9 +60,7 @@ def validate_meta(obj: Any, where: str = "sidecar") -> dict[str, Any]:
         raise MetaError(f"{where}: taxbreak_meta_version must be {META_VERSION}, got {version!r}")
     out = dict(obj)
     for key in _INT_KEYS:
-        val = out.get(key)
-        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
-            raise MetaError(f"{where}: {key} must be a non-negative integer, got {val!r}")
+        _check_count(out.get(key), f"{where}: {key}")
     for key in _STR_KEYS:
         val = out.get(key)
         if val is not None and not isinstance(val, str):
@@ -69,6 +71,8 @@ def validate_meta(obj: Any, where: str = "sidecar") -> dict[str, Any]:
         raise MetaError(f"{where}: kind must be one of {KINDS}, got {out['kind']!r}")
     if out.get("synthetic") is not None and not isinstance(out["synthetic"], bool):
         raise MetaError(f"{where}: synthetic must be true or false")
+    if out.get("sweep") is not None:
+        out["sweep"] = _validate_sweep(out["sweep"], f"{where}: sweep")
     steps = out.get("steps") or []
     if not isinstance(steps, list):
         raise MetaError(f"{where}: steps must be a list")
@@ -80,14 +84,37 @@ def validate_meta(obj: Any, where: str = "sidecar") -> dict[str, Any]:
         if phase is not None and phase not in PHASES:
             raise MetaError(f"{where}: steps[{i}].phase must be one of {PHASES}, got {phase!r}")
         tokens = step.get("tokens")
-        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0):
-            raise MetaError(f"{where}: steps[{i}].tokens must be a non-negative integer, got {tokens!r}")
+        _check_count(tokens, f"{where}: steps[{i}].tokens")
         norm = {"name": step["name"], "phase": phase, "tokens": tokens}
         if step.get("requests") is not None:
             norm["requests"] = _validate_requests(step["requests"], f"{where}: steps[{i}]")
         norm_steps.append(norm)
     out["steps"] = norm_steps
     return out
+
+
+def _check_count(val: Any, what: str, *, positive: bool = False) -> None:
+    """``val`` is None or an integer from 0 (1 when ``positive``) to MAX_COUNT; MetaError naming ``what``."""
+    if val is None:
+        return
+    if isinstance(val, bool) or not isinstance(val, int) or val < (1 if positive else 0):
+        raise MetaError(f"{what} must be {'a positive' if positive else 'a non-negative'} integer, got {val!r}")
+    if val > MAX_COUNT:
+        raise MetaError(f"{what} must be at most {MAX_COUNT}, got {val!r}")
+
+
+def _validate_sweep(sweep: Any, where: str) -> dict[str, Any]:
+    """The ``sweep`` block (docs/sidecar.md): ``name`` (string), ``batch_size`` and ``seq_len`` (positive
+    integers), ``phase`` ('prefill' or 'decode'); all optional, other keys kept."""
+    if not isinstance(sweep, dict):
+        raise MetaError(f"{where} must be an object, got {type(sweep).__name__}")
+    if sweep.get("name") is not None and not isinstance(sweep["name"], str):
+        raise MetaError(f"{where}.name must be a string, got {sweep['name']!r}")
+    for key in ("batch_size", "seq_len"):
+        _check_count(sweep.get(key), f"{where}.{key}", positive=True)
+    if sweep.get("phase") is not None and sweep["phase"] not in SWEEP_PHASES:
+        raise MetaError(f"{where}.phase must be one of {SWEEP_PHASES}, got {sweep['phase']!r}")
+    return dict(sweep)
 
 
 REQUEST_PHASES = ("prefill", "decode")
@@ -115,8 +142,7 @@ def _validate_requests(reqs: Any, where: str) -> list[dict[str, Any]]:
             val = r.get(key)
             if val is None and not required:
                 continue
-            if isinstance(val, bool) or not isinstance(val, int) or val < 0:
-                raise MetaError(f"{at}.{key} must be a non-negative integer, got {val!r}")
+            _check_count(val, f"{at}.{key}")
         if r.get("tenant") is not None and not isinstance(r["tenant"], str):
             raise MetaError(f"{at}.tenant must be a string, got {r['tenant']!r}")
         out.append(dict(r))

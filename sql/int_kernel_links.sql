@@ -38,7 +38,8 @@
 -- column: has_lib: a library call was found
 -- column: is_linked: launch call and framework op both found (the kernel is covered by T_Orchestrate)
 -- column: is_orphan: not is_linked
--- column: orphan_reason: 'no_launch_call' or 'no_framework_op' for orphans, NULL for linked kernels
+-- column: shared_correlation_launches: launch calls of the kernel's process that carry its correlation id, of the kind the link would take (graph launch, else runtime, else driver call); above 1 nothing says which of them fed this kernel, so it is linked to none (orphan_reason 'shared_correlation_id', counted in taxbreak_by_scope.shared_correlation_kernels); NULL when none (launches)
+-- column: orphan_reason: 'no_launch_call', 'shared_correlation_id' (two or more launch calls share the kernel's process and correlation id: which one fed it is unknown) or 'no_framework_op' for orphans, NULL for linked kernels
 WITH
 k AS (
     SELECT event_id, trace_key, ts_ns, dur_ns, end_ns, proc_key, device_id, stream_id,
@@ -46,19 +47,27 @@ k AS (
     FROM stg_events WHERE kind = 'kernel'
 ),
 launch_candidates AS (
-    SELECT event_id, proc_key, thread_key, correlation_id, kind, ts_ns, dur_ns, name, tid
+    SELECT event_id, proc_key, thread_key, correlation_id, kind, ts_ns, dur_ns, name, tid,
+           CASE kind WHEN 'graph_launch' THEN 0 WHEN 'runtime_api' THEN 1 ELSE 2 END AS link_rank
     FROM stg_events
     WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch') AND correlation_id IS NOT NULL
       AND (proc_key, correlation_id) IN (SELECT proc_key, correlation_id FROM k)
 ),
+-- one launch per (process, correlation id): the graph launch, else the runtime call, else the driver call; two or
+-- more of that kind under one id (a corrupt or merged trace) leave the id's kernels unlinked, counted, never tied
+-- to the first of them (issue 30: the second launch's kernel got the first's queueing time)
+l_rank AS (
+    SELECT proc_key, correlation_id, min(link_rank) AS link_rank FROM launch_candidates GROUP BY ALL
+),
 l_pick AS (
-    SELECT proc_key, correlation_id,
-           arg_min(event_id, (CASE kind WHEN 'graph_launch' THEN 0 WHEN 'runtime_api' THEN 1 ELSE 2 END, ts_ns,
-                              event_id)) AS event_id
-    FROM launch_candidates GROUP BY proc_key, correlation_id
+    SELECT c.proc_key, c.correlation_id, arg_min(c.event_id, (c.ts_ns, c.event_id)) AS event_id,
+           count(*) AS shared_correlation_launches
+    FROM launch_candidates c SEMI JOIN l_rank r USING (proc_key, correlation_id, link_rank)
+    GROUP BY ALL
 ),
 l AS (
-    SELECT c.* FROM launch_candidates c SEMI JOIN l_pick p ON c.event_id = p.event_id
+    SELECT c.* FROM launch_candidates c
+    SEMI JOIN (SELECT event_id FROM l_pick WHERE shared_correlation_launches = 1) p ON c.event_id = p.event_id
 ),
 -- the launch call's name, kind and thread ride along from l (a narrow join side) rather than being looked up in
 -- stg_events at the end, where DuckDB built that join's hash table from the wide kernel rows (~0.9 CPU-s of 5 at
@@ -68,8 +77,10 @@ kl AS (
         k.*,
         l.event_id AS l_event_id,
         l.thread_key AS launch_thread_key, l.ts_ns AS launch_ts_ns, l.dur_ns AS launch_dur_ns,
-        l.name AS launch_name, l.kind AS launch_kind, l.tid AS launch_tid
+        l.name AS launch_name, l.kind AS launch_kind, l.tid AS launch_tid,
+        p.shared_correlation_launches
     FROM k LEFT JOIN l ON k.proc_key = l.proc_key AND k.correlation_id = l.correlation_id
+    LEFT JOIN l_pick p ON k.proc_key = p.proc_key AND k.correlation_id = p.correlation_id
 ),
 fops AS (
     SELECT event_id, thread_key, op_name AS name, ts_ns, end_ns, external_id
@@ -270,7 +281,9 @@ SELECT
     lib_name IS NOT NULL AS has_lib,
     l_event_id IS NOT NULL AND op_name IS NOT NULL AS is_linked,
     NOT (l_event_id IS NOT NULL AND op_name IS NOT NULL) AS is_orphan,
-    CASE WHEN l_event_id IS NULL THEN 'no_launch_call' WHEN op_name IS NULL THEN 'no_framework_op' END
+    shared_correlation_launches,
+    CASE WHEN shared_correlation_launches > 1 THEN 'shared_correlation_id'
+         WHEN l_event_id IS NULL THEN 'no_launch_call' WHEN op_name IS NULL THEN 'no_framework_op' END
         AS orphan_reason
 FROM (
     SELECT f.*, ke.trace_id, ke.pid, ke.name

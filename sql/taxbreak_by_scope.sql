@@ -46,6 +46,9 @@
 -- column: top_orchestrate_kernels: where orchestrate_exceeds_wall, the three kernels with the largest delta_ft + delta_ct: kernel_seq, kernel_name, op_name, py_name (the Python op whose prefix they carry) and orchestrate_ns; NULL otherwise
 -- column: no_kernels_reason: for the trace row of a trace without kernels, why its figures are empty (skip_by_trace); NULL otherwise
 -- column: is_outlier_step: for step scopes, int_steps.is_outlier_step; for the trace scope, whether the trace has outlier steps
+-- column: shared_correlation_kernels: for the trace scope, kernels left unlinked because two or more launch calls of their process share their correlation id (int_kernel_links.orphan_reason 'shared_correlation_id': which launch fed them is unknown); NULL for other scopes (kernels)
+-- column: impossible_duration_kernels: for trace and step scopes, kernels whose duration exceeds run_config.kernel_wall_factor (10) x the scope's host_wall_ns: no launching thread was there for most of it, a corrupt duration (ours); their time is in T_DeviceActive, so HDBI and AKD are not to be read; NULL for other scopes (kernels)
+-- column: max_kernel_dur_ns: for trace and step scopes with impossible_duration_kernels, the longest such kernel's duration; NULL otherwise (ns)
 WITH
 kt AS (
     SELECT k.*, false AS excl_outliers FROM kernel_taxbreak k
@@ -166,6 +169,25 @@ top_step AS (
 outl AS (
     SELECT trace_id, CAST(step_id AS VARCHAR) AS scope_key, is_outlier_step FROM int_steps
 ),
+-- kernels that cannot have run in their scope: longer than kernel_wall_factor x its launching threads' wall time
+too_long AS (
+    SELECT k.trace_id, 'trace' AS scope_kind, k.trace_id AS scope_key, count(*) AS kernels,
+           max(k.kernel_dur_ns) AS max_dur_ns
+    FROM kernel_taxbreak k JOIN host_partition h ON h.trace_id = k.trace_id AND h.scope_kind = 'trace'
+    CROSS JOIN run_config c
+    WHERE k.kernel_dur_ns > c.kernel_wall_factor * h.wall_ns
+    GROUP BY ALL
+    UNION ALL
+    SELECT k.trace_id, 'step', CAST(k.step_id AS VARCHAR), count(*), max(k.kernel_dur_ns)
+    FROM kernel_taxbreak k JOIN hp_step h ON h.trace_id = k.trace_id AND h.step_id = k.step_id
+    CROSS JOIN run_config c
+    WHERE k.kernel_dur_ns > c.kernel_wall_factor * h.wall_ns
+    GROUP BY ALL
+),
+shared_corr AS (
+    SELECT trace_id, count(*) AS kernels FROM int_kernel_links WHERE orphan_reason = 'shared_correlation_id'
+    GROUP BY trace_id
+),
 x AS (
     SELECT
         a.*,
@@ -178,12 +200,17 @@ x AS (
         CASE a.scope_kind
             WHEN 'step' THEN coalesce(o.is_outlier_step, false)
             WHEN 'trace' THEN a.trace_id IN (SELECT trace_id FROM int_steps WHERE is_outlier_step)
-        END AS is_outlier_step
+        END AS is_outlier_step,
+        CASE WHEN a.scope_kind = 'trace' THEN coalesce(sc.kernels, 0) END AS shared_correlation_kernels,
+        CASE WHEN a.scope_kind IN ('trace', 'step') THEN coalesce(tl.kernels, 0) END AS impossible_duration_kernels,
+        tl.max_dur_ns AS max_kernel_dur_ns
     FROM agg a
     LEFT JOIN wall w ON w.trace_id = a.trace_id AND w.scope_kind = a.scope_kind AND w.scope_key = a.scope_key
     LEFT JOIN top_trace tt ON tt.trace_id = a.trace_id
     LEFT JOIN top_step ts ON ts.trace_id = a.trace_id AND ts.scope_key = a.scope_key
     LEFT JOIN outl o ON o.trace_id = a.trace_id AND o.scope_key = a.scope_key
+    LEFT JOIN shared_corr sc ON sc.trace_id = a.trace_id AND a.scope_kind = 'trace'
+    LEFT JOIN too_long tl ON tl.trace_id = a.trace_id AND tl.scope_kind = a.scope_kind AND tl.scope_key = a.scope_key
 )
 SELECT
     a.trace_id,
@@ -232,5 +259,8 @@ SELECT
     a.t_orchestrate > a.host_wall_ns AS orchestrate_exceeds_wall,
     CASE WHEN a.t_orchestrate > a.host_wall_ns THEN a.top_kernels END AS top_orchestrate_kernels,
     a.is_outlier_step,
-    a.no_kernels_reason
+    a.no_kernels_reason,
+    a.shared_correlation_kernels,
+    a.impossible_duration_kernels,
+    a.max_kernel_dur_ns
 FROM x a CROSS JOIN run_config c

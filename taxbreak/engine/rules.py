@@ -98,6 +98,9 @@ class RunConfig:
     outlier_step_factor: float = 5.0
     # T_dispatch_base from fewer samples than this is flagged as unstable (METHOD.md section 2).
     dispatch_base_min_samples: int = 10
+    # A kernel longer than this factor x its scope's launching-thread wall time cannot have run there: a corrupt
+    # duration (a 1,000 s kernel in a 2 ms step), flagged (taxbreak_by_scope.impossible_duration_kernels, ours).
+    kernel_wall_factor: float = 10.0
     # The verdict (sql/diagnosis.sql, docs/method.md "The verdict", ours): shares of a scope's GPU window.
     verdict_min_kernels: int = 20  # fewer kernels than this: not enough evidence
     verdict_device_busy_share: float = 0.85  # kernels keep the GPU busy at least this share: device-bound

@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 
+from taxbreak.engine.rules import RunConfig
 from taxbreak.read.kernel_names import short_name
 from taxbreak.store.query import has_relation
 from taxbreak.store.tracenames import resolve
@@ -31,6 +32,7 @@ SELECT m.trace_id, m.file_name, m.source_format, m.gpu_name, m.model, m.model_ki
        t.dispatch_blocked_flag, t.host_threads, t.host_wall_ns, t.host_launch_ns, t.host_launch_blocked_ns,
        t.host_library_ns, t.host_framework_ns, t.host_sync_ns, t.host_other_runtime_ns, t.host_untraced_ns,
        t.orchestrate_exceeds_wall, t.top_orchestrate_kernels, t.is_outlier_step AS has_outlier_steps,
+       t.shared_correlation_kernels, t.impossible_duration_kernels, t.max_kernel_dur_ns,
        x.hdbi AS excl_outliers_hdbi, x.hdbi_wall AS excl_outliers_hdbi_wall,
        x.t_orchestrate_ns AS excl_outliers_t_orchestrate_ns, x.kernels AS excl_outliers_kernels,
        o.threads AS other_threads, o.wall_ns AS other_threads_wall_ns,
@@ -104,6 +106,10 @@ def flags(h: dict[str, Any]) -> list[str]:
         out.append("outlier_steps")
     if h.get("dispatch_base_unstable"):
         out.append("dispatch_base_unstable")
+    if h.get("shared_correlation_kernels"):
+        out.append("shared_correlation_ids")
+    if h.get("impossible_duration_kernels"):
+        out.append("impossible_kernel_durations")
     return out
 
 
@@ -126,6 +132,16 @@ def caveats(h: dict[str, Any]) -> list[dict[str, str]]:
 
     if h.get("no_kernels_reason"):
         add("no_kernels", h["no_kernels_reason"])
+    if h.get("impossible_duration_kernels"):
+        add("impossible_durations", f"{h['impossible_duration_kernels']:,} kernel(s) last longer than "
+                                    f"{RunConfig.kernel_wall_factor:g}x the "
+                                    f"launching threads' wall time {_ms(h.get('host_wall_ns'))} (the longest "
+                                    f"{_ms(h.get('max_kernel_dur_ns'))}): corrupt durations; they are in "
+                                    "T_DeviceActive, so HDBI and AKD are not to be read")
+    if h.get("shared_correlation_kernels"):
+        add("shared_correlation", f"{h['shared_correlation_kernels']:,} kernel(s) share their correlation id with "
+                                  "two or more launch calls of their process: which launch fed them is unknown, so "
+                                  "they are left unlinked (orphans, no T_Orchestrate)")
     if h.get("t_sys_is_default"):
         gpu = h.get("gpu_name") or (f"{h['inferred_gpu_name']} (inferred from its kernel names, "
                                     f"{h['inferred_gpu_rule']}: the trace names no GPU)"
@@ -187,7 +203,8 @@ def resolve_trace(con: duckdb.DuckDBPyConnection, name: str) -> str:
 
 
 # The caveat a verdict block shows when no disagreement or HDBI note comes first: the most consequential present.
-_CAVEAT_PRIORITY = ("no_kernels", "outlier", "wall", "coverage", "blocked", "steps", "launch_floor", "dispatch_base",
+_CAVEAT_PRIORITY = ("no_kernels", "impossible_durations", "shared_correlation", "outlier", "wall", "coverage",
+                    "blocked", "steps", "launch_floor", "dispatch_base",
                     "python_op", "threads", "tklqt", "kernels_per_token", "library_rule")
 VERDICT_TOP_LEVERS = 3
 

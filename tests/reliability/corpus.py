@@ -26,6 +26,8 @@ class Case:
     skipped: dict[str, int] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()  # strings that must appear nowhere in the lake
+    metadata: dict[str, object] = field(default_factory=dict)  # keys the stored metadata_json must hold (a count)
+    metadata_phrase: str = ""  # text the stored metadata_json must contain (a sidecar error naming the field)
     fast: bool = False  # part of the subset `make test` runs
 
 
@@ -82,6 +84,78 @@ def _dev_zero(folder: Path) -> Path:
     path = folder / "zero.json"
     path.symlink_to("/dev/zero")
     return path
+
+
+def _nsys(name: str, *, view: bool = False, dangling: bool = False) -> Callable[[Path], Path]:
+    """A tiny Nsight export (StringIds, one runtime launch, its kernel: 2 events); ``view``: the kernel table is a
+    view of another table; ``dangling``: the kernel names string ids StringIds lacks."""
+    def make(folder: Path) -> Path:
+        import sqlite3
+
+        from taxbreak.ingest.nsys_schema import EXPORT_DDL_2026, EXPORT_DDL_DOCS
+
+        def ddl(table: str) -> str:
+            return EXPORT_DDL_2026.get(table) or EXPORT_DDL_DOCS[table]
+
+        path = folder / name
+        con = sqlite3.connect(path)
+        kernel_ddl = ddl("CUPTI_ACTIVITY_KIND_KERNEL")
+        for t in ("StringIds", "CUPTI_ACTIVITY_KIND_RUNTIME"):
+            con.execute(ddl(t))
+        con.execute(kernel_ddl.replace("CUPTI_ACTIVITY_KIND_KERNEL", "kernels_raw", 1) if view else kernel_ddl)
+        if view:
+            con.execute("CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM kernels_raw")
+        con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, "cudaLaunchKernel_v7000"), (2, "gemm")])
+        gpid, gtid = (1 << 48) | (100 << 24), (1 << 48) | (100 << 24) | 101
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, "
+                    "nameId, returnValue) VALUES (1000, 2000, 0, ?, 11, 1, 0)", (gtid,))
+        name_id = 77 if dangling else 2
+        row = dict(start=3000, end=4000, deviceId=0, contextId=1, greenContextId=0, streamId=7, correlationId=11,
+                   globalPid=gpid, demangledName=name_id, shortName=name_id, mangledName=None, launchType=1,
+                   cacheConfig=1, registersPerThread=32, gridX=1, gridY=1, gridZ=1, blockX=32, blockY=1, blockZ=1,
+                   staticSharedMemory=0, dynamicSharedMemory=0, localMemoryPerThread=0, localMemoryTotal=0,
+                   gridId=11, sharedMemoryExecuted=0, graphNodeId=None, sharedMemoryLimitConfig=0, graphId=None,
+                   clusterX=0, clusterY=0, clusterZ=0, clusterSchedulingPolicy=1, maxPotentialClusterSize=0,
+                   maxActiveClusters=0, tensorSizeMinusOneElements="[]")
+        cols = [c for c, in con.execute("SELECT name FROM pragma_table_info(?)", ("kernels_raw" if view else
+                                                                                  "CUPTI_ACTIVITY_KIND_KERNEL",))]
+        row = {k: v for k, v in row.items() if k in cols}
+        con.execute(f"INSERT INTO {'kernels_raw' if view else 'CUPTI_ACTIVITY_KIND_KERNEL'} "
+                    f"({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+        con.commit()
+        con.close()
+        return path
+    return make
+
+
+def _with_sidecar(name: str, sidecar: dict) -> Callable[[Path], Path]:
+    """The good trace with a sidecar beside it."""
+    def make(folder: Path) -> Path:
+        path = folder / name
+        path.write_bytes(GOOD)
+        (folder / (name + ".meta.json")).write_text(json.dumps({"taxbreak_meta_version": 1, **sidecar}))
+        return path
+    return make
+
+
+# issue 30: secrets the first redaction kept (options with the value after a space, -p, --pass, --key, apitoken,
+# PGPASSWORD= / MYSQL_PWD= in a command line, argv lists, credentials in URLs inside event names, a URL password
+# holding '/'), planted in the trace's metadata, its event names and its event args
+WILD_SECRETS = tuple(f"s3cretW{i:02d}" for i in range(1, 15))
+
+
+def _wild_secrets() -> bytes:
+    s = WILD_SECRETS
+    events = [
+        *GOOD_EVENTS,
+        _event(cat="user_annotation", name=f"fetch https://admin:{s[0]}@db.internal/q", args={}),
+        _event(cat="user_annotation", name=f"load https://u:pa/ss{s[1]}@store/x", args={}),
+        _event(args={"cmd": f"PGPASSWORD={s[2]} psql -h db", "argv": ["x.py", "--token", s[3]],
+                     "env": f"MYSQL_PWD={s[4]}"}),
+    ]
+    return trace_bytes(events, cmdline=f"python run.py --password {s[5]} -p {s[6]} --pass {s[7]} --key {s[8]}",
+                       argv=["run.py", "--password", s[9], "--api-key", s[10]],
+                       env={"apitoken": s[11], "MY_SECRET": s[12]}, url=f"https://me:{s[13]}/x@host/")
 
 
 def cases() -> list[Case]:
@@ -153,4 +227,18 @@ def cases() -> list[Case]:
         secret_events, cmdline="python run.py --password s3cretpass --bs 4",
         url="mysql://root:rootpw999@host/db")), "ingested", events=5, fast=True,
         secrets=("wJalrXUtnFEMIK7MDENG", "hunter2pw", "plainvalue123", "s3cretpass", "rootpw999")))
+    out.append(Case("secrets_wild.json", _bytes("secrets_wild.json", _wild_secrets), "ingested", events=7, fast=True,
+                    secrets=WILD_SECRETS))
+    # issue 30: inputs once stored wrong in silence: now refused naming the field, or stored with a count
+    twice = b'{"traceEvents": [' + json.dumps(GOOD_EVENTS[1]).encode() + b'], "traceEvents": []}'
+    out.append(Case("events_twice.json", _bytes("events_twice.json", twice), "failed",
+                    phrase="the key traceEvents appears twice", fast=True))
+    out.append(Case("kernel_view.sqlite", _nsys("kernel_view.sqlite", view=True), "ingested", events=2, fast=True))
+    out.append(Case("dangling_ids.sqlite", _nsys("dangling_ids.sqlite", dangling=True), "ingested", events=2,
+                    metadata={"dangling_string_ids": {"CUPTI_ACTIVITY_KIND_KERNEL.demangledName": 1,
+                                                      "CUPTI_ACTIVITY_KIND_KERNEL.shortName": 1}}))
+    out.append(Case("sweep_negative.json", _with_sidecar("sweep_negative.json", {"sweep": {"batch_size": -8}}),
+                    "ingested", events=4, metadata_phrase="sweep.batch_size must be a positive integer, got -8"))
+    out.append(Case("tokens_1e30.json", _with_sidecar("tokens_1e30.json", {"output_tokens": 10**30}), "ingested",
+                    events=4, metadata_phrase=f"output_tokens must be at most {2**53 - 1}, got {10**30}"))
     return out

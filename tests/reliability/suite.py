@@ -8,8 +8,10 @@ Outcomes, per input or run:
 - ``clear error``: refused or recorded with the expected status and an error naming the file and the problem;
 - ``unclear error``: refused, but the message does not name the file or the problem, or names a temporary file;
 - ``crash``: an exception escaped, or the process died on its own; ``hang``: past its time limit;
-- ``silent wrong``: stored although it should fail, other counts than expected, an impossible value or a secret
-  in the lake, or a state a reader can see that is inconsistent (a trace 'ingested' without readable events);
+- ``silent wrong``: stored although it should fail, other counts than expected, an impossible value, a count or
+  note missing from the stored metadata, or a state a reader can see that is inconsistent (a trace 'ingested'
+  without readable events), or an analysis that should flag a trace and does not;
+- ``secrets kept``: a planted secret found anywhere in the catalogue row or the events (names and args);
 - ``data lost``: a good file next to the hostile one not stored, or after a kill and a re-run the lake differs
   from a clean run's (checksum of every catalogue row and events file);
 - ``leftover``: temporary files or staging folders of a dead process still there after the next run.
@@ -38,8 +40,9 @@ from pathlib import Path
 
 from reliability.corpus import GOOD_EVENTS, Case, cases, trace_bytes
 
-COLUMNS = ("tried", "ok", "clear error", "unclear error", "crash", "hang", "silent wrong", "data lost", "leftover")
-BAD = ("unclear error", "crash", "hang", "silent wrong", "data lost", "leftover")
+COLUMNS = ("tried", "ok", "clear error", "unclear error", "crash", "hang", "silent wrong", "secrets kept", "data lost",
+           "leftover")
+BAD = ("unclear error", "crash", "hang", "silent wrong", "secrets kept", "data lost", "leftover")
 CASE_TIMEOUT_S = 60
 
 
@@ -167,8 +170,14 @@ def _lake_problems(lake_dir: Path, case: Case, trace_id: str) -> list[str]:
         pc.add_checked(ts, pc.fill_null(dur, 0))
     except Exception:  # noqa: BLE001 - arrow's overflow error
         problems.append("ts_ns + dur_ns overflows int64")
-    text = json.dumps(row, default=str) + "\n".join(str(a) for a in table.column("args_json").to_pylist())
-    problems += [f"secret {s[:4]}... stored" for s in case.secrets if s in text]
+    meta = json.loads(row["metadata_json"] or "{}")
+    problems += [f"metadata {k} = {meta.get(k)!r}, expected {v!r}" for k, v in case.metadata.items()
+                 if meta.get(k) != v]
+    if case.metadata_phrase and case.metadata_phrase not in row["metadata_json"]:
+        problems.append(f"metadata does not say {case.metadata_phrase!r}")
+    text = json.dumps(row, default=str) + "\n".join(
+        str(a) for col in ("args_json", "name", "raw_name") for a in table.column(col).to_pylist())
+    problems += [f"secret {s[:4]}...{s[-3:]} stored" for s in case.secrets if s in text]
     return problems
 
 
@@ -184,6 +193,8 @@ def classify_case(case: Case, res: dict, path: Path, lake_dir: Path) -> tuple[st
         if status != "ingested":
             return "unclear error", f"expected it stored, got {status}: {error}"
         problems = _lake_problems(lake_dir, case, res["trace_id"])
+        if any(p.startswith("secret ") for p in problems):
+            return "secrets kept", "; ".join(problems)
         return ("silent wrong", "; ".join(problems)) if problems else ("ok", "")
     if status == "ingested":
         return "silent wrong", f"stored, expected {case.expect}"
@@ -595,6 +606,68 @@ def run_s3(work: Path, log: Callable[[str], None] = lambda s: None) -> Tally:
     return tally
 
 
+# -- analyses that must flag what they cannot compute (issue 30) ------------------------------------------------
+def _flag_traces() -> dict[str, bytes]:
+    """Kineto traces (times in us) an analysis must flag: two launches under one correlation id, each with its kernel
+    20 us later; a 1,000 s kernel launched in a 2 ms step."""
+    def x(cat: str, name: str, ts: float, dur: float, **args: object) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 11, "tid": 22, "ts": ts, "dur": dur, "args": args}
+
+    def k(name: str, ts: float, dur: float, corr: int) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+                "args": {"device": 0, "stream": 7, "correlation": corr, "External id": 1}}
+
+    shared = [x("user_annotation", "ProfilerStep#1", 0, 100), x("cpu_op", "aten::mm", 1, 50, **{"External id": 1}),
+              x("cuda_runtime", "cudaLaunchKernel", 2, 1, correlation=7, **{"External id": 1}), k("a", 22, 5, 7),
+              x("cuda_runtime", "cudaLaunchKernel", 10, 1, correlation=7, **{"External id": 1}), k("b", 30, 5, 7)]
+    long = [x("user_annotation", "ProfilerStep#1", 0, 2000), x("cpu_op", "aten::mm", 1, 1990, **{"External id": 1}),
+            x("cuda_runtime", "cudaLaunchKernel", 2, 1, correlation=1, **{"External id": 1}),
+            k("corrupt", 5, 1e9, 1)]
+    return {"shared_correlation.json": trace_bytes(shared), "kernel_1000s_in_2ms_step.json": trace_bytes(long)}
+
+
+_FLAG_CHECKS = {  # trace file -> (column of its trace-scope taxbreak_by_scope row, its value in a correct run)
+    "shared_correlation.json": ("shared_correlation_kernels", 2),
+    "kernel_1000s_in_2ms_step.json": ("impossible_duration_kernels", 1),
+}
+
+
+def run_analysis_flags(work: Path, log: Callable[[str], None] = lambda s: None) -> Tally:
+    """Each trace of ``_flag_traces`` ingested and analysed: ok when its trace row counts the condition, silent
+    wrong when it does not (the link made anyway, an HDBI of 1.000 without a flag)."""
+    import duckdb
+
+    from taxbreak.engine import analysis
+    from taxbreak.ingest import Lake, ingest_file
+
+    tally = Tally("analysis flags")
+    base = work / "flags"
+    shutil.rmtree(base, ignore_errors=True)
+    (base / "in").mkdir(parents=True)
+    lake = Lake(base / "lake")
+    ids = {}
+    for name, data in _flag_traces().items():
+        (base / "in" / name).write_bytes(data)
+        ids[name] = ingest_file(base / "in" / name, lake).trace_id
+    try:
+        analysis.materialize(base / "wh.duckdb", base / "lake")
+    except Exception as exc:  # noqa: BLE001 - the finding
+        for name in ids:
+            tally.add("crash", name, f"{type(exc).__name__}: {exc}")
+        return tally
+    con = duckdb.connect(str(base / "wh.duckdb"), read_only=True)
+    try:
+        for name, (column, want) in _FLAG_CHECKS.items():
+            row = con.execute(f"SELECT {column} FROM taxbreak_by_scope WHERE trace_id = ? AND scope_kind = 'trace'",
+                              [ids[name]]).fetchone()
+            got = row[0] if row else None
+            tally.add("ok" if got == want else "silent wrong", name, f"{column} = {got}, expected {want}")
+            log(f"  {name:34s} {column} = {got}")
+    finally:
+        con.close()
+    return tally
+
+
 # -- everything -------------------------------------------------------------------------------------------------
 def run_all(work: Path, *, fast: bool = False, random_kills: int = 10, processes: int = 4, rounds: int = 2,
             log: Callable[[str], None] = lambda s: None) -> list[Tally]:
@@ -604,6 +677,7 @@ def run_all(work: Path, *, fast: bool = False, random_kills: int = 10, processes
     out.append(run_concurrency(work, processes=processes, rounds=rounds, fast=fast, log=log))
     out.append(run_replaced_file(work, log=log))
     out.append(run_s3(work, log=log))
+    out.append(run_analysis_flags(work, log=log))
     return out
 
 

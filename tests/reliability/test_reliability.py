@@ -49,6 +49,12 @@ def test_a_file_replaced_while_it_is_ingested(tmp_path: Path) -> None:
     _assert_clean(suite.run_replaced_file(tmp_path))
 
 
+def test_analyses_flag_shared_correlation_ids_and_impossible_durations(tmp_path: Path) -> None:
+    tally = suite.run_analysis_flags(tmp_path)
+    _assert_clean(tally)
+    assert tally.counts["ok"] == 2
+
+
 def test_odd_s3_keys(tmp_path: Path) -> None:
     tally = suite.run_s3(tmp_path)
     _assert_clean(tally)
@@ -75,6 +81,11 @@ def test_the_classifier_flags_wrong_outcomes(tmp_path: Path) -> None:
     outcome, note = suite.classify_case(want_5, {"status": "ingested", "canary": "ingested",
                                                  "trace_id": res.trace_id}, path, lake)
     assert (outcome, note) == ("silent wrong", "4 events stored, expected 5")
+    # a planted secret found in the stored row is its own column
+    leaky = Case("x.json", lambda d: path, "ingested", events=4, secrets=(res.trace_id[:12],))
+    outcome, note = suite.classify_case(leaky, {"status": "ingested", "canary": "ingested",
+                                                "trace_id": res.trace_id}, path, lake)
+    assert outcome == "secrets kept" and note.startswith("secret ")
 
 
 def test_checksum_and_visible_checks_see_damage(tmp_path: Path) -> None:
@@ -92,7 +103,7 @@ def test_checksum_and_visible_checks_see_damage(tmp_path: Path) -> None:
     assert suite.lake_visible_problems(lake.root) == ["x.json: 'ingested' without events"]
 
 
-@pytest.mark.parametrize("name", ["negative_dur.json", "correlation_2_64.json", "secrets.json"])
+@pytest.mark.parametrize("name", ["negative_dur.json", "correlation_2_64.json", "secrets.json", "secrets_wild.json"])
 def test_corpus_expectations_are_hand_computed(name: str, tmp_path: Path) -> None:
     """The corpus's expected counts for three cases, re-derived here from the bytes."""
     (case,) = [c for c in cases() if c.name == name]
