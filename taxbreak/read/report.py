@@ -407,8 +407,8 @@ def request_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any
     if not fit:
         return None
     named = [r["request_id"] for r in _rows(
-        con, "SELECT request_id FROM request_totals WHERE trace_id = $t ORDER BY model_share_ns DESC, request_id "
-             "LIMIT $k", {"t": trace_id, "k": REQUESTS_NAMED})]
+        con, "SELECT request_id FROM request_totals WHERE trace_id = $t "
+             "ORDER BY model_share_ns DESC NULLS LAST, request_id LIMIT $k", {"t": trace_id, "k": REQUESTS_NAMED})]
     shares = _rows(con, "SELECT step_id, request_id, model_share_ns FROM request_step_shares WHERE trace_id = $t "
                         "AND step_id IN (SELECT DISTINCT step_id FROM request_step_shares WHERE trace_id = $t "
                         "ORDER BY step_id LIMIT $n) ORDER BY step_id, request_id",
