@@ -13,16 +13,21 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import dagster as dg
+import duckdb
 
 from taxbreak.pipeline.defs.analysis_assets import ANALYSIS_KEYS, TABLE_SPECS, range_tags
 from taxbreak.pipeline.defs.ingest_assets import TRACE_ID_TAG, TRACE_INGEST, TRACES, PartitionIndex, partition_key_for
-from taxbreak.pipeline.defs.resources import BucketResource, LakeResource
+from taxbreak.pipeline.defs.resources import BucketResource, LakeResource, WarehouseResource
 from taxbreak.pipeline.defs.trace_assets import TRACE_ANALYSIS
 from taxbreak.pipeline.defs.whatif_assets import WHATIF_KEYS
+from taxbreak.store import query
 from taxbreak.store.bucket import TICK_MAX_BYTES, Bucket, Cursor, Entry, select_new, sha256_of
+from taxbreak.store.query import WarehouseUnavailable, open_readonly
 
 SCHEDULE_CRON = os.environ.get("TAXBREAK_SCHEDULE_CRON", "0 * * * *")
 
@@ -62,10 +67,34 @@ def with_keys(planned: list[Planned], index: PartitionIndex) -> tuple[list[Plann
     return out, new_keys
 
 
+def analysed_traces(warehouse_file: Path) -> set[str]:
+    """The trace ids the warehouse holds analysed (``trace_meta``), read as every reader does (the snapshot while a
+    writer holds the file); none when there is no warehouse yet."""
+    try:
+        opened = open_readonly(warehouse_file)
+    except (WarehouseUnavailable, duckdb.Error):
+        return set()
+    try:
+        if not query.has_relation(opened.con, "trace_meta"):
+            return set()
+        return {t for (t,) in opened.con.execute("SELECT trace_id FROM trace_meta").fetchall()}
+    finally:
+        opened.con.close()
+
+
 def plan_requests(
     bucket: Bucket, lake, entries: list[Entry], *, has_partition, log=None,  # noqa: ANN001
+    analysed: Callable[[], set[str]] | None = None,
 ) -> list[Planned]:
-    """Decide which entries need a run; never raises for one bad file (it is logged and skipped)."""
+    """Decide which entries need a run; never raises for one bad file (it is logged and skipped).
+
+    Content the catalogue already knows gets no run whatever the Dagster instance remembers (a fresh instance, as
+    ``dg dev`` after ``make demo``, has no partitions; issue 29: its first tick re-ran every trace): a failed file
+    waits for a content change or ``taxbreak retry``, an ingested one is done when the warehouse holds it analysed
+    (``analysed``: the analysed trace ids, asked once, only if a known ingested trace is in the batch). An
+    ingested trace the warehouse lacks (ingested by ``taxbreak ingest`` alone, or a warehouse rebuilt without it)
+    gets its run; so does one without a partition when no ``analysed`` is given (the old rule)."""
+    seen: set[str] | None = None
     by_trace: dict[str, Entry] = {}
     for e in entries:  # a trace and its sidecar in one batch: one run, for the trace
         prev = by_trace.get(e.trace_name)
@@ -88,10 +117,23 @@ def plan_requests(
         row = lake.catalogue_row(trace_id)
         if e.is_sidecar:
             planned[trace_id] = Planned(trace_id, trace_name, "sidecar", f"{trace_id}:meta:{e.changed_ns}")
-        elif row is None or not has_partition(trace_id):
+            continue
+        if row is None:
             planned[trace_id] = Planned(trace_id, trace_name, "new", trace_id)
-        elif log is not None:
-            log.info(f"{bucket.describe(trace_name)}: content {trace_id[:16]} already {row['status']}; no run")
+            continue
+        if row["status"] == "ingested":
+            if analysed is None:
+                done = has_partition(trace_id)
+            else:
+                if seen is None:
+                    seen = analysed()
+                done = trace_id in seen
+            if not done:
+                planned[trace_id] = Planned(trace_id, trace_name, "new", trace_id)
+                continue
+        if log is not None:
+            what = "analysed" if row["status"] == "ingested" else row["status"]
+            log.info(f"{bucket.describe(trace_name)}: content {trace_id[:16]} already {what}; no run")
     return list(planned.values())
 
 
@@ -108,7 +150,8 @@ def _run_request(p: Planned) -> dg.RunRequest:
 
 @dg.sensor(job=trace_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
            description="New or changed files in the bucket (traces and sidecars) -> partitions and trace_job runs.")
-def bucket_sensor(context: dg.SensorEvaluationContext, bucket: BucketResource, lake: LakeResource) -> dg.SensorResult:
+def bucket_sensor(context: dg.SensorEvaluationContext, bucket: BucketResource, lake: LakeResource,
+                  warehouse: WarehouseResource) -> dg.SensorResult:
     b = bucket.get()
     cursor = Cursor.loads(context.cursor)
     batch, new_cursor, waiting = select_new(
@@ -117,7 +160,8 @@ def bucket_sensor(context: dg.SensorEvaluationContext, bucket: BucketResource, l
     )
     # one query per tick
     known = PartitionIndex(context.instance.get_dynamic_partitions(TRACES.name) if batch else [])
-    planned = plan_requests(b, lake.get(), batch, log=context.log, has_partition=known.__contains__)
+    planned = plan_requests(b, lake.get(), batch, log=context.log, has_partition=known.__contains__,
+                            analysed=lambda: analysed_traces(warehouse.file()))
     planned, new_keys = with_keys(planned, known)
     skip = None
     if not planned:
@@ -128,9 +172,11 @@ def bucket_sensor(context: dg.SensorEvaluationContext, bucket: BucketResource, l
     )
 
 
-def sweep(bucket: BucketResource, lake: LakeResource, instance: dg.DagsterInstance, log=None) -> list[Planned]:  # noqa: ANN001
+def sweep(bucket: BucketResource, lake: LakeResource, instance: dg.DagsterInstance, log=None,  # noqa: ANN001
+          warehouse: WarehouseResource | None = None) -> list[Planned]:
     """Every settled trace in the bucket not yet in the catalogue (known files are recognised by path,
-    size and time without re-hashing); registers their partitions."""
+    size and time without re-hashing); registers their partitions. With ``warehouse``, a copy of known content
+    gets a run only when it is not analysed there (``plan_requests``)."""
     b = bucket.get()
     store = lake.get()
     known = {
@@ -148,7 +194,8 @@ def sweep(bucket: BucketResource, lake: LakeResource, instance: dg.DagsterInstan
             continue
         todo.append(e)
     known_keys = PartitionIndex(instance.get_dynamic_partitions(TRACES.name) if todo else [])
-    planned = plan_requests(b, store, todo, log=log, has_partition=known_keys.__contains__)
+    planned = plan_requests(b, store, todo, log=log, has_partition=known_keys.__contains__,
+                            analysed=None if warehouse is None else lambda: analysed_traces(warehouse.file()))
     planned, new_keys = with_keys(planned, known_keys)
     if new_keys:
         instance.add_dynamic_partitions(TRACES.name, new_keys)
@@ -158,8 +205,9 @@ def sweep(bucket: BucketResource, lake: LakeResource, instance: dg.DagsterInstan
 @dg.schedule(job=trace_job, cron_schedule=SCHEDULE_CRON, default_status=dg.DefaultScheduleStatus.RUNNING,
              description="Sweep the whole bucket (for deployments without the sensor): a run per unseen trace. "
              "Cron from $TAXBREAK_SCHEDULE_CRON (default hourly).")
-def bucket_sweep_schedule(context: dg.ScheduleEvaluationContext, bucket: BucketResource, lake: LakeResource):  # noqa: ANN201
-    planned = sweep(bucket, lake, context.instance, log=context.log)
+def bucket_sweep_schedule(context: dg.ScheduleEvaluationContext, bucket: BucketResource, lake: LakeResource,  # noqa: ANN201
+                          warehouse: WarehouseResource):
+    planned = sweep(bucket, lake, context.instance, log=context.log, warehouse=warehouse)
     if not planned:
         return dg.SkipReason("no unseen traces in the bucket")
     return [_run_request(p) for p in planned]

@@ -14,7 +14,7 @@ import re
 import dagster as dg
 
 from taxbreak.pipeline.defs.analysis_assets import TABLE_NAMES
-from taxbreak.pipeline.defs.ingest_assets import TRACES, run_trace_id
+from taxbreak.pipeline.defs.ingest_assets import TRACES, run_trace_id, single_run_asset
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 from taxbreak.read import readmodel
 from taxbreak.store import query
@@ -55,32 +55,44 @@ def headline_metadata(h: dict, verdict: dict | None = None) -> dict[str, object]
     return meta
 
 
-@dg.asset(
+@single_run_asset(  # trace_job's one backfill policy (ingest_assets.single_run_asset says why)
     key=TRACE_ANALYSIS, partitions_def=TRACES, deps=headline_tables(), group_name="analysis", kinds={"duckdb"},
     description="One trace's analysis (a `traces` partition): its headline figures from the analysis tables "
     "(HDBI, HDBI_linked, HDBI_wall, T_Orchestrate = ΔFT + ΔCT + ΔKT, device-active time, T_sys, kernels per token; "
     "docs/method.md) and flags. Materialised by `trace_job` after the tables committed the trace, so the partitions "
-    "page shows which traces are analysed; `refresh_job` (a run over a range of partitions) does not touch it.",
+    "page shows which traces are analysed; `refresh_job` (a run over a range of partitions) does not touch it. "
+    "A `trace_job` run over a range (a backfill) records each trace of the range; its metadata counts them.",
 )
 def trace_analysis(
     context: dg.AssetExecutionContext, lake: LakeResource, warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
 
-    trace_id = run_trace_id({"dagster/partition": context.partition_key, **context.run.tags}, lambda: lake.get())
+    keys = context.partition_keys  # one for the sensor's runs (its trace id tag names it); a range for a backfill
+    trace_ids = ([run_trace_id({"dagster/partition": keys[0], **context.run.tags}, lambda: lake.get())]
+                 if len(keys) == 1 else [run_trace_id({"dagster/partition": key}, lambda: lake.get()) for key in keys])
     # as every reader: the snapshot the tables' step published before this one (no lock, no wait for other runs'
     # writers), else the file read-only
     opened = open_readonly(warehouse.file())
     try:
-        heads = (readmodel.trace_headlines(opened.con, [trace_id])
+        heads = (readmodel.trace_headlines(opened.con, trace_ids)
                  if query.has_relation(opened.con, "trace_meta") else [])
-        verdict = readmodel.verdicts(opened.con, [trace_id]).get(trace_id) if heads else None
+        verdicts = readmodel.verdicts(opened.con, trace_ids) if heads else {}
     finally:
         opened.con.close()
-    if not heads:
-        row = lake.get().catalogue_row(trace_id)
-        raise dg.Failure(f"partition {context.partition_key}: trace {trace_id[:16]} is not in the analysis tables "
-                         f"(catalogue status: {row['status'] if row else 'no row'})")
-    return dg.MaterializeResult(metadata=headline_metadata(heads[0], verdict))
+    by_id = {h["trace_id"]: h for h in heads}
+    missing = [(key, t) for key, t in zip(keys, trace_ids, strict=True) if t not in by_id]
+    if missing:
+        store = lake.get()
+        told = []
+        for key, t in missing:
+            row = store.catalogue_row(t) if t else None
+            told.append(f"partition {key}: trace {(t or '?')[:16]} is not in the analysis tables (catalogue status: "
+                        f"{row['status'] if row else 'no row'})")
+        raise dg.Failure("; ".join(told))
+    if len(trace_ids) == 1:
+        return dg.MaterializeResult(metadata=headline_metadata(by_id[trace_ids[0]], verdicts.get(trace_ids[0])))
+    return dg.MaterializeResult(metadata={"traces": len(trace_ids), "flagged": sum(
+        1 for t in trace_ids if readmodel.flags(by_id[t]))})
 
 
 @dg.definitions

@@ -13,7 +13,7 @@ from taxbreak.cli.common import IngestProgress, bars_on, dumps, emit, note
 from taxbreak.config import Paths, add_path_args, describe_origin, ingest_limits
 from taxbreak.ingest import Lake, ingest_file, iter_trace_files
 from taxbreak.ingest.links import link_counts
-from taxbreak.store.query import printable
+from taxbreak.store.query import align_columns, printable
 
 
 class _ObservedLake:
@@ -151,26 +151,35 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_traces(args: argparse.Namespace) -> int:
+    """The catalogue, oldest first. Files that are no trace at all (status ``not_a_trace``: a stray config.json in
+    an ingested folder) stay recorded, so that the next ingest of the folder skips them for the price of a hash and
+    ``summary`` / ``analyze`` can say what a name is, but they are not listed unless ``--all``: one count line says
+    how many are left out. Failed traces are always listed (``taxbreak retry`` takes them)."""
     paths = Paths.from_args(args)
     table = Lake(paths.lake).catalogue()
-    rows = sorted(table.to_pylist(), key=lambda r: r["ingested_at_ns"])
+    every = sorted(table.to_pylist(), key=lambda r: r["ingested_at_ns"])
+    rows = every if args.all else [r for r in every if r["status"] != "not_a_trace"]
+    hidden = len(every) - len(rows)
     if args.json:
         print(dumps([catalogue_json(r) for r in rows]))
         return 0
-    if not rows:
+    if not every:
         origin = "--lake" if getattr(args, "lake", None) else describe_origin(paths.origins()["lake"])
         emit(f"the catalogue at {paths.lake} is empty (that lake path comes from {origin}; run from the project "
              "folder, pass --lake, or set TAXBREAK_LAKE / taxbreak.toml): run `taxbreak ingest PATH` to fill it")
         return 0
-    emit(f"{'trace_id':<16}  {'status':<8}  {'format':<11}  {'events':>10}  {'GPUs':>4}  file / error"
-         "   (GPUs: that ran kernels)")
+    cells = [["trace_id", "status", "format", "events", "GPUs", "file / error   (GPUs: that ran kernels)"]]
     for r in rows:
         tail = r["file_name"] if r["status"] == "ingested" else f"{r['file_name']}: {r['error']}"
-        emit(
-            f"{r['trace_id'][:16]}  {r['status']:<8}  {(r['source_format'] or '-'):<11}  "
-            f"{r['event_count']:>10,}  {_gpus(r):>4}  {printable(tail, cell=True)}"
-        )
-    note(args, f"({len(rows)} trace(s) in {paths.lake})")
+        cells.append([r["trace_id"][:16], r["status"], r["source_format"] or "-", f"{r['event_count']:,}", _gpus(r),
+                      printable(tail, cell=True)])
+    if rows:  # widths from the content (a fixed status column was narrower than not_a_trace)
+        for line in align_columns(cells, [False, False, False, True, True, False]):
+            emit(line)
+    if hidden:
+        emit(f"({hidden} file{' that is not a trace' if hidden == 1 else 's that are not traces'} (not_a_trace) "
+             f"left out: `taxbreak traces --all` lists {'it' if hidden == 1 else 'them'})")
+    note(args, f"({len(rows)} trace(s) listed of {len(every)} in {paths.lake})")
     return 0
 
 
@@ -193,8 +202,13 @@ def add_ingest(sub: argparse._SubParsersAction) -> None:
 
 def add_traces(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "traces", help="list the trace catalogue", description="List every trace in the catalogue with its outcome."
+        "traces", help="list the trace catalogue", description="List the traces in the catalogue with their outcome "
+        "(ingested, or failed with the reason). Files that are not traces at all (not_a_trace: a config.json in an "
+        "ingested folder) are recorded, so that ingesting the folder again skips them, but only counted unless --all."
     )
-    p.add_argument("--json", action="store_true", help="print the catalogue rows as JSON")
+    p.add_argument("--all", action="store_true", help="also list the files that are not traces (status not_a_trace; "
+                   "left out by default, counted in one line)")
+    p.add_argument("--json", action="store_true", help="print the listed catalogue rows as JSON (with --all: every "
+                   "row)")
     add_path_args(p)
     p.set_defaults(func=cmd_traces)

@@ -627,7 +627,7 @@ def trace_requests(con: Any, trace: str, top: int = 20) -> dict[str, Any]:
     out["request_count"] = con.execute("SELECT count(*) FROM request_totals WHERE trace_id = $t",
                                        {"t": t}).fetchone()[0]
     out["requests"] = _rows(con, "SELECT * EXCLUDE (trace_id) FROM request_totals WHERE trace_id = $t "
-                                 "ORDER BY model_share_ns DESC, request_id LIMIT $k", {"t": t, "k": top})
+                                 "ORDER BY model_share_ns DESC NULLS LAST, request_id LIMIT $k", {"t": t, "k": top})
     out["tenants"] = _rows(con, "SELECT * EXCLUDE (trace_id) FROM request_tenants WHERE trace_id = $t "
                                 "ORDER BY model_share_ns DESC, tenant", {"t": t})
     return out
@@ -703,6 +703,10 @@ def format_requests(d: dict[str, Any]) -> str:
         lines.append(f"    {r['request_id'][:14]:<14} {r['tenant'][:10]:<10} {r['steps']:>6,} "
                      f"{r['prefill_tokens']:>7,} {(r['output_tokens'] or 0):>5,} {_ms(r['model_share_ns']):>14} "
                      f"{_ms(r['device_share_ns']):>12} {_ms(r['orchestration_share_ns']):>12} {_ms(r['e2e_ns']):>12}")
+    unfitted = [r for r in d["requests"] if r["fitted_steps"] < r["steps"]]
+    if unfitted:  # their tokens count every step; their shares only the steps with a fit
+        lines.append(f"    ({len(unfitted)} of these ran in steps whose phase has no fit (fewer than two fit-ready "
+                     "steps): their shares sum only their fitted steps; n/a: none fitted)")
     lines.append("  tenants:")
     for t in d["tenants"]:
         lines.append(f"    {t['tenant'][:20]:<20} {t['requests']:>5,} requests  latency share "

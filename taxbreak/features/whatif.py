@@ -548,6 +548,23 @@ def _graph_groups(g: Graph, sc: Scenario) -> np.ndarray:
     return grp
 
 
+def graph_selection_problem(g: Graph, sc: Scenario) -> str | None:
+    """Why the scenario's ``cuda_graph`` selection holds no kernel of the trace (then the replay would change nothing
+    while looking as if it had applied), naming the phases and steps the trace has; None when it selects some or
+    the scenario has no cuda_graph."""
+    if not sc.cuda_graph or (_graph_groups(g, sc) >= -1).any():
+        return None
+    kern = (g.d_kind == 0) & (g.d_launch_seg >= 0)
+    phases = sorted({p for p in pc.unique(pc.filter(g.d_phase, pa.array(kern))).to_pylist() if p})
+    have = (f"its phases are {', '.join(phases)}" if phases else "it has no phases (no prefill/decode steps)")
+    steps = sorted({int(s) for s in g.d_step[kern] if s >= 0})
+    have += (f", its steps {steps[0]}..{steps[-1]}" if steps else ", no steps")
+    what = ("its steps" if sc.cuda_graph.startswith("step:") else
+            "its launched kernels" if sc.cuda_graph == "all" else f"phase {sc.cuda_graph!r}")
+    return (f"--cuda-graph {sc.cuda_graph} selects no launched kernel of trace {g.trace_id[:16]} ({what}: {have}); "
+            "nothing would change: use --cuda-graph all, a phase it has, or step:N")
+
+
 def _fusion_plan(g: Graph, chains: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
     """Occurrences of the chains in each process's launch order, greedy and non-overlapping (higher-ranked chains
     first): (head index per fused op or -1, True for the chain heads)."""
@@ -1314,6 +1331,10 @@ def cmd_whatif(args: Any) -> int:
         g = build_graph(con, paths.lake, tid)
         if not (g.d_kind == 0).any():
             print(f"whatif: trace {tid[:16]} has no kernels: nothing to replay", file=sys.stderr)
+            return 2
+        problem = graph_selection_problem(g, sc)
+        if problem:
+            print(f"whatif: {problem}", file=sys.stderr)
             return 2
         scs = [sc]
         if args.sweep:

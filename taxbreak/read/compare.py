@@ -234,14 +234,15 @@ def format_compare(result: dict) -> str:
              + ", ".join(t[:12] for t in result["b"]["trace_ids"][:6]), ""]
     lines += format_workload_mismatch(result.get("workload_mismatch") or [])
     lines += format_verdict_change(result.get("verdict"))
-    lines.append(f"{'metric':<20} {'A':>14} {'B':>14} {'B - A':>14} {'change':>9}")
+    table = [["metric", "A", "B", "B - A", "change"]]
     for r in result["rows"]:
         unit = r["unit"] if r["unit"] in ("ns", "fraction") else ""
         d = r["delta"]
         dtxt = "n/a" if d is None else ("+" if d > 0 else "") + fmt_value(d, unit)
         ptxt = "" if r["delta_ratio"] is None else f"{r['delta_ratio']:+.1%}"
-        lines.append(f"{r['metric']:<20} {fmt_value(r['a'], unit):>14} {fmt_value(r['b'], unit):>14} "
-                     f"{dtxt:>14} {ptxt:>9}")
+        table.append([r["metric"], fmt_value(r["a"], unit), fmt_value(r["b"], unit), dtxt, ptxt])
+    # widths from the content: flagged_orchestrate_exceeds_wall is wider than any fixed metric column was
+    lines += query.align_columns(table, [False, True, True, True, True])
     for side in ("a", "b"):
         for c in result[side].get("caveats", []):
             lines.append(f"{side.upper()}: {c}")

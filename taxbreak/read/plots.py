@@ -7,7 +7,6 @@ Hovering a mark shows its exact value through an SVG ``<title>``.
 from __future__ import annotations
 
 import math
-import re
 from html import escape
 
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
@@ -45,70 +44,6 @@ def _svg(width: int, height: int, body: list[str], label: str) -> str:
 
 def _text(x: float, y: float, s: str, anchor: str = "start", extra: str = "") -> str:
     return f"<text x='{x:.1f}' y='{y:.1f}' text-anchor='{anchor}' {extra}>{escape(s)}</text>"
-
-
-def short_kernel_name(name: str, max_chars: int = 48) -> str:
-    """A readable kernel label: no 'void', no argument list, no namespaces, the first non-numeric template argument
-    kept (``vectorized_elementwise_kernel<CUDAFunctor_add>``)."""
-    s = name.removeprefix("void ").replace("(anonymous namespace)::", "").strip()
-    depth, base_end = 0, len(s)
-    for i, ch in enumerate(s):  # the argument list starts at the first '(' outside template brackets
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0 and i > 0:
-            base_end = i
-            break
-    s = s[:base_end]
-    head, lt, rest = s.partition("<")
-    head = head.split("::")[-1]
-    if lt:
-        arg = next((a.strip() for a in rest.split(",") if a.strip() and not a.strip()[0].isdigit()
-                    and not a.strip().startswith("-")), "")
-        parts = [p for p in arg.split("<")[0].split("::") if p and not any(c in p for c in "{}()")]
-        arg = parts[-1].strip(" >") if parts else ""
-        head = f"{head}<{arg}>" if arg else head
-    return head if len(head) <= max_chars else head[: max_chars - 3] + "..."
-
-
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NOISE = {"void", "const", "at", "native", "c10", "std", "detail", "cuda", "anonymous", "namespace", "ul", "lambda",
-          "operator"}
-
-
-def disambiguate_kernel_names(names: list[str], max_chars: int = 60) -> dict[str, str]:
-    """full name -> a short label unique within ``names``: ``short_kernel_name``, and where several names share it,
-    the identifiers of the full name that tell it apart from the others (``elementwise_kernel<gpu_kernel_impl_nocast>
-    [direct_copy_kernel_cuda · BFloat16]``), then a number as the last resort."""
-    out = {n: short_kernel_name(n, max_chars) for n in dict.fromkeys(names)}
-    groups: dict[str, list[str]] = {}
-    for n, s in out.items():
-        groups.setdefault(s, []).append(n)
-    for short, group in groups.items():
-        if len(group) < 2:
-            continue
-        idents = {n: [w for w in dict.fromkeys(_IDENT.findall(n)) if w not in _NOISE] for n in group}
-        sets = {n: set(v) for n, v in idents.items()}
-        for n in group:
-            open_ = [m for m in group if m != n]  # names not yet told apart from n
-            chosen: list[str] = []
-            for w in idents[n]:
-                if not open_ or len(chosen) == 3:
-                    break
-                if any(w not in sets[m] for m in open_):
-                    chosen.append(w)
-                    open_ = [m for m in open_ if w in sets[m]]
-            out[n] = f"{short} [{' · '.join(chosen)}]" if chosen else short
-        seen: dict[str, int] = {}
-        for n in group:  # still equal (names differing only in numbers or punctuation): number them
-            seen[out[n]] = seen.get(out[n], 0) + 1
-        count: dict[str, int] = {}
-        for n in group:
-            if seen[out[n]] > 1:
-                count[out[n]] = count.get(out[n], 0) + 1
-                out[n] = f"{out[n]} #{count[out[n]]}"
-    return out
 
 
 def _nice_ticks(vmax: float, n: int = 5) -> list[float]:

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 
 from taxbreak.engine.rules import RunConfig
-from taxbreak.read.kernel_names import short_name
+from taxbreak.read.kernel_names import short_name, short_names
 from taxbreak.store.query import has_relation
 from taxbreak.store.tracenames import resolve
 
@@ -60,6 +60,12 @@ WHERE $all OR m.trace_id IN (SELECT unnest($ids::VARCHAR[]))
 ORDER BY m.model NULLS LAST, m.batch_size NULLS LAST, m.file_name
 """
 
+
+
+# What TKLQT is, said wherever it is printed (docs/method.md §6): the launch-to-start waits of all launches added up.
+# Queued launches wait at the same time, so the sum can exceed the trace's length; the per-launch mean is the figure
+# to compare across traces.
+TKLQT_IS_A_SUM = "a sum of overlapping queue waits, so it can exceed the trace's length"
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     cur = con.execute(sql, params)
@@ -302,6 +308,15 @@ def lever_text(lv: dict[str, Any]) -> str:
     return out
 
 
+def kernel_labels(s: dict[str, Any]) -> dict[str, str]:
+    """Full kernel name -> the label ``format_summary`` prints, for every kernel a summary lists (top kernels, fusion
+    chains): the one short-name rule (taxbreak.read.kernel_names.short_names) over all of them, so two kernels
+    never read the same and one kernel reads the same wherever it is listed."""
+    names = [k["kernel_name"] for k in (s.get("top_kernels_by_time") or []) + (s.get("top_kernels_by_count") or [])]
+    names += [n for f in s.get("top_fusion") or [] for n in f["chain"]]
+    return short_names(names)
+
+
 def target_text(name: str, max_names: int = 3) -> str:
     """A lever target in short names: an op or kernel, or a fusion chain (``a → b → c``) cut after a few kernels."""
     parts = name.split(" → ")
@@ -423,8 +438,9 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"  kernels per token {kv} (decode-only {kd}); unique kernels {h['unique_kernels'] or 0:,}, "
                      f"diversity {h['kernel_diversity'] or 0:.3f}")
         mean = "n/a" if h["mean_launch_to_start_ns"] is None else f"{h['mean_launch_to_start_ns'] / 1000:,.2f} µs"
-        lines.append(f"  TKLQT {_ms(h['tklqt_ns'])} over {h['launch_samples']:,} launches (mean {mean} per launch; "
-                     f"{h['negative_samples']:,} negative samples apart); AKD {h['akd_ns'] / 1000:,.2f} µs")
+        lines.append(f"  TKLQT {_ms(h['tklqt_ns'])}: mean {mean} per launch over {h['launch_samples']:,} launches; "
+                     f"{TKLQT_IS_A_SUM} ({h['negative_samples']:,} negative samples apart); AKD "
+                     f"{h['akd_ns'] / 1000:,.2f} µs")
         lines.append(f"  window [first framework op, last kernel end]: IL {_ms(h['il_ns'])}, GPU idle "
                      f"{_ms(h['gpu_idle_merged_ns'])} (IL - merged busy), {_ms(h['gpu_idle_sum_ns'])} "
                      "(IL - sum of kernel time)")
@@ -433,18 +449,21 @@ def format_summary(s: dict[str, Any]) -> str:
                      f"{_ms(d['busy_ns'])}, idle {_ms(d['idle_ns'])} (late launch {_ms(d['idle_launch_late_ns'])}, "
                      f"sync {_ms(d['idle_sync_drain_ns'])}, memcpy {_ms(d['idle_memcpy_ns'])}, other "
                      f"{_ms(d['idle_other_ns'])})")
+    label = kernel_labels(s)
     if s["top_kernels_by_time"]:
         lines.append("  top kernels by time:")
-        lines += [f"    {k['rank_by_time']}. {_ms(k['total_dur_ns'])} x{k['invocations']:,}  {k['kernel_name'][:90]}"
+        lines += [f"    {k['rank_by_time']}. {_ms(k['total_dur_ns'])} x{k['invocations']:,}  {label[k['kernel_name']]}"
                   for k in s["top_kernels_by_time"]]
         lines.append("  top kernels by count:")
-        lines += [f"    {k['rank_by_count']}. x{k['invocations']:,}  {k['kernel_name'][:90]}"
+        lines += [f"    {k['rank_by_count']}. x{k['invocations']:,}  {label[k['kernel_name']]}"
                   for k in s["top_kernels_by_count"]]
     if s["top_fusion"]:
         lines.append("  fusion candidates (maximal, non-overlapping, by host time saved):")
         lines += [f"    {f['rank']}. L={f['chain_len']} x{f['occurrences']:,} saves {f['launches_saved']:,} launches "
-                  f"~{_ms(f['host_time_saved_ns'])}: " + " > ".join(_short(n) for n in f["chain"])
+                  f"~{_ms(f['host_time_saved_ns'])}: " + " > ".join(label[n] for n in f["chain"])
                   for f in s["top_fusion"]]
+    if label:
+        lines.append("  (kernels by their short names, told apart where they share one; --json has the full names)")
     if s["caveats"]:
         lines.append("  assumed / caveats:")
         lines += [f"    - [{c['kind']}] {c['text']}" for c in s["caveats"]]

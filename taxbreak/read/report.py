@@ -24,6 +24,7 @@ import duckdb
 from taxbreak.config import Paths, add_path_args
 from taxbreak.read import plots, readmodel, trend_report, whatif_report
 from taxbreak.read.compare import GroupError, resolve_group
+from taxbreak.read.kernel_names import short_names
 from taxbreak.read.plots import fmt_value
 from taxbreak.store import query
 from taxbreak.store.query import open_for_cli
@@ -407,8 +408,8 @@ def request_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any
     if not fit:
         return None
     named = [r["request_id"] for r in _rows(
-        con, "SELECT request_id FROM request_totals WHERE trace_id = $t ORDER BY model_share_ns DESC, request_id "
-             "LIMIT $k", {"t": trace_id, "k": REQUESTS_NAMED})]
+        con, "SELECT request_id FROM request_totals WHERE trace_id = $t "
+             "ORDER BY model_share_ns DESC NULLS LAST, request_id LIMIT $k", {"t": trace_id, "k": REQUESTS_NAMED})]
     shares = _rows(con, "SELECT step_id, request_id, model_share_ns FROM request_step_shares WHERE trace_id = $t "
                         "AND step_id IN (SELECT DISTINCT step_id FROM request_step_shares WHERE trace_id = $t "
                         "ORDER BY step_id LIMIT $n) ORDER BY step_id, request_id",
@@ -500,6 +501,10 @@ class _Link(_Html):
     cls = "link"
 
 
+class _Chain(_Html):
+    cls = "mono"
+
+
 def _table(rows: list[dict[str, Any]], cols: list[tuple[str, str, str]]) -> str:
     """cols: (key, header, unit); the unit is printed with every value (µs, ms, ...). Nothing is cut: long names
     wrap, lists (a fusion chain) are shown whole, one item per line."""
@@ -542,7 +547,7 @@ def _tklqt(t: dict[str, Any]) -> tuple[str, str]:
     """TKLQT with its per-launch mean: ('1.2 ms total', 'mean 3.4 µs per launch over 356 launches')."""
     mean = fmt_value(t.get("mean_launch_to_start_ns"), "ns")
     return (f"{fmt_value(t.get('tklqt_ns'), 'ns')} total",
-            f"mean {mean} per launch over {t.get('launch_samples') or 0:,} launches")
+            f"mean {mean} per launch over {t.get('launch_samples') or 0:,} launches; {readmodel.TKLQT_IS_A_SUM}")
 
 
 def _cards(t: dict[str, Any]) -> str:
@@ -761,7 +766,15 @@ def _json_for_script(obj: Any) -> str:
 
 
 def _kernel_names(t: dict[str, Any]) -> dict[str, str]:
-    return plots.disambiguate_kernel_names([k["kernel_name"] for k in t["top_kernels"]])
+    """Full name -> label of every kernel the trace page lists (top kernels, fusion chains): the one short-name rule
+    (taxbreak.read.kernel_names.short_names) over all of them, as ``taxbreak summary`` labels them."""
+    return short_names([k["kernel_name"] for k in t["top_kernels"]] + [n for f in t["fusion"] for n in f["chain"]])
+
+
+def _chain_cell(chain: list[str], names: dict[str, str]) -> _Html:
+    """A fusion chain in order, one kernel a line by its short name, the full name on hover."""
+    return _Chain("<ol class='chain'>" + "".join(f"<li title='{escape(n, quote=True)}'>{escape(names[n])}</li>"
+                                                 for n in chain) + "</ol>")
 
 
 def _verdict_cell(t: dict[str, Any]) -> Any:
@@ -854,8 +867,8 @@ def render_trace_page(t: dict[str, Any], index_href: str = "../index.html") -> s
     if d.get("bins"):
         h.append(plots.log_histogram(d["bins"], title="Kernel durations (power-of-two bins)"))
     h.append("<h2>Top kernels by total time</h2>")
+    names = _kernel_names(t)
     if t["top_kernels"]:
-        names = _kernel_names(t)
         bars = [(names[k["kernel_name"]], k["total_dur_ns"]) for k in t["top_kernels"]]
         h.append(plots.hbar(bars))
         rows = [{**k, "short": names[k["kernel_name"]]} for k in t["top_kernels"]]
@@ -865,7 +878,8 @@ def render_trace_page(t: dict[str, Any], index_href: str = "../index.html") -> s
     h.append(requests_section(t.get("requests")))
     h.append(whatif_report.whatif_section(t.get("whatif")))
     h.append("<h2>Fusion candidates (listed chains, by host time saved)</h2>")
-    h.append(_table(t["fusion"], [("rank", "rank", ""), ("chain_len", "L", ""), ("occurrences", "count", ""),
+    fusion = [{**f, "chain": _chain_cell(f["chain"], names)} for f in t["fusion"]]
+    h.append(_table(fusion, [("rank", "rank", ""), ("chain_len", "L", ""), ("occurrences", "count", ""),
                                   ("proximity_score", "PS", "fraction"), ("launches_saved", "launches saved", ""),
                                   ("host_time_saved_ns", "host time saved", "ns"), ("chain", "chain (in order)", "")]))
     h.append("<h2>Caveats</h2>")

@@ -313,14 +313,20 @@ def _cell(v: object) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
+def align_columns(rows: list[list[str]], right: list[bool], sep: str = "  ") -> list[str]:
+    """Text rows (the header among them) as lines whose columns line up: each column as wide as its widest cell
+    (computed from the content, never a fixed width a long value overflows), right-aligned where ``right`` says; the
+    last column is not padded (a free-text tail)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(right))]
+    return [sep.join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(r, widths, right, strict=True)).rstrip()
+            for r in rows]
+
+
 def format_table(cols: list[str], rows: list[tuple], max_rows: int = 200) -> str:
     shown = [[_cell(v) for v in r] for r in rows[:max_rows]]
     widths = [max([len(c)] + [len(r[i]) for r in shown]) for i, c in enumerate(cols)]
     num = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows[:max_rows]) for i in range(len(cols))]
-    line = "  ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cols, widths, num, strict=True))
-    out = [line, "  ".join("-" * w for w in widths)]
-    for r in shown:
-        out.append("  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(r, widths, num, strict=True)))
+    out = align_columns([list(cols), ["-" * w for w in widths], *shown], num)
     more = f" (first {max_rows} shown)" if len(rows) > max_rows else ""
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{more})")
     return "\n".join(out)

@@ -284,3 +284,44 @@ def test_taxbreak_toml_is_found_from_a_subfolder(home: Path, run: Run) -> None:
     proc = run("traces", cwd=project, env={"TAXBREAK_HOME": ""})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{project / 'taxbreak.toml'}: unknown setting 'paths.lakes'" in proc.stderr
+
+
+def test_traces_leaves_out_files_that_are_not_traces(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stray config.json in an ingested folder is recorded (ingesting the folder again skips it) but `traces` lists
+    it only with --all, counting it otherwise; a failed trace is always listed; the columns line up whatever the
+    status (issue 29: not_a_trace was wider than the status column, and stayed listed forever)."""
+    inbox = home / "inbox"
+    inbox.mkdir()
+    (inbox / "good.json").write_bytes(GOOD_KINETO)
+    (inbox / "config.json").write_text('{"model": "llama", "batch_size": 4}')
+    (inbox / "cut.json").write_bytes(GOOD_KINETO[:40])  # a truncated trace: failed
+    assert main(["ingest", str(inbox), *_paths(home)]) == 1
+    capsys.readouterr()
+    assert main(["ingest", str(inbox), *_paths(home)]) == 1  # the folder again: config.json told, not listed
+    assert "IGNORED (not a trace)" in capsys.readouterr().err
+    assert main(["traces", *_paths(home)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert not any("config.json" in line for line in out)
+    assert any("cut.json" in line and " failed " in line for line in out)
+    assert out[-1] == "(1 file that is not a trace (not_a_trace) left out: `taxbreak traces --all` lists it)"
+    assert main(["traces", "--json", *_paths(home)]) == 0
+    assert "not_a_trace" not in {r["status"] for r in json.loads(capsys.readouterr().out)}
+    assert main(["traces", "--all", *_paths(home)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "left out" not in "\n".join(table)
+    row = next(line for line in table if "config.json" in line)
+    assert " not_a_trace " in row and "without traceEvents" in row
+    head = table[0]
+    cols = ["status", "format", "events", "GPUs", "file / error"]
+    starts = {c: head.index(c) for c in ("status", "format", "file / error")}  # left-aligned: start together
+    ends = {c: head.index(c) + len(c) for c in ("events", "GPUs")}  # right-aligned: end together
+    assert all(c in head for c in cols) and len(table) == 5  # header, mixed.json, good, cut, config
+    for line in table[1:]:
+        assert line[starts["status"] - 2:starts["status"]] == "  " and line[starts["status"]] != " "
+        assert line[starts["format"] - 2:starts["format"]] == "  " and line[starts["format"]] != " "
+        assert line[ends["events"] - 1] != " " and line[ends["events"]] == " "
+        assert line[ends["GPUs"] - 1] != " " and line[ends["GPUs"]:ends["GPUs"] + 2] == "  "
+        assert line[starts["file / error"] - 2:starts["file / error"]] == "  " and line[starts["file / error"]] != " "
+    assert main(["traces", "--all", "--json", *_paths(home)]) == 0
+    assert sorted(r["status"] for r in json.loads(capsys.readouterr().out)) == ["failed", "ingested", "ingested",
+                                                                                 "not_a_trace"]

@@ -92,9 +92,10 @@ def test_every_command_resolves_names_the_same(home: Path, tmp_path: Path, comma
     err = capsys.readouterr().err
     assert "'eager_trace' matches 2 traces" in err and f"{EAGER_GZ[:16]} eager_trace.json.gz" in err
     assert f"{EAGER_SQLITE[:16]} eager_trace.sqlite" in err
-    assert main(argv("zzz")) == 2  # a typo: not "run analyze first"
-    err = capsys.readouterr().err
-    assert "no trace matches 'zzz'" in err and "analyze" not in err
+    for typo in ("zzz", "ffff"):  # a typo, also one that looks like an id prefix: not "run analyze first"
+        assert main(argv(typo)) == 2
+        err = capsys.readouterr().err
+        assert f"no trace matches {typo!r}" in err and "analyze" not in err
     if command in ("summary", "export", "whatif", "requests"):  # the commands of one trace explain the catalogue
         assert main(argv("late_run")) == 2
         err = capsys.readouterr().err

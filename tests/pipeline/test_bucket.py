@@ -117,6 +117,35 @@ def test_sweep_schedule_requests_only_unseen_traces(env: dict[str, Path], instan
     assert instance.get_dynamic_partitions("traces") == [f"new-{new_id[:12]}"]
 
 
+def test_first_tick_over_an_analysed_bucket_requests_no_run(env: dict[str, Path],
+                                                            instance: dg.DagsterInstance) -> None:
+    """`make demo` analysed the bucket's traces, then `dg dev` starts on an instance with no partitions: its first
+    tick requests no run for them (issue 29: it re-ran all four demo traces, 150-285 s each). A trace the catalogue
+    holds ingested but the warehouse lacks is run; a failed one is not (it waits for `taxbreak retry`)."""
+    from taxbreak.api import ingest_and_analyze
+    from taxbreak.ingest import Lake, ingest_file
+    from taxbreak.pipeline.local import load_defs, tick
+
+    from .conftest import write_kineto
+
+    done = [write_kineto(env["inbox"] / f"{n}.json", k, base_us=10.0 * k) for n, k in (("a", 1), ("b", 2))]
+    for f in done:
+        ingest_and_analyze(f, env["lake"], env["warehouse"])
+    lake = Lake(env["lake"])
+    unanalysed = write_kineto(env["inbox"] / "late.json", 3, base_us=30.0)
+    assert ingest_file(unanalysed, lake).status == "ingested"
+    (env["inbox"] / "bad.json").write_bytes(b'{"traceEvents": [')
+    assert ingest_file(env["inbox"] / "bad.json", lake).status == "failed"
+    assert instance.get_dynamic_partitions("traces") == []  # a fresh instance
+    t = tick(load_defs(), instance)
+    late_id = hashlib.sha256(unanalysed.read_bytes()).hexdigest()
+    assert t.trace_ids == [late_id] and all(r.success for r in t.runs)
+    assert instance.get_dynamic_partitions("traces") == [f"late-{late_id[:12]}"]
+    # the next tick over the same bucket (a fresh cursor: everything listed again) requests nothing
+    again = tick(load_defs(), instance)
+    assert again.runs == [] and again.skip_reason == "4 settled file(s), nothing new"
+
+
 # -- nothing in a bucket blocks the others (issue 13) -------------------------------------------------------------
 TRACE = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}'
 

@@ -21,6 +21,31 @@ def test_dg_check_defs(dagster_home: Path) -> None:
     assert "All definitions loaded successfully." in proc.stdout + proc.stderr
 
 
+def test_jobs_resolve_without_warnings() -> None:
+    """Every job resolves silently: trace_job's partitioned assets share one backfill policy (issue 29: every run
+    printed "Asset job trace_job materializes assets with varying BackfillPolicies")."""
+    import warnings
+
+    from taxbreak.pipeline.defs.ingest_assets import TRACES, single_run_asset
+    from taxbreak.pipeline.local import load_defs
+
+    defs = load_defs()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jobs = {name: defs.resolve_job_def(name) for name in ("trace_job", "refresh_job")}
+
+        @single_run_asset(key="probe", partitions_def=TRACES)  # how trace_ingest and trace_analysis are declared
+        def probe() -> None:
+            return None
+
+    said = [str(w.message) for w in caught if "BackfillPolic" in str(w.message) or "backfill_policy" in str(w.message)]
+    assert said == [] and probe.backfill_policy == dg.BackfillPolicy.single_run()
+    assert jobs["trace_job"].backfill_policy == dg.BackfillPolicy.single_run()
+    graph = defs.resolve_asset_graph()
+    for key in ("trace_ingest", "trace_analysis", "kernel_taxbreak"):
+        assert graph.get(dg.AssetKey(key)).backfill_policy == dg.BackfillPolicy.single_run(), key
+
+
 def test_definitions_content() -> None:
     from taxbreak.engine.analysis import sql_files
     from taxbreak.pipeline.local import load_defs

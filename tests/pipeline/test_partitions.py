@@ -155,3 +155,26 @@ def test_a_range_of_failed_files_only_changes_nothing(env: dict[str, Path], inst
     (key_a,) = tick(defs, instance, t.cursor).partition_keys
     some = execute_request(defs, instance, dg.RunRequest(tags=range_tags(t.partition_keys)), "refresh_job")
     assert some.success and _kernel_meta(some) == [] and _parts(instance, "kernel_taxbreak") == {key_a}
+
+
+def test_a_trace_job_range_run_records_each_trace(env: dict[str, Path], instance: dg.DagsterInstance) -> None:
+    """trace_job over a range of partitions (a backfill: its one backfill policy is a single run) ingests each
+    partition from the source its catalogue row records and records each trace's trace_analysis partition."""
+    from taxbreak.pipeline.defs.analysis_assets import range_tags
+
+    defs = load_defs()
+    for n, k in (("u", 1), ("v", 2)):
+        write_kineto(env["inbox"] / f"{n}.json", k, base_us=10.0 * k)
+    t = tick(defs, instance)
+    assert all(r.success for r in t.runs)
+    keys = instance.get_dynamic_partitions("traces")
+    run = execute_request(defs, instance, dg.RunRequest(tags=range_tags(keys)), "trace_job")
+    assert run.success
+    mats = {e.asset_key.to_user_string(): e.materialization for e in run.get_asset_materialization_events()
+            if e.asset_key.to_user_string() in ("trace_ingest", "trace_analysis")}
+    assert mats["trace_ingest"].metadata["partitions"].value == 2
+    assert mats["trace_ingest"].metadata["status_unchanged"].value == 2  # both ingested by the sensor's runs
+    assert mats["trace_analysis"].metadata["traces"].value == 2
+    parts = {e.materialization.partition for e in run.get_asset_materialization_events()
+             if e.asset_key == dg.AssetKey("trace_analysis")}
+    assert parts == set(keys)

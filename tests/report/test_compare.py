@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import duckdb
 import pytest
 
 from taxbreak.cli import main
-from taxbreak.read.compare import GroupError, compare, resolve_group
+from taxbreak.read.compare import GroupError, compare, format_compare, resolve_group
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +80,23 @@ def test_cli_json(wh: dict, capsys: pytest.CaptureFixture[str]) -> None:
     assert (got["delta_kt_ns"]["a"], got["delta_kt_ns"]["b"]) == (kernels_a * 4510, wh["kernels"]["dense_bs16"] * 4510)
     assert main(["compare", "--warehouse", str(wh["warehouse"]), "bs:1", "bs:999"]) == 2
     assert "bs:999" in capsys.readouterr().err
+
+
+def _cell_spans(line: str) -> list[tuple[int, int]]:
+    """(start, end) of each cell of a text table line: runs of text separated by two spaces or more."""
+    return [m.span() for m in re.finditer(r"\S+(?: \S+)*", line)]
+
+
+def test_text_table_columns_line_up(wh: dict, con: duckdb.DuckDBPyConnection) -> None:
+    """Every row's A, B and B - A end where their header ends, the flagged_* rows too (issue 29: the metric column
+    was 20 wide and flagged_orchestrate_exceeds_wall pushed its row's figures right)."""
+    text = format_compare(compare(con, wh["ids"]["dense_bs1"][:10], wh["ids"]["moe"][:10]))
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("metric "))
+    table = lines[head:lines.index("", head)]
+    assert any(line.startswith("flagged_orchestrate_exceeds_wall ") for line in table)
+    spans = [_cell_spans(line) for line in table]
+    assert [len(s) >= 4 for s in spans] == [True] * len(spans)
+    for col in (1, 2, 3):
+        assert {s[col][1] for s in spans} == {spans[0][col][1]}, (col, table)
+    assert all(s[0][0] == 0 and s[0][1] + 2 <= s[1][0] for s in spans)

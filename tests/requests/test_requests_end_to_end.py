@@ -74,3 +74,41 @@ def test_cli_errors_name_the_problem(built, tmp_path: Path, capsys: pytest.Captu
     assert "no trace matches 'no-such-trace'" in capsys.readouterr().err
     assert main(["requests", "x", "--warehouse", str(tmp_path / "none.duckdb")]) == 2
     assert "no warehouse at" in capsys.readouterr().err
+
+
+def test_prompt_tokens_survive_an_unfitted_prefill_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """All requests arrive at once: one prefill step, too few for the prefill phase to be fitted (a phase needs two
+    fit-ready steps). The requests' prompt tokens still count (issue 29: `requests` printed `prompt 0` for a
+    request of 633 prompt tokens, because the totals summed only fitted steps); their shares cover the decode steps."""
+    run = simulate_serving(ServingConfig(n_requests=3, policy="separate", seed=3, arrivals_per_step=100.0))
+    prompts: dict[str, int] = {}
+    for batch in run.steps:
+        for e in batch:
+            if e["phase"] == "prefill":
+                prompts[e["request_id"]] = prompts.get(e["request_id"], 0) + e["tokens"]
+    assert sum(1 for b in run.steps if any(e["phase"] == "prefill" for e in b)) == 1 and len(prompts) == 3
+    lake = Lake(tmp_path / "lake")
+    assert ingest_file(write_serving_kineto(run, tmp_path / "burst.json.gz"), lake).status == "ingested"
+    wh = tmp_path / "wh.duckdb"
+    analysis.materialize(wh, lake.root)
+    assert main(["requests", "--refit", "--warehouse", str(wh)]) == 0
+    assert "not fitted: synthetic-serving-dense/NVIDIA H100 80GB HBM3/prefill: 1 fit-ready step(s)" in (
+        capsys.readouterr().err)
+    assert main(["requests", "burst", "--warehouse", str(wh), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    got = {r["request_id"]: r for r in d["requests"]}
+    assert {k: r["prefill_tokens"] for k, r in got.items()} == prompts and all(v > 0 for v in prompts.values())
+    steps_of = {k: sum(1 for b in run.steps for e in b if e["request_id"] == k) for k in prompts}
+    assert {k: (r["steps"], r["fitted_steps"]) for k, r in got.items()} == {k: (n, n - 1) for k, n in steps_of.items()}
+    con = duckdb.connect(str(wh), read_only=True)  # the shares: the decode steps' predictions, whole
+    predicted = con.execute("SELECT sum(predicted_ns) FROM request_step_fit").fetchone()[0]
+    con.close()
+    assert abs(sum(r["model_share_ns"] for r in got.values()) - predicted) <= sum(r["fitted_steps"] for r in
+                                                                                   got.values()) * 0.5
+    assert sum(t["prefill_tokens"] for t in d["tenants"]) == sum(prompts.values())
+    assert main(["requests", "burst", "--warehouse", str(wh)]) == 0
+    out = capsys.readouterr().out
+    biggest = max(prompts, key=prompts.get)
+    row = next(line for line in out.splitlines() if line.strip().startswith(biggest))
+    assert f" {prompts[biggest]:>7,} " in row  # the prompt column
+    assert "3 of these ran in steps whose phase has no fit" in out

@@ -198,6 +198,17 @@ def test_cli_whatif(tiny: tuple, tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert rc == 0 and [r["scenario"]["host_speedup"] for r in runs] == [1.0, *whatif.SWEEP_SPEEDUPS]
     assert runs[0]["scopes"][0]["replay"]["il_ns"] == 31000
     assert main(["whatif", TINY[:12], "--fuse", "best", "--lake", str(root), "--warehouse", str(wh)]) == 2
+    capsys.readouterr()
+    # a CUDA-graph selection that holds no kernel (the tiny trace has no phases, no steps) is said, not replayed as
+    # if it had applied (issue 29: `--cuda-graph decode` changed nothing, silently)
+    for sel in ("decode", "step:3"):
+        assert main(["whatif", TINY[:12], "--cuda-graph", sel, "--lake", str(root), "--warehouse", str(wh)]) == 2
+        cap = capsys.readouterr()
+        assert cap.out == "" and (f"whatif: --cuda-graph {sel} selects no launched kernel of trace {TINY[:16]}"
+                                  in cap.err)
+        assert "it has no phases" in cap.err and "no steps" in cap.err and "nothing would change" in cap.err
+    rc = main(["whatif", TINY[:12], "--cuda-graph", "all", "--json", "--lake", str(root), "--warehouse", str(wh)])
+    assert rc == 0 and json.loads(capsys.readouterr().out)[0]["scenario"]["cuda_graph"] == "all"
 
 
 # --- identity on real traces -----------------------------------------------------------------------------------------
