@@ -476,6 +476,10 @@ svg{max-width:100%;height:auto;display:block;margin:6px 0}
 .tl-tip{position:absolute;background:#fff;border:1px solid #999;padding:6px 8px;font-size:12px;max-width:370px;
 box-shadow:0 2px 6px rgba(0,0,0,.2);pointer-events:none;z-index:2;overflow-wrap:anywhere}
 .chain{margin:0;padding-left:18px}.chain li{overflow-wrap:anywhere}
+.tw.index{max-height:70vh;overflow:auto;border:1px solid #eee}.tw.index table{margin:0}
+.tw.index td:first-child,.tw.index th:first-child{position:sticky;left:0;background:#fff;z-index:1;min-width:200px;
+max-width:280px}.tw.index th{position:sticky;top:0;z-index:2}.tw.index th:first-child{z-index:3;background:#f4f4f4}
+.banner ul{margin:4px 0;padding-left:20px}.banner p{margin:2px 0}
 """
 
 
@@ -505,14 +509,26 @@ class _Chain(_Html):
     cls = "mono"
 
 
-def _table(rows: list[dict[str, Any]], cols: list[tuple[str, str, str]]) -> str:
+def _table(rows: list[dict[str, Any]], cols: list[tuple[str, str, str]], box: str = "") -> str:
     """cols: (key, header, unit); the unit is printed with every value (µs, ms, ...). Nothing is cut: long names
-    wrap, lists (a fusion chain) are shown whole, one item per line."""
+    wrap, lists (a fusion chain) are shown whole, one item per line. A wide table scrolls inside its own box
+    (``div.tw``; ``box``: an extra class of that box)."""
     if not rows:
         return "<p class='note'>none</p>"
     head = "".join(f"<th>{escape(h)}</th>" for _, h, _ in cols)
     body = ["<tr>" + "".join(_cell(r.get(key), unit) for key, _, unit in cols) + "</tr>" for r in rows]
-    return f"<div class='tw'><table><tr>{head}</tr>{''.join(body)}</table></div>"
+    return f"<div class='tw{' ' + box if box else ''}'><table><tr>{head}</tr>{''.join(body)}</table></div>"
+
+
+# the index's table of traces, in reading order
+INDEX_COLUMNS = [
+    ("link", "trace (GPU · id · file)", ""), ("verdict", "verdict (top lever)", ""), ("hdbi", "HDBI", "fraction"),
+    ("hdbi_linked", "HDBI_linked", "fraction"), ("hdbi_wall", "HDBI_wall", "fraction"), ("flags", "flags", ""),
+    ("t_orchestrate_ns", "T_Orchestrate", "ns"), ("t_device_active_ns", "T_DeviceActive", "ns"),
+    ("kernels", "kernels", ""), ("linked_fraction", "linked", "fraction"), ("kpt", "kernels/token", ""),
+    ("tklqt", "TKLQT", ""), ("il_ns", "end-to-end", "ns"), ("model", "model", ""), ("batch_size", "bs", ""),
+    ("tsys", "T_sys", ""),
+]
 
 
 def split_segments(r: dict[str, Any]) -> list[tuple[str, float]]:
@@ -530,9 +546,19 @@ def gpu_short(name: str | None) -> str:
     return name
 
 
+def gpu_label(t: dict[str, Any]) -> str:
+    """A trace's GPU as labels show it: the model (``gpu_short``); where the trace records none (an Nsight export
+    without TARGET_INFO_GPU) the GPUs that ran its kernels, counted from the trace (``gpus_with_kernels``), rather
+    than a bare 'GPU ?'."""
+    if t.get("gpu_name"):
+        return gpu_short(t["gpu_name"])
+    n = t.get("gpus_with_kernels") or 0
+    return f"{n} GPUs, model not recorded" if n > 1 else "GPU model not recorded" if n == 1 else "no GPU kernels"
+
+
 def trace_label(t: dict[str, Any]) -> str:
     """A trace's label on every chart: its GPU, a short id and its file name, so two same-named files differ."""
-    return f"{gpu_short(t.get('gpu_name'))} · {t['trace_id'][:6]} · {t['file_name']}"
+    return f"{gpu_label(t)} · {t['trace_id'][:6]} · {t['file_name']}"
 
 
 def page_name(t: dict[str, Any]) -> str:
@@ -547,7 +573,7 @@ def _tklqt(t: dict[str, Any]) -> tuple[str, str]:
     """TKLQT with its per-launch mean: ('1.2 ms total', 'mean 3.4 µs per launch over 356 launches')."""
     mean = fmt_value(t.get("mean_launch_to_start_ns"), "ns")
     return (f"{fmt_value(t.get('tklqt_ns'), 'ns')} total",
-            f"mean {mean} per launch over {t.get('launch_samples') or 0:,} launches; {readmodel.TKLQT_IS_A_SUM}")
+            f"mean {mean} per launch over {t.get('launch_samples') or 0:,} launches")
 
 
 def _cards(t: dict[str, Any]) -> str:
@@ -560,7 +586,7 @@ def _cards(t: dict[str, Any]) -> str:
          "low coverage" if "low_coverage" in readmodel.flags(t) else ""),
         ("T_Orchestrate", fmt_value(t["t_orchestrate_ns"], "ns"), "ΔFT + ΔCT + ΔKT, summed per kernel"),
         ("T_DeviceActive", fmt_value(t["t_device_active_ns"], "ns"), "sum of kernel durations"),
-        ("TKLQT", tk_total, tk_mean),
+        ("TKLQT", tk_total, f"{tk_mean}; {readmodel.TKLQT_IS_A_SUM}"),
         ("end-to-end (IL)", fmt_value(t["il_ns"], "ns"), ""),
         ("kernels / token", fmt_value(t["kpt"], ""), f"decode only {fmt_value(t['kpt_decode'], '')}"),
         ("T_sys (launch floor)", fmt_value(t["t_sys_ns"], "ns"), str(t["t_sys_source"] or "")),
@@ -572,13 +598,15 @@ def _cards(t: dict[str, Any]) -> str:
 
 
 def _hdbi_caveat(t: dict[str, Any]) -> str:
-    parts = [readmodel.hdbi_text(t) + "."]
-    parts += [c["text"] + "." for c in readmodel.caveats(t)
-              if c["kind"] in ("coverage", "wall", "blocked", "outlier", "launch_floor", "no_kernels")]
-    parts.append(f"The {' / '.join(f'{y:g}' for y in readmodel.HDBI_REFERENCE_LINES)} reference lines are our "
-                 "reading aids, not thresholds from the paper.")
+    """The banner under the cards: the HDBI reading, then each caveat that bears on it as an item of its own (one
+    dense paragraph was hard to read), then what the reference lines are."""
+    items = [f"<li><b>{escape(c['kind'])}</b>: {escape(c['text'])}</li>" for c in readmodel.caveats(t)
+             if c["kind"] in ("coverage", "wall", "blocked", "outlier", "launch_floor", "no_kernels")]
+    ref = (f"The {' / '.join(f'{y:g}' for y in readmodel.HDBI_REFERENCE_LINES)} reference lines are our reading "
+           "aids, not thresholds from the paper.")
     cls = "warn" if readmodel.flags(t) or t["t_sys_is_default"] else "note"
-    return f"<p class='{cls}'>{escape(' '.join(parts))}</p>"
+    return (f"<div class='{cls} banner'><p>{escape(readmodel.hdbi_text(t))}.</p>"
+            + (f"<ul>{''.join(items)}</ul>" if items else "") + f"<p class='note'>{escape(ref)}</p></div>")
 
 
 def _low_mark(t: dict[str, Any]) -> str | None:
@@ -897,19 +925,15 @@ def render_index(data: dict[str, Any], title: str = "TaxBreak report") -> str:
             "near 1 = device-bound. One page per trace: follow its name in the table.</p>"]
     if traces:
         body.append("<h2>Across traces</h2>")
+        # what a reader looks for first (the verdict, HDBI, the flags) comes first, so it shows without scrolling at
+        # 1400 px; the rest scrolls inside the table's own box, the trace column staying in view (CSS .tw.index)
         body.append(_table([{**t, "link": _Link(f"<a href='{escape(t['page'])}'>{escape(trace_label(t))}</a>"),
                              "tsys": _Html(escape(_t_sys(t))),
                              "tklqt": _Html(escape(_tklqt(t)[0]) + "<br><span class='note'>"
                                             + escape(_tklqt(t)[1]) + "</span>"),
                              "verdict": _verdict_cell(t),
-                             "flags": ", ".join(readmodel.flags(t))} for t in traces], [
-            ("link", "trace (GPU · id · file)", ""), ("verdict", "verdict (top lever)", ""), ("model", "model", ""),
-            ("batch_size", "bs", ""),
-            ("kernels", "kernels", ""), ("linked_fraction", "linked", "fraction"),
-            ("t_orchestrate_ns", "T_Orchestrate", "ns"), ("t_device_active_ns", "T_DeviceActive", "ns"),
-            ("hdbi", "HDBI", "fraction"), ("hdbi_linked", "HDBI_linked", "fraction"),
-            ("hdbi_wall", "HDBI_wall", "fraction"), ("kpt", "kernels/token", ""), ("tklqt", "TKLQT", ""),
-            ("il_ns", "end-to-end", "ns"), ("tsys", "T_sys", ""), ("flags", "flags", "")]))
+                             "flags": ", ".join(readmodel.flags(t))} for t in traces], INDEX_COLUMNS, box="index"))
+        body.append(f"<p class='note'>TKLQT: {escape(readmodel.TKLQT_IS_A_SUM)}; compare the per-launch mean.</p>")
         body.append(plots.stacked_hbar([(trace_label(t), split_segments(t)) for t in traces],
                                        title="Orchestration split: ΔFT / ΔCT / ΔKT vs device-active time, as shares "
                                        "(host and device time summed — not a wall time)",

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from taxbreak.cli import main
-from taxbreak.read import plots
+from taxbreak.read import plots, readmodel
 from taxbreak.read.report import collect, render_html, render_index, render_trace_page, trace_label, write_report
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -137,6 +137,11 @@ def test_real_trace_without_steps(wh: dict, data: dict) -> None:
     assert t["timeline_step"] is None and tl["kernels"] == 3442 and not tl["truncated"]
     assert [w["label"] for w in tl["steps"]] == ["whole trace (3,442 kernels)"]
     assert [g["device_id"] for g in t["gpu_breakdown"]] == [0, 1]  # two H100s (SOURCES.md), no rank recorded
+    # the export names no GPU model (no TARGET_INFO_GPU): the label counts the GPUs that ran kernels (issue 29: it
+    # read 'GPU ?')
+    assert t["gpu_name"] is None and t["gpus_with_kernels"] == 2
+    assert trace_label(t) == f"2 GPUs, model not recorded · {t['trace_id'][:6]} · h100_2gpu_1s.sqlite"
+    assert "GPU ?" not in render_index(data)
     assert all(g["rank"] is None for g in t["gpu_breakdown"])
     assert t["low_coverage"] and t["kpt"] is None
     notes = data["caveats"]["h100_2gpu_1s.sqlite"]
@@ -423,3 +428,27 @@ def test_host_partition_per_step_adds_up(wh: dict, data: dict) -> None:
         assert sum(r[c] for c, _ in HOST_PARTS) == r["wall_ns"], r
         assert r["framework_ns"] > 0 and r["launch_host_ns"] > 0  # the synthetic trace has ops and launches
     assert "Host time partition (self time; parts add up to wall time)" in render_html(data)
+
+
+def test_index_table_shows_hdbi_and_flags_first_and_scrolls_in_its_box(data: dict) -> None:
+    """The verdict, HDBI and the flags come right after the trace, so they show at 1400 px without scrolling; the
+    rest scrolls inside the table's own box, the trace column sticky (issue 29: cut after T_DeviceActive)."""
+    index = render_index(data)
+    box = index[index.index("<div class='tw index'>"):]
+    heads = re.findall(r"<th>([^<]*)</th>", box[:box.index("</tr>")])
+    assert heads[:6] == ["trace (GPU · id · file)", "verdict (top lever)", "HDBI", "HDBI_linked", "HDBI_wall",
+                         "flags"]
+    assert heads.index("T_DeviceActive") > heads.index("flags")
+    assert ".tw.index{max-height:70vh;overflow:auto" in index and ".tw.index td:first-child" in index
+    assert "position:sticky;left:0" in index
+
+
+def test_caveat_banner_is_a_list(wh: dict, data: dict) -> None:
+    """The banner under the cards: the HDBI reading, then one item per caveat (issue 29: one dense paragraph)."""
+    t = next(t for t in data["traces"] if any(c["kind"] in ("coverage", "launch_floor") for c in readmodel.caveats(t)))
+    page = render_trace_page(t)
+    banner = page[page.index("banner'>"):]
+    banner = banner[:banner.index("</div>")]
+    items = re.findall(r"<li><b>([a-z_]+)</b>: ", banner)
+    assert items and banner.startswith("banner'><p>HDBI") and "<ul>" in banner
+    assert "reference lines are our reading aids" in banner

@@ -30,7 +30,9 @@ DRIVER = """
   var W = c.clientWidth, L = 170, v0 = 10 - (930 * 0.01 + 1), v1 = 940 + (930 * 0.01 + 1);
   function px(t) { return r.left + L + (t - v0) / (v1 - v0) * (W - L - 8); }
   b.setAttribute('data-drawn-start', c.getAttribute('data-kernels-drawn'));
-  c.dispatchEvent(new MouseEvent('mousemove', {clientX: px(500), clientY: r.top + 3 * 22 + 11, bubbles: true}));
+  var LH = +c.getAttribute('data-lane-h');
+  b.setAttribute('data-lane-px', String(r.height / 5));  // 4 lanes + the axis
+  c.dispatchEvent(new MouseEvent('mousemove', {clientX: px(500), clientY: r.top + 3 * LH + LH / 2, bubbles: true}));
   var tip = document.querySelector('.tl-tip');
   b.setAttribute('data-tip', tip.style.display + '|' + tip.textContent);
   for (var i = 0; i < 6; i++) {
@@ -60,6 +62,8 @@ def test_timeline_script_hover_zoom_and_step_menu(chromium: str, tmp_path: Path)
     assert "<title>timeline test</title>" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     body = dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', re.search(r"<body([^>]*)>", proc.stdout).group(1)))
     assert body["data-drawn-start"] == "2"  # both kernels in the whole-trace window
+    # lanes of 34 px (issue 29: 22 px lanes read as thin): 4 lanes and a 26 px axis make the canvas 162 px tall
+    assert float(body["data-lane-px"]) * 5 == 4 * 34 + 26
     shown, text = body["data-tip"].split("|", 1)
     assert shown == "block"  # hovering the big kernel shows its details
     for part in ("big_gemm_kernel", "kernel 780 ns", "queueing (launch call start → kernel start, t_launch_obs) 60 ns",

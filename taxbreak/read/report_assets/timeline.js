@@ -10,7 +10,9 @@
   var root = document.getElementById("timeline");
   if (!el || !root) { return; }
   var D = JSON.parse(el.textContent);
-  var LANE_H = 22, LABEL_W = 170, AXIS_H = 26, FLOW_MAX = 1500;
+  // lanes tall enough to see a kernel and point at it (22 px read as thin, issue 29); the canvas says its lane
+  // height (data-lane-h) for whoever drives it
+  var LANE_H = 34, LABEL_W = 170, AXIS_H = 26, FLOW_MAX = 1500;
   var CAUSE = D.cause_colors;
   var canvas = document.createElement("canvas");
   var tip = document.createElement("div");
@@ -59,6 +61,7 @@
     var r = window.devicePixelRatio || 1;
     canvas.width = W * r; canvas.height = H * r;
     canvas.style.width = W + "px"; canvas.style.height = H + "px";
+    canvas.setAttribute("data-lane-h", LANE_H);
     ctx.setTransform(r, 0, 0, r, 0, 0);
     draw();
   }
@@ -78,7 +81,7 @@
       ctx.fillRect(0, l * LANE_H, W, LANE_H);
       ctx.fillStyle = "#333";
       ctx.textAlign = "right";
-      ctx.fillText(D.lanes[l], LABEL_W - 6, l * LANE_H + 15);
+      ctx.fillText(D.lanes[l], LABEL_W - 6, l * LANE_H + LANE_H / 2 + 4);
     }
     var i, g, k, shown = 0;
     for (i = 0; i < D.gaps.length; i++) {
