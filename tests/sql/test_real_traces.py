@@ -303,3 +303,14 @@ def test_issue_11_figures_on_the_public_traces(real) -> None:
     resnet = "kineto/worker0.1623143089861.pt.trace.json.gz"
     assert one("SELECT count(*), min(i_lib) FROM kernel_taxbreak WHERE trace_id = $t AND kernel_name LIKE "
                "'%explicit_convolve%'", resnet) == (6, 1)
+
+
+def test_each_public_trace_is_its_own_workload(real) -> None:
+    # issue 28: the public traces (several models, GPUs, GPU counts, tools) never share a workload key, not even
+    # the same model on two GPUs (Qwen1.5-0.5B on H100 and on MI300X) or one program at two GPU counts
+    con, ids = real
+    runs, workloads = con.execute("SELECT count(*), count(DISTINCT workload_id) FROM run_spec").fetchone()
+    assert runs == len(ids) >= 5 and workloads == runs
+    assert con.execute("SELECT count(*) FROM workload_trends WHERE run_seq <> 1 OR runs_in_workload <> 1"
+                       ).fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM workload_changes").fetchone()[0] == 0  # one run each: no baseline
