@@ -99,24 +99,17 @@ def hdbi_text(h: dict[str, Any]) -> str:
             f"HDBI_wall {_frac(h.get('hdbi_wall'))}")
 
 
+# (column of a trace or scope row, the flag's short name), in the order readers list them
+_FLAGS = (("low_coverage", "low_coverage"), ("orchestrate_exceeds_wall", "orchestrate_exceeds_wall"),
+          ("dispatch_blocked_flag", "dispatch_blocked"), ("has_outlier_steps", "outlier_steps"),
+          ("dispatch_base_unstable", "dispatch_base_unstable"),
+          ("shared_correlation_kernels", "shared_correlation_ids"),
+          ("impossible_duration_kernels", "impossible_kernel_durations"))
+
+
 def flags(h: dict[str, Any]) -> list[str]:
     """The short flag names of a trace (or scope) row."""
-    out = []
-    if h.get("low_coverage"):
-        out.append("low_coverage")
-    if h.get("orchestrate_exceeds_wall"):
-        out.append("orchestrate_exceeds_wall")
-    if h.get("dispatch_blocked_flag"):
-        out.append("dispatch_blocked")
-    if h.get("has_outlier_steps"):
-        out.append("outlier_steps")
-    if h.get("dispatch_base_unstable"):
-        out.append("dispatch_base_unstable")
-    if h.get("shared_correlation_kernels"):
-        out.append("shared_correlation_ids")
-    if h.get("impossible_duration_kernels"):
-        out.append("impossible_kernel_durations")
-    return out
+    return [name for column, name in _FLAGS if h.get(column)]
 
 
 def _contributors(h: dict[str, Any]) -> str:
