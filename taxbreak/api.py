@@ -165,15 +165,12 @@ class Warehouse:
 
 
         sc = whatif.Scenario(name=scenario.pop("name", "api"), **scenario)
-        con = whatif.open_warehouse_readonly(self.warehouse)
-        try:
+        with self._con() as con:
             tid = readmodel.resolve_trace(con, trace)
             g = whatif.build_graph(con, self.lake, tid)
             if not (g.d_kind == 0).any():
                 raise ValueError(f"trace {tid[:16]} has no kernels: nothing to replay")
             (res,) = whatif.run_scenarios(g, [sc])
-        finally:
-            con.close()
         rows = [{"scope_kind": s["scope_kind"], "scope_key": s["scope_key"],
                  **{f"own_{k}": v for k, v in s["own"].items()}, **{f"replay_{k}": v for k, v in s["replay"].items()}}
                 for s in res["scopes"]]

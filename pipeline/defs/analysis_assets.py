@@ -20,12 +20,11 @@ before it takes the lock) are in the ``duckdb_writer`` pool (limit 1 in ``dagste
 """
 
 import base64
-import hashlib
 
 import dagster as dg
 
-from taxbreak.engine import runner
-from taxbreak.engine.analysis import RunConfig, build_cross_trace, plan_tables, settings_tables
+from taxbreak.engine import plan, runner
+from taxbreak.engine.analysis import build_cross_trace, plan_tables
 from taxbreak.engine.checks import InvariantBroken
 from taxbreak.engine.plan import INPUTS
 from taxbreak.features.trend import regressions_in
@@ -70,8 +69,8 @@ def _sql_files() -> list:  # taxbreak.engine.analysis.SqlFile, in dependency ord
 def asset_deps(name: str, files: dict) -> list[dg.AssetKey]:
     """Kept tables a table reads; run-local files are looked through; the inputs the engine prepares from the lake
     (``taxbreak.engine.plan.INPUTS``, source "lake": the run's traces, catalogue rows, sidecar metadata) make it
-    depend on
-    the ingest asset.  The run-settings inputs are no asset: they are part of the code version (``code_version``)."""
+    depend on the ingest asset.  The run-settings inputs are no asset: they are part of the code version
+    (``taxbreak.engine.plan.code_version``)."""
 
     source = {i.name: i.source for i in INPUTS}
     out: list[dg.AssetKey] = []
@@ -143,38 +142,12 @@ def trace_ids_for_run(context: dg.AssetExecutionContext, full_rebuild: bool) -> 
     return sorted(batch | set(trace_ids_of_keys(keys, lake())))
 
 
-# the run-settings tables taxbreak.engine.analysis prepares per run, and the RunConfig fields each holds
-SETTINGS_TABLES = settings_tables()  # run-settings table -> the RunConfig fields it holds (taxbreak.engine.analysis)
-
-
 def column_schema(con, sf) -> dg.TableSchema:  # noqa: ANN001 - DuckDB connection, taxbreak.engine.analysis.SqlFile
     """The table's columns as Dagster's ``dagster/column_schema``: DuckDB types from the table, descriptions (with
     their units) from the SQL file's ``-- column:`` header lines."""
     rel = con.table(sf.name)
     return dg.TableSchema(columns=[dg.TableColumn(name=c, type=str(t), description=sf.columns.get(c) or None)
                                    for c, t in zip(rel.columns, rel.types, strict=True)])
-
-
-def code_version(name: str, files: dict) -> str:
-    """Hash of the table's SQL, of the run-local files it reads (transitively: their SQL is part of its
-    computation) and of the run settings the statements read (kernel-name rules, step patterns, T_sys defaults)."""
-
-    parts: list[str] = []
-    settings_read: set[str] = set()
-
-    def visit(n: str) -> None:
-        parts.append(files[n].text)
-        for r in files[n].reads:
-            if r in files and files[r].materialize == "temp":
-                visit(r)
-            elif r in SETTINGS_TABLES:
-                settings_read.add(r)
-
-    visit(name)
-    cfg = RunConfig.from_settings()  # the user's settings (taxbreak.toml, environment) are part of the computation
-    for table in sorted(settings_read):  # only the settings it reads: a rule edit leaves the other tables current
-        parts.append(table + "=" + repr([getattr(cfg, attr) for attr in SETTINGS_TABLES[table]]))
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def _specs(files: dict) -> list[dg.AssetSpec]:
@@ -184,7 +157,7 @@ def _specs(files: dict) -> list[dg.AssetSpec]:
             continue
         specs.append(dg.AssetSpec(
             key=name, deps=asset_deps(name, files), group_name="analysis", kinds={"duckdb", "sql"},
-            code_version=code_version(name, files), skippable=True,
+            code_version=plan.code_version(name), skippable=True,
             description=f"`sql/{sf.path.name}` — {sf.grain}. {sf.description}".strip(),
             metadata={"grain": sf.grain, "sql_file": f"sql/{sf.path.name}"},
         ))

@@ -12,23 +12,27 @@ The model: docs/method.md.
 
 import dagster as dg
 
-from taxbreak.engine import runner
-from taxbreak.features.requests import refit, stale_groups
+from taxbreak.engine import plan, runner
+from taxbreak.features.requests import REQUESTS_STAGE, refit, stale_groups
 from taxbreak.pipeline.defs.analysis_assets import POOL
 from taxbreak.pipeline.defs.resources import WarehouseResource
 
 REQUEST_MODEL_FIT = dg.AssetKey("request_model_fit")
+STAGE = plan.nodes(REQUESTS_STAGE)  # request_model_fit, then the tables computed from it (the plan's requests stage)
+# the analysis tables the stage reads (serving_steps, serving_step_requests): the asset's upstream
+STAGE_DEPS = sorted({r for sf in STAGE for r in sf.reads} & {sf.name for sf in plan.nodes("analysis")})
 
 
 @dg.asset(
-    key=REQUEST_MODEL_FIT, deps=[dg.AssetKey("serving_steps"), dg.AssetKey("serving_step_requests")],
+    key=REQUEST_MODEL_FIT, deps=[dg.AssetKey(r) for r in STAGE_DEPS],
     group_name="analysis", kinds={"duckdb", "python"}, pool=POOL,
     # eager, but not held back by missing upstream partitions: serving_steps is partitioned by trace, and a trace
     # whose file failed never materialises its partition
     automation_condition=dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing()),
-    description="LLMVisor's step-latency model per (model, GPU, phase), two segments, beside the token-count "
-    "baseline; refitted for the groups that got new serving steps, with the per-request and per-tenant shares "
-    "(docs/method.md, docs/warehouse.md).",
+    code_version=plan.code_version(STAGE[0].name),
+    description=f"{STAGE[0].grain}. {STAGE[0].description} Also rebuilds "
+    + ", ".join(sf.name for sf in STAGE[1:]) + " (docs/warehouse.md).",
+    metadata={"grain": STAGE[0].grain, "computed_by": STAGE[0].computed_by},
 )
 def request_model_fit(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
 

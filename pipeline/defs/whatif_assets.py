@@ -11,25 +11,21 @@ what a range of partitions would record.
 
 import dagster as dg
 
-from taxbreak.engine import runner
+from taxbreak.engine import plan, runner
 from taxbreak.features import whatif
 from taxbreak.pipeline.defs.analysis_assets import POOL, AnalysisConfig, trace_ids_for_run
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 
-WHATIF_KEYS = [dg.AssetKey("whatif_results"), dg.AssetKey("critical_path"), dg.AssetKey("levers")]
-READS = ["int_kernel_links", "kernel_taxbreak", "int_steps", "trace_launch_floor", "skip_by_trace",
-         "fusion_candidates", "taxbreak_by_scope"]
+STAGE = plan.nodes(whatif.WHATIF_STAGE)  # whatif_results, critical_path (Python nodes), levers: from the plan
+WHATIF_KEYS = [dg.AssetKey(sf.name) for sf in STAGE]
 
 
 def _specs() -> list[dg.AssetSpec]:
-    try:
-        from taxbreak.features.whatif import table_docs
-    except ImportError:  # pragma: no cover - the replay module is optional for loading the definitions
-        return []
-    return [dg.AssetSpec(key=sf.name, deps=[dg.AssetKey(r) for r in READS], group_name="analysis",
-                         kinds={"duckdb", "python"}, skippable=True,
-                         description=f"{sf.grain}. {sf.description}", metadata={"grain": sf.grain})
-            for sf in table_docs()]
+    return [dg.AssetSpec(key=sf.name, deps=[dg.AssetKey(r) for r in sf.reads], group_name="analysis",
+                         kinds={"duckdb", "python" if sf.python_only else "sql"}, skippable=True,
+                         code_version=plan.code_version(sf.name), description=f"{sf.grain}. {sf.description}",
+                         metadata={"grain": sf.grain, "computed_by": sf.computed_by})
+            for sf in STAGE]
 
 
 @dg.multi_asset(specs=_specs(), can_subset=True, pool=POOL, name="whatif_tables")
@@ -68,7 +64,7 @@ def whatif_tables(
     # just published by the analysis step, stay where they are (taxbreak.store.marts)
     todo, rows, totals = runner.publish(warehouse.file(), write, traces=trace_ids,
                                  tables=[k.path[-1] for k in WHATIF_KEYS], one_transaction=False, label="whatif")
-    for key in context.selected_asset_keys:
+    for key in [k for k in WHATIF_KEYS if k in context.selected_asset_keys]:  # in the plan's order
         name = key.path[-1]
         yield dg.MaterializeResult(asset_key=key, metadata={
             "traces_replayed": len(todo), "rows_written": rows[name], "dagster/row_count": int(totals[name])})

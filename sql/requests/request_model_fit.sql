@@ -1,6 +1,7 @@
 -- table: request_model_fit
 -- grain: one row per (model, GPU, phase) fitted: the step-latency model of co-batched serving steps (a prefill and a decode model, and a 'mixed' row holding the mixed steps' shared constant and figures)
 -- reads: request_fit_rows (the numpy fit of taxbreak.features.requests.refit over serving_steps)
+-- computed_by: taxbreak.features.requests.refit
 -- description: LLMVisor's step-latency model (METHOD.md section 8 in docs/method.md): T(B) = beta + a1 sum p + a2 sum c + a3 sum p^2 + a4 |B|, fitted by least squares per model, GPU and phase (prefill, decode) with two segments split at a breakpoint on sum p chosen by grid search minimising the squared error (ours; at least max(5, 5% of the phase's steps) per side), and the token-count baseline alpha + gamma sum p fitted on the same steps. A mixed step (chunked prefill) is T_prefill(its prefill requests) + T_decode(its decode requests) + shared_ns, one constant fitted on the mixed steps' residuals (ours); a phase with too few pure steps is fitted jointly with the mixed steps (fit_basis). Written by `taxbreak requests --refit` and the pipeline's request_model_fit asset when new steps of the group arrive.
 -- column: model_name: model (serving_steps.model_name)
 -- column: gpu_name: GPU model (serving_steps.gpu_name)

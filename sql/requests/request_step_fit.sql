@@ -1,6 +1,7 @@
 -- table: request_step_fit
 -- grain: one row per fit-ready serving step whose parts all have a fit (a mixed step: both phase models)
 -- reads: serving_steps, request_model_fit
+-- computed_by: taxbreak.features.requests.refit
 -- description: Fitted against observed latency per serving step, and the step's prefill/decode split (docs/method.md section 8): each part from its own phase's model over its own requests, in the segment its own sum p falls in; a mixed step adds the shared constant delta (request_model_fit.shared_ns of its 'mixed' row), spread over the two parts in proportion to them (ours). The one place the segments are chosen; request_step_shares reads them from here.
 -- column: trace_id: trace key
 -- column: step_id: serving step (serving_steps.step_id)

@@ -1,6 +1,7 @@
 -- table: request_step_shares
 -- grain: one row per request per fitted serving step that lists its requests
 -- reads: request_step_fit, serving_step_requests, serving_steps, request_model_fit
+-- computed_by: taxbreak.features.requests.refit
 -- description: Each request's share of a serving step (LLMVisor, docs/method.md section 8): its own phase's a1 p_i + a2 c_i + a3 p_i^2 + (beta + a4 |B_phase|) / |B_phase| with the coefficients of that phase's segment in the step (request_step_fit) and |B_phase| the step's requests of that phase; in a mixed step scaled by predicted / (prefill model + decode model), so the shared constant delta is spread in proportion to the shares (ours). The shares of a step add up to its prediction exactly. The observed latency, the device time and the host orchestration (T_Orchestrate) of the step are split by the same fractions (the orchestration split is ours).
 -- column: trace_id: trace key
 -- column: step_id: serving step

@@ -1,6 +1,7 @@
 -- table: request_tenants
 -- grain: one row per tenant of a trace
 -- reads: request_totals
+-- computed_by: taxbreak.features.requests.refit
 -- description: Per-tenant sums of the requests' attributed costs, and the tenant's fraction of the trace's attributed latency.
 -- column: trace_id: trace key
 -- column: tenant: tenant ('(none)' when not given)

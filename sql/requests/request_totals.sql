@@ -1,6 +1,7 @@
 -- table: request_totals
 -- grain: one row per request of a trace listed in its serving steps (over its life: every step it ran in)
 -- reads: serving_step_requests, request_step_shares, serving_steps
+-- computed_by: taxbreak.features.requests.refit
 -- description: A request's life and its attributed cost: its tokens, steps and end-to-end span from every step it ran in (serving_step_requests), and the sums of its per-step shares (request_step_shares) over the steps that have a fit. A step whose phase has no fit (e.g. the one prefill step of a short capture: a phase needs two fit-ready steps) still counts its tokens here; it adds no share, and fitted_steps < steps says so.
 -- column: trace_id: trace key
 -- column: request_id: request id

@@ -38,7 +38,17 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from taxbreak.engine.plan import SQL_DIR, SqlFile, _ordered, plan_tables, release_after, sql_files
+from taxbreak.engine.plan import (
+    SQL_DIR,
+    SqlFile,
+    _ordered,
+    comment_on,
+    plan_tables,
+    release_after,
+    sql_files,
+)
+from taxbreak.engine.plan import quote_ident as _q
+from taxbreak.engine.plan import sql_literal as _lit
 from taxbreak.engine.rules import RunConfig, settings_arrow, settings_tables
 from taxbreak.ingest.lake import Lake
 from taxbreak.ingest.sidecar import find_meta
@@ -53,17 +63,6 @@ __all__ = ["MEMORY_ENV", "SQL_DIR", "RunConfig", "SqlFile", "connect", "memory_l
 
 def _catalog(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("SELECT current_database()").fetchall()[0][0]
-
-
-def _q(ident: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", ident):
-        raise ValueError(f"not a plain identifier: {ident!r}")
-    return '"' + ident + '"'
-
-
-def _lit(text: str) -> str:
-    """A SQL string literal for COMMENT ON (DuckDB cannot bind parameters there); texts come from sql/ only."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 SCRATCH_DB = "_run"  # the attached database that holds the run-local tables (``scratch``)
@@ -282,23 +281,6 @@ def materialize_table(
     return _build(con, name, state, {f.name: f for f in sql_files()})
 
 
-def _comment(con: duckdb.DuckDBPyConnection, target: str, sf: SqlFile, columns: list[str]) -> None:
-    """The table's and columns' comments from the SQL header; ``target``: ``[db.]schema.table``, each part a plain
-    identifier, quoted or not.  Comments the table already carries are not written again."""
-    *db, schema, table = [part.strip('"') for part in target.split(".")]
-    where = {"db": db[0] if db else _catalog(con), "s": schema, "t": table}
-    have = dict(con.execute(
-        "SELECT '', comment FROM duckdb_tables() WHERE database_name = $db AND schema_name = $s AND table_name = $t "
-        "UNION ALL SELECT column_name, comment FROM duckdb_columns() WHERE database_name = $db AND schema_name = $s "
-        "AND table_name = $t", where).fetchall())
-    text = sf.grain + ". " + sf.description
-    if have.get("") != text:
-        con.execute(f"COMMENT ON TABLE {target} IS {_lit(text)}")
-    for col in columns:
-        if col in sf.columns and have.get(col) != sf.columns[col]:
-            con.execute(f"COMMENT ON COLUMN {target}.{_q(col)} IS {_lit(sf.columns[col])}")
-
-
 def _build_cross_trace(
     con: duckdb.DuckDBPyConnection, sf: SqlFile, state: dict[str, Any], files: dict[str, SqlFile],
 ) -> int:
@@ -338,7 +320,7 @@ def _build_cross_trace(
                     narrowed.append(dep)
             con.execute(f"DELETE FROM {target} WHERE {col} IN ({values})")
             con.execute(f"INSERT INTO {target} BY NAME {sf.text}", {p: state[p] for p in sf.params})
-        _comment(con, target, sf, [c for c, _t in _columns(con, catalog, sf.name)])
+        comment_on(con, target, sf, [c for c, _t in _columns(con, catalog, sf.name)])
         return con.execute(f"SELECT count(*) FROM {target}").fetchall()[0][0]
     finally:
         for dep in narrowed:
@@ -420,7 +402,7 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
         # is this run's rows, written once, straight into the database.
         _drop_run_local(con, name)
         con.execute(f"CREATE OR REPLACE TABLE {target} AS {sf.text}", bound)
-        _comment(con, target, sf, [c for c, _t in _columns(con, catalog, name)])
+        comment_on(con, target, sf, [c for c, _t in _columns(con, catalog, name)])
         return con.execute(f"SELECT count(*) FROM {target}").fetchall()[0][0]
     if sf.materialize == "temp" and _exists(con, "temp", name):
         # computed by prepare into the scratch database (``_stage``)
@@ -451,7 +433,7 @@ def _replace_rows(con: duckdb.DuckDBPyConnection, sf: SqlFile, source: str, ids:
     else:
         con.execute(f"DELETE FROM {target} WHERE trace_id IN {ids}", params)
         con.execute(f"INSERT INTO {target} {rows}", params)
-    _comment(con, target, sf, [c for c, _t in columns])
+    comment_on(con, target, sf, [c for c, _t in columns])
 
 
 _IN_PUBLICATION: set[int] = set()  # ids of connections inside ``publication``

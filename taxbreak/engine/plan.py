@@ -13,6 +13,15 @@ Each SQL file holds one SELECT statement; its header comment documents the table
                                    of that value in the tables it reads; a run recomputes only its traces' values)
     -- description: ...
     -- column: <name>: <description> (<unit>)
+    -- computed_by: <module.function> (the later stages only: the Python function that writes the table)
+
+The plan has three stages, each a folder of such files: ``analysis`` (``sql/*.sql``, run by the engine for the
+traces of a run), ``whatif`` (``sql/whatif/``: written by the what-if replay after the analysis) and ``requests``
+(``sql/requests/``: written after each latency-model fit).  A table computed in Python (the replay's
+``whatif_results`` and ``critical_path``) is a plan node like the others: a file holding only the header, whose
+``-- computed_by:`` names the function that writes its rows; a SQL node of a later stage names the function that
+runs its statement.  Every table's docs, ``COMMENT ON`` text, Dagster asset spec and code version come from its node
+(``nodes``, ``code_version``); there is no second parser and no hand-written list of a stage's tables.
 
 A name in ``-- reads:`` is another SQL file or one of ``INPUTS``; nothing else (tests/sql/test_runner.py).
 The engine (``taxbreak.engine.analysis``) runs this plan; Dagster maps it onto assets (``pipeline/defs``) and
@@ -21,11 +30,14 @@ The engine (``taxbreak.engine.analysis``) runs this plan; Dagster maps it onto a
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from taxbreak.engine.rules import settings_tables
+from taxbreak.engine.rules import RunConfig, settings_tables
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,13 @@ class SqlFile:
     scope: str = "run"
     partition_by: str = ""  # cross_trace: the column whose values a run for some traces recomputes alone
     columns: dict[str, str] = field(default_factory=dict)
+    stage: str = "analysis"  # the plan stage: STAGES
+    computed_by: str = ""  # a later stage's table: the Python function (module.function) that writes it
+
+    @property
+    def python_only(self) -> bool:
+        """A table whose rows Python computes (the file holds only its header, no statement)."""
+        return bool(self.computed_by) and not _strip_comments(self.text).strip()
 
     @property
     def params(self) -> list[str]:
@@ -83,7 +102,9 @@ def _strip_comments(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
 
 
-TABLE_KEYS = ("table", "grain", "reads", "materialize", "scope", "partition_by", "description", "column")
+TABLE_KEYS = ("table", "grain", "reads", "materialize", "scope", "partition_by", "description", "column",
+              "computed_by")
+STAGES = ("analysis", "whatif", "requests")  # in the order a trace's tables are written
 _ANY_KEY = re.compile(r"^--\s*([a-z_]+):\s*(.*)$")
 
 
@@ -98,9 +119,9 @@ def header(text: str, keys: tuple[str, ...] = TABLE_KEYS) -> list[tuple[str, str
     return out
 
 
-def parse_sql_file(path: Path) -> SqlFile:
+def parse_sql_file(path: Path, stage: str = "analysis") -> SqlFile:
     text = path.read_text(encoding="utf-8")
-    sf = SqlFile(name=path.stem, path=path, text=text)
+    sf = SqlFile(name=path.stem, path=path, text=text, stage=stage)
     for key, val in header(text):
         if key == "table" and val != sf.name:
             raise ValueError(f"{path}: '-- table: {val}' does not match the file name")
@@ -116,28 +137,90 @@ def parse_sql_file(path: Path) -> SqlFile:
             sf.scope = val
         elif key == "partition_by":
             sf.partition_by = val
+        elif key == "computed_by":
+            sf.computed_by = val
         elif key == "column":
             col, _, desc = val.partition(":")
             sf.columns[col.strip()] = desc.strip()
     if not sf.grain:
         raise ValueError(f"{path}: no '-- grain:' line")
+    if (stage == "analysis") == bool(sf.computed_by):
+        raise ValueError(f"{path}: '-- computed_by:' is the header of a later stage's table, and it must have one")
     return sf
 
 
-_PARSED: dict[tuple[tuple[str, int, int], ...], list[SqlFile]] = {}  # the last parse, by the files' versions
+_PARSED: dict[str, tuple[tuple[tuple[str, int, int], ...], list[SqlFile]]] = {}  # per folder: the last parse
 
 
-def sql_files(sql_dir: Path | None = None) -> list[SqlFile]:
-    """Every SQL file, in dependency order (topological over '-- reads:', ties by name).
+def _folder(stage: str, sql_dir: Path | None) -> Path:
+    if stage not in STAGES:
+        raise ValueError(f"unknown plan stage {stage!r}; known: {', '.join(STAGES)}")
+    root = sql_dir or SQL_DIR
+    return root if stage == "analysis" else root / stage
+
+
+def sql_files(sql_dir: Path | None = None, stage: str = "analysis") -> list[SqlFile]:
+    """The files of a plan stage (default: the analysis, ``sql/*.sql``), in dependency order (topological over
+    '-- reads:', ties by name).
 
     Parsed once per version of the files (path, size, modification time): a run asks for them at every table."""
-    paths = sorted((sql_dir or SQL_DIR).glob("*.sql"))
+    folder = _folder(stage, sql_dir)
+    paths = sorted(folder.glob("*.sql"))
     key = tuple((str(p), st.st_size, st.st_mtime_ns) for p in paths for st in (p.stat(),))
-    if key not in _PARSED:
-        order = _ordered({p.stem: parse_sql_file(p) for p in paths})
-        _PARSED.clear()
-        _PARSED[key] = order
-    return list(_PARSED[key])
+    cached = _PARSED.get(str(folder))
+    if cached is None or cached[0] != key:
+        _PARSED[str(folder)] = (key, _ordered({p.stem: parse_sql_file(p, stage) for p in paths}))
+    return list(_PARSED[str(folder)][1])
+
+
+def nodes(stage: str | None = None) -> list[SqlFile]:
+    """Every table of the plan (``stage`` None) or of one stage, in the order they are written: the analysis, then
+    the what-if replay's, then the request fit's; each stage in dependency order."""
+    return [sf for st in (STAGES if stage is None else (stage,)) for sf in sql_files(stage=st)]
+
+
+def node(name: str) -> SqlFile:
+    """The plan node of table ``name``; KeyError names the known ones."""
+    found = {sf.name: sf for sf in nodes()}
+    if name not in found:
+        raise KeyError(f"no table {name!r} in the plan; known: {', '.join(found)}")
+    return found[name]
+
+
+def _module_source(function: str) -> bytes:
+    """The source of the module defining ``module.function`` (a Python node's code), found without importing it."""
+    spec = importlib.util.find_spec(function.rpartition(".")[0])
+    if spec is None or not spec.origin:
+        raise ValueError(f"computed_by {function!r}: no such module")
+    return Path(spec.origin).read_bytes()
+
+
+def code_version(name: str, files: dict[str, SqlFile] | None = None, config: RunConfig | None = None) -> str:
+    """A table's code version: hash of its node's text, of the run-local files it reads (transitively: their SQL is
+    part of its computation), of the run settings those statements read (kernel-name rules, step patterns, T_sys
+    defaults; ``config``: default the user's settings) and, for a table a later stage writes, of the module of its
+    ``-- computed_by:`` function.  Dagster's asset code versions and the refresh job's key are these.  ``files``:
+    the nodes by name (default: the plan's)."""
+    files = files if files is not None else {sf.name: sf for sf in nodes()}
+    settings = settings_tables()
+    parts: list[str] = []
+    settings_read: set[str] = set()
+
+    def visit(n: str) -> None:
+        parts.append(files[n].text)
+        for r in files[n].reads:
+            if r in files and files[r].materialize == "temp":
+                visit(r)
+            elif r in settings:
+                settings_read.add(r)
+
+    visit(name)
+    if files[name].computed_by:
+        parts.append(hashlib.sha256(_module_source(files[name].computed_by)).hexdigest())
+    cfg = config or RunConfig.from_settings()  # the user's settings (taxbreak.toml, environment) are computation too
+    for table in sorted(settings_read):  # only the settings it reads: a rule edit leaves the other tables current
+        parts.append(table + "=" + repr([getattr(cfg, attr) for attr in settings[table]]))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def _ordered(files: dict[str, SqlFile]) -> list[SqlFile]:
@@ -195,3 +278,34 @@ def release_after(names: list[str]) -> dict[str, list[str]]:
     for dep, reader in last.items():
         out.setdefault(reader, []).append(dep)
     return out
+
+
+def quote_ident(ident: str) -> str:
+    """A plain SQL identifier, quoted; ValueError for anything else (the names come from the plan, never a file)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", ident):
+        raise ValueError(f"not a plain identifier: {ident!r}")
+    return '"' + ident + '"'
+
+
+def sql_literal(text: str) -> str:
+    """A SQL string literal for DDL (DuckDB cannot bind parameters in COMMENT ON or ATTACH)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def comment_on(con: Any, target: str, sf: SqlFile, columns: list[str] | None = None) -> None:
+    """The one COMMENT ON writer: the table's and columns' comments from its plan node's header.  ``target``:
+    ``[db.]schema.table``, each part a plain identifier, quoted or not; ``columns``: the table's columns (None: read
+    from the catalogue).  Comments the table already carries are not written again."""
+    *db, schema, table = [part.strip('"') for part in target.split(".")]
+    where = {"db": db[0] if db else con.execute("SELECT current_database()").fetchall()[0][0], "s": schema,
+             "t": table}
+    have = dict(con.execute(
+        "SELECT '', comment FROM duckdb_tables() WHERE database_name = $db AND schema_name = $s AND table_name = $t "
+        "UNION ALL SELECT column_name, comment FROM duckdb_columns() WHERE database_name = $db AND schema_name = $s "
+        "AND table_name = $t", where).fetchall())
+    text = sf.grain + ". " + sf.description
+    if have.get("") != text:
+        con.execute(f"COMMENT ON TABLE {target} IS {sql_literal(text)}")
+    for col in (columns if columns is not None else [c for c in have if c]):
+        if col in sf.columns and have.get(col) != sf.columns[col]:
+            con.execute(f"COMMENT ON COLUMN {target}.{quote_ident(col)} IS {sql_literal(sf.columns[col])}")

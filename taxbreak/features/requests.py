@@ -47,9 +47,9 @@ import numpy as np
 import pyarrow as pa
 
 from taxbreak.config import Paths, add_path_args
-from taxbreak.engine import runner
+from taxbreak.engine import plan, runner
 from taxbreak.engine.analysis import publication
-from taxbreak.engine.plan import SQL_DIR, SqlFile, parse_sql_file
+from taxbreak.engine.plan import SqlFile
 from taxbreak.store.query import open_for_cli
 from taxbreak.store.tracenames import TraceNotFound, explain_unanalysed, resolve
 from taxbreak.store.warehouse import WarehouseBusy
@@ -67,9 +67,7 @@ FEW_STEPS_WARNING = 50  # a fit resting on fewer steps than this carries a warni
 JOINT_MAX_ROUNDS = 30  # backfitting rounds of a joint fit at most; it stops when the squared error settles (ours)
 JOINT_TOLERANCE = 1e-9  # relative change of the mixed steps' squared error under which a joint fit stops (ours)
 PHASES = ("prefill", "decode")
-REQUEST_SQL_DIR = SQL_DIR / "requests"
-# The statements run after a fit, in this order (each reads the ones before and the warehouse's serving tables).
-REQUEST_TABLES = ("request_model_fit", "request_step_fit", "request_step_shares", "request_totals", "request_tenants")
+REQUESTS_STAGE = "requests"  # the plan stage of the tables written after a fit (sql/requests/, taxbreak.engine.plan)
 
 
 class RequestsError(RuntimeError):
@@ -410,12 +408,12 @@ def _joint_solve(fits: dict[str, PhaseFit], jp: list[str], xs: dict[str, np.ndar
 
 # --- warehouse -----------------------------------------------------------------------------------------------------
 def request_sql_files() -> list[SqlFile]:
-    """The statements run after a fit (``sql/requests/*.sql``), in REQUEST_TABLES order."""
-    files = {p.stem: parse_sql_file(p) for p in sorted(REQUEST_SQL_DIR.glob("*.sql"))}
-    missing = [t for t in REQUEST_TABLES if t not in files]
-    if missing:
-        raise RequestsError(f"{REQUEST_SQL_DIR}: missing statement(s) {', '.join(missing)}")
-    return [files[t] for t in REQUEST_TABLES]
+    """The statements run after a fit (the plan's ``requests`` stage, ``sql/requests/*.sql``), in dependency order:
+    request_model_fit (over the fit's rows) first, each later one reading the ones before and the serving tables."""
+    files = plan.nodes(REQUESTS_STAGE)
+    if not files or files[0].name != "request_model_fit":
+        raise RequestsError("the plan's requests stage must start with request_model_fit (sql/requests/)")
+    return files
 
 
 def _has_table(con: Any, name: str) -> bool:
@@ -518,7 +516,7 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
     """Fit the model for the (model, GPU) pairs of ``groups`` ((model, GPU) or (model, GPU, phase) tuples;
     default: the stale ones) from the warehouse's ``serving_steps``, replace their rows of ``request_model_fit``
     (other pairs' fits are kept; pairs without fit-ready steps lose theirs) and rebuild the tables that read it
-    (REQUEST_TABLES). Returns {"fitted": [...], "skipped": [...], "rows": {table: n}, "seconds": s}."""
+    (``request_sql_files``). Returns {"fitted": [...], "skipped": [...], "rows": {table: n}, "seconds": s}."""
     t0 = time.perf_counter()
     if not _has_table(con, "serving_steps"):
         raise RequestsError("the warehouse has no serving_steps table: run `taxbreak analyze` first")
@@ -566,11 +564,11 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
                             "UNION ALL BY NAME SELECT * FROM _old_fit")
             else:
                 con.execute("CREATE OR REPLACE TABLE main.request_model_fit AS SELECT * FROM _new_fit")
-            _comment(con, first)
+            plan.comment_on(con, "main.request_model_fit", first)
             counts[first.name] = con.execute("SELECT count(*) FROM main.request_model_fit").fetchone()[0]
             for sf in files[1:]:
                 con.execute(f"CREATE OR REPLACE TABLE main.{sf.name} AS {sf.text}")
-                _comment(con, sf)
+                plan.comment_on(con, f"main.{sf.name}", sf)
                 counts[sf.name] = con.execute(f"SELECT count(*) FROM main.{sf.name}").fetchone()[0]
             con.execute("DROP TABLE IF EXISTS temp._new_fit")
             con.execute("DROP TABLE IF EXISTS temp._old_fit")
@@ -579,19 +577,6 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
     return {"fitted": [{k: r[k] for k in ("model_name", "gpu_name", "phase", "fit_basis", "steps_fitted")}
                        for r in fitted],
             "skipped": skipped, "rows": counts, "seconds": time.perf_counter() - t0}
-
-
-def _comment(con: Any, sf: SqlFile) -> None:
-    def lit(text: str) -> str:
-        return "'" + text.replace("'", "''") + "'"
-
-    con.execute(f"COMMENT ON TABLE main.{sf.name} IS {lit(sf.grain + '. ' + sf.description)}")
-    cols = [r[0] for r in con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE table_name = $t AND schema_name = 'main' AND NOT internal "
-        "AND database_name = current_database()", {"t": sf.name}).fetchall()]
-    for col in cols:
-        if col in sf.columns:
-            con.execute(f'COMMENT ON COLUMN main.{sf.name}."{col}" IS {lit(sf.columns[col])}')
 
 
 # --- reading (CLI, report) -----------------------------------------------------------------------------------------

@@ -46,10 +46,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from taxbreak.config import Paths, add_path_args
-from taxbreak.engine import analysis, runner
-from taxbreak.engine.analysis import _comment, _q, publication
-from taxbreak.engine.plan import SqlFile, header, parse_sql_file
+from taxbreak.engine import analysis, plan, runner
+from taxbreak.engine.analysis import publication
+from taxbreak.engine.plan import quote_ident as _q
 from taxbreak.ingest.lake import Lake
+from taxbreak.store.query import WarehouseUnavailable, has_relation, open_readonly
 from taxbreak.store.tracenames import resolve_for_cli
 from taxbreak.store.warehouse import WarehouseBusy
 
@@ -257,17 +258,12 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> di
     return dict(zip([d[0] for d in cur.description], row, strict=True)) if row is not None else None
 
 
-def _table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $n", {"n": name}).fetchone()[0]
-                or con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = $n", {"n": name}).fetchone()[0])
-
-
 def build_graph(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str], trace_id: str) -> Graph:
     """The dependency graph of one analysed trace: ``con`` sees its analysis tables (int_kernel_links,
     kernel_taxbreak, int_steps, trace_launch_floor, skip_by_trace; fusion_candidates, host_partition when there);
     its events are read from the lake."""
-    for t in ("int_kernel_links", "kernel_taxbreak", "int_steps", "trace_launch_floor", "skip_by_trace"):
-        if not _table_exists(con, t):
+    for t in REQUIRED_TABLES:
+        if not has_relation(con, t):
             raise LookupError(f"table {t} is missing: run `taxbreak analyze` for trace {trace_id[:16]} first")
     floor = _one(con, "SELECT t_sys_ns FROM trace_launch_floor WHERE trace_id = $t", {"t": trace_id})
     if floor is None:
@@ -287,7 +283,7 @@ def build_graph(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str
                       "AND dur_ns > 0 ORDER BY pid, tid, ts_ns, end_ns DESC").to_arrow_table()
         g = _assemble(trace_id, int(floor["t_sys_ns"]), seg, dev, syn, ops)
         _attach_scopes(con, g, first_op)
-        if _table_exists(con, "fusion_candidates"):
+        if has_relation(con, "fusion_candidates"):
             rows = con.execute("SELECT chain FROM fusion_candidates WHERE trace_id = $t AND is_listed ORDER BY rank",
                                {"t": trace_id}).fetchall()
             g.fusion_chains = [list(r[0]) for r in rows]
@@ -494,7 +490,7 @@ def _attach_scopes(con: duckdb.DuckDBPyConnection, g: Graph, first_op: tuple | N
             g.il_start = (int(g.h_thread[first]), int(g.h_ts[first]))
     if g.il_start is None and own.get("il_start_ns") is not None:
         g.il_start = (-1, int(own["il_start_ns"]))
-    if _table_exists(con, "taxbreak_by_scope"):
+    if has_relation(con, "taxbreak_by_scope"):
         cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = "
                                           "'taxbreak_by_scope'").fetchall()}
         wall = "hdbi_wall" if "hdbi_wall" in cols else "NULL"
@@ -1059,95 +1055,13 @@ def run_scenarios(g: Graph, scenarios: list[Scenario]) -> list[dict[str, Any]]:
     return [run_scenario(g, sc, own) for sc in scenarios]
 
 
-# --- warehouse tables ------------------------------------------------------------------------------------------------
-TABLE_DOCS = {
-    "whatif_results": """\
--- table: whatif_results
--- grain: one row per trace, what-if scenario and scope (the trace, each step, each phase)
--- reads: int_kernel_links, kernel_taxbreak, int_steps, trace_launch_floor, skip_by_trace, fusion_candidates, (lake) events
--- description: What-if replay (docs/method.md, "What-if replay", ours): the trace's dependency graph replayed under a scenario, with the scope's figures in the trace itself (*_own) and in the replay (*_replay), computed the same way. Written by taxbreak.features.whatif (the Dagster asset whatif_tables computes the default scenarios for every trace; `taxbreak whatif TRACE --save` adds others). IL of a step runs from the step annotation's start to the step's last kernel end.
--- column: trace_id: trace key
--- column: scenario: scenario name ('identity', 'host_x1.5', 'gpu_x2', 'cuda_graph_decode', 'fuse_top5', or the CLI's)
--- column: scenario_json: every scenario setting as a JSON object (host_speedup, t_sys_ns, t_sys_scale, gpu_speedup, cuda_graph, graph_keep_framework, graph_gap_ns, fuse_top)
--- column: host_speedup: host speed-up factor s: every host duration / s
--- column: t_sys_replay_ns: launch floor used by the replay (the trace's T_sys times the scenario's factor) (ns)
--- column: gpu_speedup: kernel durations / g
--- column: scope_kind: 'trace', 'step' or 'phase'
--- column: scope_key: 'trace', int_steps.step_id as text, or the phase name
--- column: kernels: kernels in the scope (kernels)
--- column: il_own_ns: IL in the trace: last kernel end - scope start (the trace: skip_by_trace's IL) (ns)
--- column: il_replay_ns: IL in the replay (ns)
--- column: il_ratio: il_replay_ns / il_own_ns
--- column: hdbi_own: HDBI of the scope's kernels in the trace
--- column: hdbi_replay: HDBI in the scenario: T_DeviceActive / (T_DeviceActive + T_Orchestrate), dFT + dCT / s, N' launches x T_sys'
--- column: hdbi_wall_own: T_DeviceActive / (T_DeviceActive + launch + library + framework host time of the launching threads in the scope, blocked launches excluded), computed by the replay's code on the trace's own times
--- column: hdbi_wall_replay: the same in the replay
--- column: hdbi_wall_table: taxbreak_by_scope.hdbi_wall of the scope (the project's figure, section 3; the replay's own computation above agrees with it to 1e-4 on the public Kineto traces' trace scopes but clips steps by segment start and can differ on Nsight exports)
--- column: gpu_idle_own_ns: IL - merged kernel busy time inside the IL window, in the trace (ns)
--- column: gpu_idle_replay_ns: the same in the replay (ns)
--- column: tklqt_own_ns: sum of non-negative launch-to-start samples, one per launch call, in the trace (ns)
--- column: tklqt_replay_ns: the same in the replay (ns)
--- column: t_orchestrate_replay_ns: T_Orchestrate in the scenario (ns)
--- column: t_device_active_replay_ns: sum of kernel durations in the scenario (ns)
--- column: replay_s: wall time of the replay pass (s)
-""",  # noqa: E501 - header lines as in sql/*.sql
-    "critical_path": """\
--- table: critical_path
--- grain: one row per trace, what-if scenario and scope (as whatif_results)
--- reads: whatif_results
--- description: The critical path of the scope in the (replayed) trace, walked back from the scope's last kernel end to its start along the edges that bound each start (docs/method.md, ours); its time split into host parts (framework, library, launch call, launch path, sync wake-up, other runtime, untraced) and device parts (kernel, memcpy, memset, GPU-side gap). cp_host_share is the boundedness that HDBI approximates. Scenario 'identity' is the trace's own critical path.
--- column: trace_id: trace key
--- column: scenario: scenario name
--- column: scope_kind: 'trace', 'step' or 'phase'
--- column: scope_key: as in whatif_results
--- column: cp_total_ns: critical path length = the scope's IL (ns)
--- column: cp_host_ns: host parts on the path (ns)
--- column: cp_device_ns: device parts on the path (ns)
--- column: cp_framework_ns: framework op / Python self time on the path (ns)
--- column: cp_library_ns: cuBLAS/cuDNN call self time on the path (ns)
--- column: cp_launch_ns: launch call self time on the path (ns)
--- column: cp_launch_path_ns: launch call start to kernel start on launch-bound edges (T_sys and its excess) (ns)
--- column: cp_sync_ns: synchronisation calls on the path: non-waiting calls and the wake-up after awaited work (ns)
--- column: cp_other_runtime_ns: other CUDA/HIP runtime calls on the path (ns)
--- column: cp_untraced_ns: untraced host time on the path (ns)
--- column: cp_kernel_ns: kernel time on the path (ns)
--- column: cp_memcpy_ns: memcpy time on the path (ns)
--- column: cp_memset_ns: memset time on the path (ns)
--- column: cp_gpu_gap_ns: GPU-side gaps between stream-ordered ops on the path (ns)
--- column: cp_unattributed_ns: path time no part explains (where the walk stopped early) (ns)
--- column: cp_host_share: cp_host_ns / cp_total_ns
--- column: cp_host_orchestration_share: (framework + library + launch + launch path) / cp_total_ns
-""",  # noqa: E501 - header lines as in sql/*.sql
-}
-
-
-def table_docs() -> list[Any]:
-    """The tables' header docs as taxbreak.engine.analysis.SqlFile objects (for docgen and COMMENT ON)."""
-
-    out = []
-    for name, text in TABLE_DOCS.items():
-        sf = SqlFile(name=name, path=Path(__file__), text=text)
-        for key, val in header(text):  # the one header parser (taxbreak.engine.plan)
-            if key == "grain":
-                sf.grain = val
-            elif key == "reads":
-                sf.reads = [r.strip() for r in val.split(",")]
-            elif key == "description":
-                sf.description = val
-            elif key == "column":
-                col, _, desc = val.partition(":")
-                sf.columns[col.strip()] = desc.strip()
-        out.append(sf)
-    return out + [levers_sql_file()]
-
-
-LEVERS_SQL = Path(__file__).resolve().parents[2] / "sql" / "whatif" / "levers.sql"
-
-
-def levers_sql_file() -> Any:
-    """sql/whatif/levers.sql, the verdict's levers over the replay's rows (run by write_tables after them)."""
-
-    return parse_sql_file(LEVERS_SQL)
+# --- warehouse tables ---------------------------------------------------------------------------------------------
+# whatif_results and critical_path are Python nodes of the plan (sql/whatif/*.sql: header only), levers a SQL one
+# run after them; their docs and COMMENT ON text are those headers (taxbreak.engine.plan).
+WHATIF_STAGE = "whatif"
+# what the replay reads (whatif_results' node), of which these two only when there
+OPTIONAL_TABLES = ("fusion_candidates", "taxbreak_by_scope")
+REQUIRED_TABLES = tuple(t for t in plan.node("whatif_results").reads if t not in OPTIONAL_TABLES)
 
 
 _CP_COLS = ["cp_total_ns", "cp_host_ns", "cp_device_ns"] + [f"cp_{p}_ns" for p in CP_PARTS] + [
@@ -1201,7 +1115,7 @@ def write_tables(con: duckdb.DuckDBPyConnection, results: list[dict[str, Any]]) 
     one transaction (nothing half-written)."""
 
     res_t, cp_t = result_rows(results)
-    docs = {sf.name: sf for sf in table_docs()}
+    docs = {sf.name: sf for sf in plan.nodes(WHATIF_STAGE)}
     keys = sorted({(r["trace_id"], r["scenario"].name) for r in results})
     with publication(con):  # joins the caller's publication when there is one
         for name, tbl in (("whatif_results", res_t), ("critical_path", cp_t)):
@@ -1212,7 +1126,7 @@ def write_tables(con: duckdb.DuckDBPyConnection, results: list[dict[str, Any]]) 
                             "(SELECT unnest($s::VARCHAR[]))", {"t": tid, "s": [s for t, s in keys if t == tid]})
             con.execute(f"INSERT INTO main.{_q(name)} SELECT * FROM _wi_rows")
             con.unregister("_wi_rows")
-            _comment(con, f"main.{_q(name)}", docs[name], tbl.column_names)
+            plan.comment_on(con, f"main.{_q(name)}", docs[name], tbl.column_names)
         n_levers = _write_levers(con, docs["levers"], sorted({t for t, _ in keys}))
     return {"whatif_results": res_t.num_rows, "critical_path": cp_t.num_rows, "levers": n_levers}
 
@@ -1221,7 +1135,7 @@ def _write_levers(con: duckdb.DuckDBPyConnection, sf: Any, trace_ids: list[str])
     """Replace the levers of ``trace_ids`` from their whatif_results rows (inside the caller's publication). A table
     whose columns differ from the statement's (an older release) is rebuilt, keeping nothing stale."""
 
-    if not trace_ids or not all(_table_exists(con, t) for t in sf.reads):
+    if not trace_ids or not all(has_relation(con, t) for t in sf.reads):
         return 0
     want = [d[0] for d in con.execute(f"SELECT * FROM ({sf.text}) LIMIT 0", {"trace_ids": []}).description]
     have = [r[0] for r in con.execute(
@@ -1232,7 +1146,7 @@ def _write_levers(con: duckdb.DuckDBPyConnection, sf: Any, trace_ids: list[str])
         con.execute(f"CREATE TABLE main.levers AS SELECT * FROM ({sf.text}) LIMIT 0", {"trace_ids": []})
     con.execute("DELETE FROM main.levers WHERE trace_id IN (SELECT unnest($t::VARCHAR[]))", {"t": trace_ids})
     n = con.execute(f"INSERT INTO main.levers {sf.text}", {"trace_ids": trace_ids}).fetchone()[0]
-    _comment(con, "main.levers", sf, want)
+    plan.comment_on(con, "main.levers", sf, want)
     return int(n)
 
 
@@ -1252,21 +1166,6 @@ def compute_and_write(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLi
 
 
 # --- command line ----------------------------------------------------------------------------------------------------
-WAREHOUSE_TABLES = ("trace_meta", "int_kernel_links", "kernel_taxbreak", "int_steps", "trace_launch_floor",
-                    "skip_by_trace", "fusion_candidates", "taxbreak_by_scope", "host_partition")
-
-
-def open_warehouse_readonly(path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection with the warehouse attached read-only and its analysis tables as views."""
-    con = duckdb.connect()
-    con.execute("ATTACH $p AS wh (READ_ONLY)", {"p": str(path)})
-    have = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'wh'").fetchall()}
-    for t in WAREHOUSE_TABLES:
-        if t in have:
-            con.execute(f'CREATE TEMP VIEW "{t}" AS SELECT * FROM wh.main."{t}"')
-    return con
-
-
 def scenario_from_args(args: Any) -> Scenario:
     fuse = 0
     if args.fuse:
@@ -1319,8 +1218,8 @@ def cmd_whatif(args: Any) -> int:
         return 2
     try:
         sc = scenario_from_args(args)
-        con = open_warehouse_readonly(paths.warehouse)
-    except (ValueError, duckdb.Error) as exc:
+        con = open_readonly(Path(paths.warehouse)).con  # the readers' one opener: never blocks a writer
+    except (ValueError, duckdb.Error, WarehouseUnavailable) as exc:
         print(f"whatif: {exc}", file=sys.stderr)
         return 2
     try:

@@ -13,9 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from taxbreak.engine.plan import INPUTS, PARAMETERS, sql_files
-from taxbreak.features.requests import request_sql_files
-from taxbreak.features.whatif import table_docs
+from taxbreak.engine.plan import INPUTS, PARAMETERS, nodes
 
 REPO = Path(__file__).resolve().parents[2]
 DOC_PATH = REPO / "docs" / "warehouse.md"
@@ -60,9 +58,7 @@ def _cell(text: str) -> str:
 
 def generate() -> str:
 
-    files = sql_files() + table_docs()
-    fit_files = {f.name for f in request_sql_files()}
-    files = files + request_sql_files()  # written after each latency-model fit (taxbreak.features.requests.refit)
+    files = nodes()  # every table of the plan: the analysis, the what-if replay's, the request fit's
     lines = [
         "# The warehouse: tables, columns, example queries",
         "",
@@ -105,7 +101,8 @@ def generate() -> str:
     ]
     for f in files:
         lines.append(f"- [`{f.name}`](#{f.name})" + (" (run-local, not kept)" if f.materialize == "temp" else "")
-                     + (" (written by each latency-model fit)" if f.name in fit_files else ""))
+                     + {"whatif": " (written by the what-if replay)",
+                        "requests": " (written by each latency-model fit)"}.get(f.stage, ""))
     lines.append("")
     for f in files:
         lines.append(f"### {f.name}")
@@ -114,9 +111,14 @@ def generate() -> str:
             lines.append("*Run-local: a table of each analysis run (in its scratch database), not kept in the "
                          "warehouse.*")
             lines.append("")
-        if f.name in fit_files:
+        if f.stage == "requests":
             lines.append("*Written after each fit of the per-request latency model (`taxbreak requests --refit`, the "
                          "pipeline's `request_model_fit` asset) from `sql/requests/`, not by `taxbreak analyze`.*")
+            lines.append("")
+        elif f.stage == "whatif":
+            lines.append("*Written after the analysis by the what-if replay (the pipeline's `whatif_tables` asset, "
+                         "`taxbreak whatif TRACE --save`)" + (f", its rows computed in Python by `{f.computed_by}`"
+                         if f.python_only else f" from `sql/whatif/{f.path.name}`") + ".*")
             lines.append("")
         lines.append(f"**Grain:** {f.grain}.")
         lines.append("")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -150,6 +151,10 @@ def test_readers_and_a_second_writer_while_a_writer_works(home: Path, run: Run, 
         assert sql.returncode == 0 and sql.stdout.split() == ["n", "1"], sql.stderr
         summ = run("summary", "mixed.json")
         assert summ.returncode == 0 and "HDBI 0.152" in summ.stdout, summ.stderr
+        # the replay reads through the readers' one opener too (the snapshot while the file is held)
+        wi = run("whatif", "mixed.json", "--host-speedup", "2", "--json")
+        assert wi.returncode == 0, wi.stderr
+        assert [s["scope_kind"] for s in json.loads(wi.stdout)[0]["scopes"]][0] == "trace"
         t0 = time.monotonic()
         second = run("analyze", env={"TAXBREAK_WRITER_WAIT_S": "1"})
         assert second.returncode == 3 and time.monotonic() - t0 < 60

@@ -133,7 +133,7 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
     from unittest import mock
 
     from taxbreak.engine import analysis, rules
-    from taxbreak.pipeline.defs.analysis_assets import code_version
+    from taxbreak.engine.plan import code_version
 
     files = {f.name: f for f in analysis.sql_files()}
     before = {n: code_version(n, files) for n in files if files[n].materialize != "temp"}
@@ -160,13 +160,33 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
         assert {n for n in before if code_version(n, files) != before[n]} == readers
 
 
+def test_code_version_of_a_python_node_follows_its_module() -> None:
+    """A table computed in Python (whatif_results: a header-only plan node) changes version with the source of its
+    ``-- computed_by`` module; so does a later stage's SQL table (levers), whose statement that module runs."""
+    from unittest import mock
+
+    from taxbreak.engine import plan
+
+    before = {n: plan.code_version(n) for n in ("whatif_results", "critical_path", "levers")}
+    real = plan._module_source
+    with mock.patch.object(plan, "_module_source", lambda fn: real(fn) + b"\n# edited"):
+        after = {n: plan.code_version(n) for n in before}
+    assert after["whatif_results"] != before["whatif_results"]
+    assert after["critical_path"] != before["critical_path"]
+    # levers is SQL whose statement whatif.write_tables runs: its module is the orchestration, hashed too
+    assert after["levers"] != before["levers"]
+    assert plan.node("whatif_results").python_only and not plan.node("levers").python_only
+
+
 def test_settings_tables_are_declared_where_read() -> None:
     """Code versions follow the '-- reads:' headers, so every SQL file naming a run-settings table declares it."""
     import dataclasses
     import re
 
     from taxbreak.engine import analysis
-    from taxbreak.pipeline.defs.analysis_assets import SETTINGS_TABLES
+    from taxbreak.engine.rules import settings_tables
+
+    SETTINGS_TABLES = settings_tables()
 
     # every run setting is hashed into the versions of the tables that read it
     assert {a for attrs in SETTINGS_TABLES.values() for a in attrs} == {

@@ -51,6 +51,33 @@ def test_plan_declares_every_input(tmp_path: Path) -> None:
     con.close()
 
 
+def test_every_table_is_a_plan_node() -> None:
+    """The what-if replay's and the request fit's tables are plan nodes beside the analysis': each later-stage node
+    names the Python function that writes it (a callable of that module), reads only plan tables or the fit's rows,
+    and comes after what it reads; the Python-only nodes hold no statement."""
+    import importlib
+
+    from taxbreak.engine import plan
+
+    every = plan.nodes()
+    names = [sf.name for sf in every]
+    assert len(names) == len(set(names))
+    assert [sf.stage for sf in every] == sorted((sf.stage for sf in every), key=plan.STAGES.index)
+    later = [sf for sf in every if sf.stage != "analysis"]
+    assert [sf.name for sf in later] == ["whatif_results", "critical_path", "levers", "request_model_fit",
+                                         "request_step_fit", "request_step_shares", "request_totals",
+                                         "request_tenants"]
+    assert {sf.name for sf in every if sf.python_only} == {"whatif_results", "critical_path"}
+    for sf in later:
+        module, _, fn = sf.computed_by.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), fn)), sf.name
+        for r in sf.reads:
+            assert r in names and names.index(r) < names.index(sf.name), (sf.name, r)
+        assert sf.columns, sf.name
+    with pytest.raises(KeyError, match="no table 'nope'"):
+        plan.node("nope")
+
+
 def test_every_column_documented_in_warehouse(tmp_path: Path) -> None:
     build_mixed(tmp_path / "lake")
     analysis.materialize(tmp_path / "wh.duckdb", tmp_path / "lake")

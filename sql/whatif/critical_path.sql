@@ -1,0 +1,27 @@
+-- A table computed in Python: this file holds only its header (taxbreak.engine.plan).
+-- table: critical_path
+-- grain: one row per trace, what-if scenario and scope (as whatif_results)
+-- reads: whatif_results
+-- computed_by: taxbreak.features.whatif.write_tables
+-- description: The critical path of the scope in the (replayed) trace, walked back from the scope's last kernel end to its start along the edges that bound each start (docs/method.md, ours); its time split into host parts (framework, library, launch call, launch path, sync wake-up, other runtime, untraced) and device parts (kernel, memcpy, memset, GPU-side gap). cp_host_share is the boundedness that HDBI approximates. Scenario 'identity' is the trace's own critical path.
+-- column: trace_id: trace key
+-- column: scenario: scenario name
+-- column: scope_kind: 'trace', 'step' or 'phase'
+-- column: scope_key: as in whatif_results
+-- column: cp_total_ns: critical path length = the scope's IL (ns)
+-- column: cp_host_ns: host parts on the path (ns)
+-- column: cp_device_ns: device parts on the path (ns)
+-- column: cp_framework_ns: framework op / Python self time on the path (ns)
+-- column: cp_library_ns: cuBLAS/cuDNN call self time on the path (ns)
+-- column: cp_launch_ns: launch call self time on the path (ns)
+-- column: cp_launch_path_ns: launch call start to kernel start on launch-bound edges (T_sys and its excess) (ns)
+-- column: cp_sync_ns: synchronisation calls on the path: non-waiting calls and the wake-up after awaited work (ns)
+-- column: cp_other_runtime_ns: other CUDA/HIP runtime calls on the path (ns)
+-- column: cp_untraced_ns: untraced host time on the path (ns)
+-- column: cp_kernel_ns: kernel time on the path (ns)
+-- column: cp_memcpy_ns: memcpy time on the path (ns)
+-- column: cp_memset_ns: memset time on the path (ns)
+-- column: cp_gpu_gap_ns: GPU-side gaps between stream-ordered ops on the path (ns)
+-- column: cp_unattributed_ns: path time no part explains (where the walk stopped early) (ns)
+-- column: cp_host_share: cp_host_ns / cp_total_ns
+-- column: cp_host_orchestration_share: (framework + library + launch + launch path) / cp_total_ns

@@ -1,0 +1,30 @@
+-- A table computed in Python: this file holds only its header (taxbreak.engine.plan).
+-- table: whatif_results
+-- grain: one row per trace, what-if scenario and scope (the trace, each step, each phase)
+-- reads: int_kernel_links, kernel_taxbreak, int_steps, trace_launch_floor, skip_by_trace, fusion_candidates, taxbreak_by_scope
+-- computed_by: taxbreak.features.whatif.write_tables
+-- description: What-if replay (docs/method.md, "What-if replay", ours): the trace's dependency graph (built from the tables it reads and the trace's events in the lake) replayed under a scenario, with the scope's figures in the trace itself (*_own) and in the replay (*_replay), computed the same way. Written by taxbreak.features.whatif (the Dagster asset whatif_tables computes the default scenarios for every trace; `taxbreak whatif TRACE --save` adds others). IL of a step runs from the step annotation's start to the step's last kernel end.
+-- column: trace_id: trace key
+-- column: scenario: scenario name ('identity', 'host_x1.5', 'gpu_x2', 'cuda_graph_decode', 'fuse_top5', or the CLI's)
+-- column: scenario_json: every scenario setting as a JSON object (host_speedup, t_sys_ns, t_sys_scale, gpu_speedup, cuda_graph, graph_keep_framework, graph_gap_ns, fuse_top)
+-- column: host_speedup: host speed-up factor s: every host duration / s
+-- column: t_sys_replay_ns: launch floor used by the replay (the trace's T_sys times the scenario's factor) (ns)
+-- column: gpu_speedup: kernel durations / g
+-- column: scope_kind: 'trace', 'step' or 'phase'
+-- column: scope_key: 'trace', int_steps.step_id as text, or the phase name
+-- column: kernels: kernels in the scope (kernels)
+-- column: il_own_ns: IL in the trace: last kernel end - scope start (the trace: skip_by_trace's IL) (ns)
+-- column: il_replay_ns: IL in the replay (ns)
+-- column: il_ratio: il_replay_ns / il_own_ns
+-- column: hdbi_own: HDBI of the scope's kernels in the trace
+-- column: hdbi_replay: HDBI in the scenario: T_DeviceActive / (T_DeviceActive + T_Orchestrate), dFT + dCT / s, N' launches x T_sys'
+-- column: hdbi_wall_own: T_DeviceActive / (T_DeviceActive + launch + library + framework host time of the launching threads in the scope, blocked launches excluded), computed by the replay's code on the trace's own times
+-- column: hdbi_wall_replay: the same in the replay
+-- column: hdbi_wall_table: taxbreak_by_scope.hdbi_wall of the scope (the project's figure, section 3; the replay's own computation above agrees with it to 1e-4 on the public Kineto traces' trace scopes but clips steps by segment start and can differ on Nsight exports)
+-- column: gpu_idle_own_ns: IL - merged kernel busy time inside the IL window, in the trace (ns)
+-- column: gpu_idle_replay_ns: the same in the replay (ns)
+-- column: tklqt_own_ns: sum of non-negative launch-to-start samples, one per launch call, in the trace (ns)
+-- column: tklqt_replay_ns: the same in the replay (ns)
+-- column: t_orchestrate_replay_ns: T_Orchestrate in the scenario (ns)
+-- column: t_device_active_replay_ns: sum of kernel durations in the scenario (ns)
+-- column: replay_s: wall time of the replay pass (s)
