@@ -2,9 +2,10 @@
 
 Part of ``trace_job`` (after the analysis tables): a run started for one trace replays that trace's default
 scenarios (``taxbreak.features.whatif.default_scenarios``: identity, the host-speed sweep 1x..4x, GPU 2x, CUDA graphs
-for
-decode, the top-5 fusion candidates); a run without a partition computes them for every analysed trace that has
-no rows yet (``full_rebuild``: for every trace). It runs in the ``duckdb_writer`` pool like every other writer.
+for decode, the top-5 fusion candidates); a run without a partition computes them for every analysed trace that has
+no rows yet (``full_rebuild``: for every trace). The replay reads through the readers' opener, outside the writer
+lock; its rows are published under it in one publication (``taxbreak.engine.runner.publish``). It runs in the
+``duckdb_writer`` pool like every other writer.
 It stays unpartitioned: a run without a given trace replays only the traces that have no rows yet, which is not
 what a range of partitions would record.
 """
@@ -15,6 +16,7 @@ from taxbreak.engine import plan, runner
 from taxbreak.features import whatif
 from taxbreak.pipeline.defs.analysis_assets import POOL, AnalysisConfig, trace_ids_for_run
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
+from taxbreak.store.query import WarehouseUnavailable, has_relation, open_readonly
 
 STAGE = plan.nodes(whatif.WHATIF_STAGE)  # whatif_results, critical_path (Python nodes), levers: from the plan
 WHATIF_KEYS = [dg.AssetKey(sf.name) for sf in STAGE]
@@ -34,47 +36,48 @@ def whatif_tables(
 ):  # noqa: ANN201 - yields MaterializeResult
 
     trace_ids = trace_ids_for_run(context, config.full_rebuild)
-
-    def write(con):  # noqa: ANN001, ANN202 - DuckDB connection; (traces replayed, rows written, table totals)
-        nonlocal trace_ids
+    tables = [k.path[-1] for k in WHATIF_KEYS]
+    # the replay reads, never writes: it runs on a reader's connection (the snapshot the analysis step just
+    # published), outside the writer lock; only its rows are published under it
+    try:
+        opened = open_readonly(warehouse.file())
+    except WarehouseUnavailable as exc:  # nothing analysed yet: nothing to replay
+        context.log.info(f"no warehouse to replay from: {exc}")
+        for key in [k for k in WHATIF_KEYS if k in context.selected_asset_keys]:
+            yield dg.MaterializeResult(asset_key=key, metadata={"traces_replayed": 0, "rows_written": 0})
+        return
+    try:
+        con = opened.con
         # the run's traces that have kernels (a run for some traces looks only at their rows)
         analysed = {r[0] for r in con.execute(
             "SELECT trace_id FROM skip_by_trace WHERE kernels > 0 AND ($all OR trace_id IN "
             "(SELECT unnest($ids::VARCHAR[])))", {"all": trace_ids is None, "ids": trace_ids or []},
-        ).fetchall()} if _has(con, "skip_by_trace") else set()
+        ).fetchall()} if has_relation(con, "skip_by_trace") else set()
         if trace_ids is None:
-            done = {r[0] for r in con.execute("SELECT DISTINCT trace_id FROM whatif_results").fetchall()} if _has(
-                con, "whatif_results") else set()
+            done = {r[0] for r in con.execute("SELECT DISTINCT trace_id FROM whatif_results").fetchall()} if (
+                has_relation(con, "whatif_results")) else set()
             trace_ids = sorted(analysed if config.full_rebuild else analysed - done)
         todo = [t for t in trace_ids if t in analysed]
-        rows = {"whatif_results": 0, "critical_path": 0, "levers": 0}
-        for tid in todo:
-            try:
-                n = whatif.compute_and_write(con, lake.get(), [tid])
-            except LookupError as exc:  # not analysed or no events: the tables stay as they are for it
-                context.log.info(f"trace {tid[:16]}: {exc}")
-                continue
-            for k, v in n.items():
-                rows[k] += v
-        totals = {k: (con.execute(f"SELECT count(*) FROM {k}").fetchone()[0] if _has(con, k) else 0) for k in rows}
-        return todo, rows, totals
+        # not analysed or no events: the tables stay as they are for it
+        results = whatif.replay_traces(con, lake.get(), todo,
+                                       skipped=lambda tid, why: context.log.info(f"trace {tid[:16]}: {why}"))
+    finally:
+        opened.con.close()
 
-    # the one publisher (taxbreak.engine.runner.publish), one publication per trace (whatif.write_tables): the marts of
-    # the run's trace only (None: every trace) and only of the tables this step writes: the trace's other tables,
-    # just published by the analysis step, stay where they are (taxbreak.store.marts)
-    todo, rows, totals = runner.publish(warehouse.file(), write, traces=trace_ids,
-                                 tables=[k.path[-1] for k in WHATIF_KEYS], one_transaction=False, label="whatif")
+    def write(con):  # noqa: ANN001, ANN202 - DuckDB connection; (rows written, table totals)
+        rows = whatif.write_tables(con, results)
+        return rows, {k: con.execute(f"SELECT count(*) FROM {k}").fetchone()[0] if has_relation(con, k) else 0
+                      for k in tables}
+
+    # the one publisher (taxbreak.engine.runner.publish), one publication: the marts of the replayed traces only and
+    # only of the tables this step writes: their other tables, just published by the analysis step, stay where they
+    # are (taxbreak.store.marts)
+    rows, totals = {k: 0 for k in tables}, {}
+    if results:
+        rows, totals = runner.publish(warehouse.file(), write, traces=sorted({r["trace_id"] for r in results}),
+                                      tables=tables, label="whatif")
     for key in [k for k in WHATIF_KEYS if k in context.selected_asset_keys]:  # in the plan's order
         name = key.path[-1]
         yield dg.MaterializeResult(asset_key=key, metadata={
-            "traces_replayed": len(todo), "rows_written": rows[name], "dagster/row_count": int(totals[name])})
-
-
-def _has(con, table: str) -> bool:  # noqa: ANN001 - DuckDB connection
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = $t AND NOT temporary",
-                            {"t": table}).fetchone()[0])
-
-
-@dg.definitions
-def whatif_defs() -> dg.Definitions:
-    return dg.Definitions(assets=[whatif_tables])
+            "traces_replayed": len({r["trace_id"] for r in results}), "rows_written": rows[name],
+            **({"dagster/row_count": int(totals[name])} if name in totals else {})})

@@ -36,6 +36,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -1150,17 +1151,33 @@ def _write_levers(con: duckdb.DuckDBPyConnection, sf: Any, trace_ids: list[str])
     return int(n)
 
 
+def replay_traces(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str], trace_ids: list[str],
+                  scenarios: list[Scenario] | None = None,
+                  skipped: Callable[[str, str], None] | None = None) -> list[dict[str, Any]]:
+    """Build each trace's graph from the analysis tables ``con`` sees (a reader's connection is enough: nothing is
+    written) and the lake, and replay the scenarios (default: ``default_scenarios()``); the results, for
+    ``write_tables``.  Traces without kernels give none; a trace not analysed or without events in the lake raises
+    LookupError, or, with ``skipped``, is reported to it (trace id, why) and left out."""
+    out: list[dict[str, Any]] = []
+    for tid in trace_ids:
+        try:
+            g = build_graph(con, lake_root, tid)
+        except LookupError as exc:
+            if skipped is None:
+                raise
+            skipped(tid, str(exc))
+            continue
+        if (g.d_kind == 0).any():
+            out.extend(run_scenarios(g, scenarios or default_scenarios()))
+    return out
+
+
 def compute_and_write(con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str], trace_ids: list[str],
                       scenarios: list[Scenario] | None = None) -> dict[str, int]:
-    """Build each trace's graph from the warehouse on ``con`` and the lake, replay the scenarios (default:
-    ``default_scenarios()``) and publish the rows. Traces without kernels give no rows."""
-    out = {"whatif_results": 0, "critical_path": 0, "levers": 0}
-    for tid in trace_ids:
-        g = build_graph(con, lake_root, tid)
-        if not (g.d_kind == 0).any():
-            continue
-        n = write_tables(con, run_scenarios(g, scenarios or default_scenarios()))
-        for k, v in n.items():
+    """``replay_traces`` and ``write_tables`` on one connection (the warehouse's writer): rows of every trace given."""
+    out = {sf.name: 0 for sf in plan.nodes(WHATIF_STAGE)}
+    for tid in trace_ids:  # one publication per trace: a trace's rows never wait for the next trace's replay
+        for k, v in write_tables(con, replay_traces(con, lake_root, [tid], scenarios)).items():
             out[k] += v
     return out
 
