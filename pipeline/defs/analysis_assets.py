@@ -40,13 +40,13 @@ from taxbreak.pipeline.defs.checks import results as check_results
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES, run_trace_id, trace_ids_of_keys
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 from taxbreak.read import plots, report
-from taxbreak.store.marts import marts_location, pending, register_filesystem, trace_counts
-from taxbreak.store.warehouse import snapshot_is_current
+from taxbreak.store.marts import marts_location, pending, trace_counts
+from taxbreak.store.query import open_readonly
+from taxbreak.store.warehouse import SNAPSHOT_NAME, snapshot_is_current
 
 POOL = "duckdb_writer"
 EXPORTS = dg.AssetKey("warehouse_exports")
 REPORT = dg.AssetKey("warehouse_report")
-SNAPSHOT_NAME = "snapshot.duckdb"
 PREVIEW_ROWS = 5
 
 
@@ -325,17 +325,13 @@ def _svg_markdown(svg: str, alt: str) -> str:
 def warehouse_report(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, lake: LakeResource,
 ) -> dg.MaterializeResult:
-    import duckdb
-
-
-    snapshot = warehouse.exports_dir() / SNAPSHOT_NAME
     out = report.default_output(warehouse.file()) / "index.html"
     # a run for some traces reads and redraws only their pages (and the index across traces): its cost does not
     # grow with the traces in the warehouse; a run without a partition redraws what changed in every page
     details = trace_ids_for_run(context, False)
-    con = duckdb.connect(str(snapshot), read_only=True, config={"autoinstall_known_extensions": "false"})
+    # the readers' one opener: the snapshot the writers just published (its marts' filesystem registered)
+    con = open_readonly(warehouse.file()).con
     try:
-        register_filesystem(con, warehouse.file())  # marts on S3: the snapshot's views read them through fsspec
         data = report.collect(con, details=details)
         report.write_report(con, out, data=data)  # index.html + traces/<id>.html, changed pages only
     finally:

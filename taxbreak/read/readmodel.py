@@ -9,13 +9,14 @@ launching threads' wall time).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from taxbreak.engine.rules import RunConfig
 from taxbreak.read.kernel_names import short_name, short_names
-from taxbreak.store.query import has_relation
+from taxbreak.store.query import has_relation, open_readonly
 from taxbreak.store.tracenames import resolve
 
 # HDBI reading aids; not thresholds from the paper (docs/method.md section 2).
@@ -361,9 +362,9 @@ def summary(
 ) -> dict[str, Any]:
     """The headline figures of one analysed trace (matched by trace id prefix or file name) as plain data.
 
-    ``con``: an open connection to read instead of opening ``warehouse_path`` read-only (kept open)."""
+    ``con``: an open connection to read instead of opening ``warehouse_path`` with the readers' opener (kept open)."""
     own = con is None
-    con = con or duckdb.connect(str(warehouse_path), read_only=True)
+    con = con or open_readonly(Path(warehouse_path)).con
     try:
         tid = resolve_trace(con, trace_id_prefix)
         p = {"t": tid, "k": top_k}
