@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from taxbreak.engine import analysis
     from taxbreak.engine.plan import sql_files
-    from taxbreak.features import trend
+    from taxbreak.read import trend
 
     changes_sql = next(f for f in sql_files() if f.name == "workload_changes").text
     times, whole = {}, {}

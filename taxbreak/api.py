@@ -10,7 +10,7 @@
     tb.analyze_file("trace.json.gz")      # ingest + analyse one file into a warehouse of its own; its Summary
 
 Every figure comes from the functions the CLI, the report and the Dagster metadata read
-(taxbreak.read.readmodel, taxbreak.features.trend, taxbreak.features.whatif): none is computed here.  The objects
+(taxbreak.read.readmodel, taxbreak.read.trend, taxbreak.features.whatif): none is computed here.  The objects
 render as HTML
 tables in Jupyter (``_repr_html_``).
 """
@@ -30,9 +30,9 @@ from taxbreak.config import Paths, ingest_limits
 from taxbreak.engine import runner
 from taxbreak.engine.checks import InvariantBroken
 from taxbreak.engine.rules import RunConfig
-from taxbreak.features import trend, whatif
+from taxbreak.features import whatif
 from taxbreak.ingest import Lake, ingest_file
-from taxbreak.read import readmodel
+from taxbreak.read import readmodel, trend
 from taxbreak.store.query import check_statements, open_readonly
 from taxbreak.store.warehouse import WarehouseBusy
 
@@ -150,7 +150,7 @@ class Warehouse:
 
     def trend(self, workload: str | None = None) -> pd.DataFrame:
         """The workloads (None), or one workload's runs (a workload id prefix or a trace name;
-        taxbreak.features.trend)."""
+        taxbreak.read.trend)."""
 
         with self._con() as con:
             if workload is None:

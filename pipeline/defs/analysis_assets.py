@@ -27,7 +27,6 @@ from taxbreak.engine import plan, runner
 from taxbreak.engine.analysis import build_cross_trace, plan_tables
 from taxbreak.engine.checks import InvariantBroken
 from taxbreak.engine.plan import INPUTS
-from taxbreak.features.trend import regressions_in
 from taxbreak.pipeline.defs.checks import (
     REGRESSION_CHECK,
     REGRESSIONS_ASSET,
@@ -40,6 +39,7 @@ from taxbreak.pipeline.defs.checks import results as check_results
 from taxbreak.pipeline.defs.ingest_assets import TRACE_INGEST, TRACES, run_trace_id, trace_ids_of_keys
 from taxbreak.pipeline.defs.resources import LakeResource, WarehouseResource
 from taxbreak.read import plots, report
+from taxbreak.read.trend import regressions_in
 from taxbreak.store.marts import marts_location, pending, trace_counts
 from taxbreak.store.query import open_readonly
 from taxbreak.store.warehouse import SNAPSHOT_NAME, snapshot_is_current
@@ -56,14 +56,6 @@ TRACES_TAG = "taxbreak/trace_ids"  # a run tag: comma-separated trace ids the ru
 class AnalysisConfig(dg.Config):
     full_rebuild: bool = False
     """Rebuild every trace's rows even in a run started for one trace."""
-
-
-def _sql_files() -> list:  # taxbreak.engine.analysis.SqlFile, in dependency order
-    try:
-        from taxbreak.engine import analysis
-    except ImportError:  # the analysis module is optional for loading the definitions
-        return []
-    return list(analysis.sql_files())
 
 
 def asset_deps(name: str, files: dict) -> list[dg.AssetKey]:
@@ -164,7 +156,7 @@ def _specs(files: dict) -> list[dg.AssetSpec]:
     return specs
 
 
-FILES = {sf.name: sf for sf in _sql_files()}
+FILES = {sf.name: sf for sf in plan.sql_files()}  # the analysis stage, in dependency order
 TABLE_SPECS = _specs(FILES)  # every kept table, in dependency order
 TABLE_NAMES = [s.key.path[-1] for s in TABLE_SPECS]
 # rows of no single trace (sweeps over traces): not partitioned, a step of their own after the per-trace tables

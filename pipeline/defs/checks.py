@@ -1,7 +1,7 @@
 """The analysis invariants (``sql/checks/*.sql``, ``taxbreak.engine.checks``) as Dagster asset checks.
 
 The one check that is not an invariant: ``no_regression_in_landed_runs`` on ``workload_changes`` (issue 28), which
-warns when a run the step's run analysed takes part in a regression of its workload (``taxbreak.features.trend.
+warns when a run the step's run analysed takes part in a regression of its workload (``taxbreak.read.trend.
 regressions_in``), with the figures in its metadata.  It never blocks.
 
 Each check belongs to the table it guards; an error-severity one is blocking.  They are evaluated by the engine
@@ -14,7 +14,7 @@ exports, report, what-if) do not run.  Here they only become check specs and che
 import dagster as dg
 
 from taxbreak.engine.checks import CheckResult, check_files, markdown_preview
-from taxbreak.features.trend import format_regression
+from taxbreak.read.trend import format_regression
 
 __all__ = ["REGRESSION_CHECK", "check_specs", "markdown_preview", "regression_result", "regression_spec", "results"]
 
@@ -47,7 +47,7 @@ def regression_spec() -> dg.AssetCheckSpec:
 
 
 def regression_result(rows: list[dict], scope: str) -> dg.AssetCheckResult:
-    """WARN with the regressions ``rows`` (taxbreak.features.trend.regressions_in); passed when there are none."""
+    """WARN with the regressions ``rows`` (taxbreak.read.trend.regressions_in); passed when there are none."""
     head = "| workload | run | file | figure | change | status | baseline median | z | moved with it |"
     lines = [head, "|" + "---|" * 9]
     for c in rows:

@@ -33,11 +33,11 @@ from taxbreak.engine.checks import InvariantBroken
 from taxbreak.features.nsys_check import cmd_nsys_check
 from taxbreak.features.requests import add_requests_parser
 from taxbreak.features.retry import cmd_retry
-from taxbreak.features.trend import add_trend_parser
 from taxbreak.features.whatif import add_whatif_parser
 from taxbreak.read.compare import add_compare_parser
 from taxbreak.read.export import add_export_parser
 from taxbreak.read.report import add_report_parser
+from taxbreak.read.trend import add_trend_parser
 from taxbreak.store.query import add_sql_parser
 from taxbreak.store.warehouse import WarehouseBusy
 

@@ -1,6 +1,6 @@
 """The report's workloads: the index lists every workload with its latest change, and a workload of two or more
 runs gets ``workloads/<id>.html`` with its figures over the runs and the change points marked (issue 28;
-docs/method.md "Trends and regressions").  Data from taxbreak.features.trend, the one read of
+docs/method.md "Trends and regressions").  Data from taxbreak.read.trend, the one read of
 workload_trends/_changes."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from typing import Any
 
 import duckdb
 
-from taxbreak.features import trend
-from taxbreak.read import plots, readmodel
+from taxbreak.read import plots, readmodel, trend
 from taxbreak.store import query
 
 # (figure, label, unit) drawn per workload page, in this order

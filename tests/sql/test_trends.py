@@ -18,8 +18,8 @@ import pytest
 from taxbreak.engine import analysis
 from taxbreak.engine.plan import sql_files
 from taxbreak.engine.rules import RunConfig
-from taxbreak.features import trend
 from taxbreak.ingest.lake import Lake
+from taxbreak.read import trend
 
 from .scenarios import mixed_rows, write_trace
 
