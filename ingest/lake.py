@@ -47,7 +47,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from taxbreak.ingest.base import TraceInfo, clean_dead, make_owned_dir, owned_name, prefetched
-from taxbreak.ingest.objects import S3Settings, is_s3_url, normalise_s3_url
+from taxbreak.ingest.objects import S3Settings, S3Store, Store, open_store
 from taxbreak.ingest.redact import redact, redact_args, redact_location, redact_names
 from taxbreak.schemas import CATALOGUE_SCHEMA, EVENT_SCHEMA, SCHEMA_VERSION, check_schema_version
 
@@ -125,18 +125,20 @@ class Lake:
 
     def __init__(self, root: str | os.PathLike[str] | Lake, s3: S3Settings | None = None) -> None:
         if isinstance(root, Lake):
-            self.root, self.url, self.s3, self.fs = root.root, root.url, root.s3, root.fs
+            self.root, self.url, self.s3, self.store = root.root, root.url, root.s3, root.store
+            self.fs = root.fs
             return
-        if is_s3_url(root):
-            self.url = normalise_s3_url(root)
-            self.s3: S3Settings | None = s3 or S3Settings.from_env()
-            self.fs: pafs.FileSystem = self.s3.arrow_filesystem()
-            self.root = ObjectPath(self.fs, self.url[len("s3://"):])
+        # the one object store of the lake and the marts (taxbreak.ingest.objects): every read, listing, put and
+        # delete of the lake's files goes through it; ``root`` / ``fs`` give the same files as paths for pyarrow
+        self.store: Store = open_store(root, s3)
+        self.url = self.store.url
+        self.fs: pafs.FileSystem = self.store.arrow_fs
+        if isinstance(self.store, S3Store):
+            self.s3: S3Settings | None = self.store.s3
+            self.root = ObjectPath(self.fs, self.store.prefix)
         else:
-            self.root = Path(root)
-            self.url = str(self.root)
             self.s3 = None
-            self.fs = pafs.LocalFileSystem()
+            self.root = Path(root)
 
     def __str__(self) -> str:
         return self.url
@@ -167,6 +169,12 @@ class Lake:
     def _key(self, path: Path | ObjectPath) -> str:
         """``path`` as this lake's filesystem names it."""
         return path.key if isinstance(path, ObjectPath) else str(path)
+
+    def _rel(self, path: Path | ObjectPath) -> str:
+        """``path`` as the store names it: relative to the lake's root."""
+        if isinstance(path, ObjectPath):
+            return path.key[len(self.store.key("")) + 1:]
+        return Path(path).relative_to(self.root).as_posix()
 
     def _staging(self) -> Path:
         if self.is_object_store:  # staged on local disk, uploaded whole when complete
@@ -243,12 +251,11 @@ class Lake:
     def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
         """Let DuckDB connection ``con`` read this lake's ``s3://`` paths (an fsspec filesystem with this lake's
         endpoint and credentials, replacing one registered earlier); nothing to do for a local lake."""
-        if self.s3 is not None:
-            self.s3.register_filesystem(con)
+        self.store.register_filesystem(con)
 
     # -- reading -----------------------------------------------------------------------------
     def _is_file(self, path: Path | ObjectPath) -> bool:
-        return self.fs.get_file_info(self._key(path)).type == pafs.FileType.File
+        return self.store.is_file(self._rel(path))
 
     def _read(self, path: Path | ObjectPath) -> pa.Table:
         table = pq.read_table(self._key(path), filesystem=self.fs)
@@ -267,12 +274,7 @@ class Lake:
 
     def catalogue_paths(self) -> list[Path | ObjectPath]:
         """Every catalogue file, by name (temporary files of a writer excluded)."""
-        selector = pafs.FileSelector(self._key(self.root / CATALOGUE_DIR), allow_not_found=True)
-        names = sorted(
-            info.base_name for info in self.fs.get_file_info(selector)
-            if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
-            and not info.base_name.startswith(".")
-        )
+        names = [n for n in self.store.names(CATALOGUE_DIR) if n.endswith(".parquet") and not n.startswith(".")]
         return [self.root / CATALOGUE_DIR / name for name in names]
 
     def catalogue(self, trace_ids: list[str] | None = None) -> pa.Table:
@@ -348,42 +350,41 @@ class Lake:
                     stored = self.is_stored(trace_id)
                     if stored is not None:
                         return stored, False
-                target = self.events_path(trace_id)
-                if isinstance(target, ObjectPath):  # one object, replaced whole by the upload's completion
-                    self._upload(part, target)
-                else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(part, target)  # an old copy is swapped for the new one, never removed first
+                # one rename over an old copy, never removed first; on S3 one object, replaced whole by the
+                # upload's completion
+                self.store.put_file(part, self._rel(self.events_path(trace_id)))
                 self.write_catalogue_row(row)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return row, True
 
-    def _uploader(self):  # noqa: ANN202 - s3fs.S3FileSystem
-        """Uploads go through s3fs: one PUT, or a multipart upload it aborts when a part fails.  (pyarrow's S3
-        output stream completes the upload when closed, also on an exception, and exposes no abort.)"""
-        assert self.s3 is not None
-        return self.s3.fsspec_filesystem()
-
-    def _upload(self, local: Path, target: ObjectPath) -> None:
-        """Copy ``local`` to the object ``target``; the object appears (or is replaced) only when complete."""
-        self._uploader().put_file(str(local), target.key)
-
     def write_catalogue_row(self, row: dict) -> None:
+        """The trace's catalogue file, written whole (a local temporary file named for this process, so ``recover``
+        can tell a dead writer's; on S3 one PUT)."""
         path = self.catalogue_path(row["trace_id"])
-        table = pa.Table.from_pylist([row], schema=CATALOGUE_SCHEMA)
-        if isinstance(path, ObjectPath):
-            sink = pa.BufferOutputStream()
-            pq.write_table(table, sink)
-            self._uploader().pipe_file(path.key, sink.getvalue().to_pybytes())  # one PUT
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{owned_name(TMP_PREFIX)}-{path.name}")
-        try:
-            pq.write_table(table, tmp)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist([row], schema=CATALOGUE_SCHEMA), sink)
+        self.store.put_bytes(self._rel(path), sink.getvalue().to_pybytes(),
+                             tmp_name=f"{owned_name(TMP_PREFIX)}-{path.name}")
+
+    def remove_trace(self, trace_id: str) -> list[str]:
+        """Remove a trace's catalogue row, then its events partition (a local partition is first renamed out of
+        ``events/`` into the staging folder, so no reader sees part of it); returns what was removed."""
+        removed = []
+        cat = self.catalogue_path(trace_id)
+        if self._is_file(cat):
+            self.store.delete([self._rel(cat)])
+            removed.append(str(cat))
+        events = self.events_dir(trace_id)
+        if self.store.exists(self._rel(events)):
+            if isinstance(events, Path):
+                trash = self._staging() / "forgotten"
+                os.rename(events, trash)
+                shutil.rmtree(trash.parent, ignore_errors=True)
+            else:
+                self.store.delete([self._rel(events)])
+            removed.append(str(events))
+        return removed
 
     def update_metadata(self, trace_id: str, update: dict) -> dict | None:
         """Merge ``update`` into a stored trace's ``metadata_json`` (a None value removes its key), under the

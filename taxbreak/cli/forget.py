@@ -4,13 +4,8 @@ out of the catalogue and the lake, under the writer lock."""
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
-
-import pyarrow.fs as pafs
 
 from taxbreak.cli.common import EXIT_BUSY, dumps, emit, note
 from taxbreak.config import Paths, add_path_args
@@ -20,30 +15,6 @@ from taxbreak.ingest import Lake
 from taxbreak.ingest.lake import EVENTS_DIR
 from taxbreak.store.tracenames import ambiguity_text, catalogue_candidates, match
 from taxbreak.store.warehouse import WarehouseBusy, warehouse_lock
-
-
-def forget_in_lake(lake: Any, trace_id: str) -> list[str]:
-    """Remove a trace's catalogue row, then its events partition (a local partition is first renamed out of
-    ``events/``, so no reader sees part of it); returns what was removed."""
-
-
-    removed = []
-    cat = lake.catalogue_path(trace_id)
-    if lake.fs.get_file_info(lake._key(cat)).type == pafs.FileType.File:
-        lake.fs.delete_file(lake._key(cat))
-        removed.append(str(cat))
-    events = lake.events_dir(trace_id)
-    if lake.is_object_store:
-        if lake.fs.get_file_info(lake._key(events)).type != pafs.FileType.NotFound:
-            lake.fs.delete_dir(lake._key(events))
-            removed.append(str(events))
-    elif Path(events).exists():
-        trash = Path(lake.root) / "_staging" / f"forget-{uuid.uuid4().hex}"
-        trash.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(events, trash)
-        shutil.rmtree(trash)
-        removed.append(str(events))
-    return removed
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
@@ -79,7 +50,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
                 # the marts of those traces only (taxbreak.store.marts removes every file holding them)
                 def lake_too(_con: Any) -> None:  # after the tables' publication committed, still under the lock
                     for tid in ids:
-                        out["lake_removed"] += forget_in_lake(lake, tid)
+                        out["lake_removed"] += lake.remove_trace(tid)
 
                 out["warehouse_rows_deleted"] = runner.publish(paths, lambda con: forget_traces(con, ids), traces=ids,
                                                         after=lake_too, on_wait=lambda m: note(args, m),
@@ -88,7 +59,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
             with warehouse_lock(paths.warehouse, on_wait=lambda m: note(args, m)):
                 if not Path(paths.warehouse).exists():  # no table holds them; no writer can start meanwhile
                     for tid in ids:
-                        out["lake_removed"] += forget_in_lake(lake, tid)
+                        out["lake_removed"] += lake.remove_trace(tid)
                     break
     except WarehouseBusy as exc:
         emit(f"forget: {exc}", err=True)

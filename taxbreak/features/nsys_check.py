@@ -40,13 +40,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from taxbreak.config import Paths, ingest_limits
 from taxbreak.ingest import ingest_file
 from taxbreak.ingest.base import IngestError
-from taxbreak.ingest.lake import Lake, ObjectPath
+from taxbreak.ingest.lake import Lake
 from taxbreak.ingest.nsys_rep import (
     EXPORT_TIMEOUT_S,
     _fmt,
@@ -245,17 +244,14 @@ def store_check(lake: Any, trace_id: str, record: dict[str, Any], tables: dict[s
     """Write ``check.json`` and ``tables`` (``<name>.parquet``) under ``checks/nsys/<trace_id>/`` in the lake
     (a local folder or ``s3://``), replacing an earlier check's files; returns where."""
 
-    folder = lake.root / CHECKS_DIR / trace_id
-    key = folder.key if isinstance(folder, ObjectPath) else str(folder)
-    fs = lake.fs
-    if fs.get_file_info(key).type == pafs.FileType.Directory:
-        fs.delete_dir_contents(key)
-    fs.create_dir(key, recursive=True)
+    rel = f"{CHECKS_DIR}/{trace_id}"
+    lake.store.delete([rel])  # the lake's object store (taxbreak.ingest.objects): a local folder or s3://
     for name, table in tables.items():
-        pq.write_table(table, f"{key}/{name}.parquet", filesystem=fs)
-    with fs.open_output_stream(f"{key}/check.json") as fh:
-        fh.write(json.dumps(record, indent=2, sort_keys=True, default=str).encode())
-    return str(folder)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        lake.store.put_bytes(f"{rel}/{name}.parquet", sink.getvalue().to_pybytes())
+    lake.store.put_text(f"{rel}/check.json", json.dumps(record, indent=2, sort_keys=True, default=str))
+    return lake.store.path(rel)
 
 
 def cmd_nsys_check(args: argparse.Namespace) -> int:
