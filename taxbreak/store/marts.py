@@ -72,7 +72,7 @@ import duckdb
 
 from taxbreak.config import ConfigError, setting
 from taxbreak.engine.plan import sql_files
-from taxbreak.ingest.objects import S3Settings, is_s3_url, normalise_s3_url
+from taxbreak.ingest.objects import LocalStore, S3Store, is_s3_url
 from taxbreak.store.faults import fault_point
 
 MARTS_DIR = "marts"
@@ -101,29 +101,15 @@ def _local(warehouse: str | os.PathLike[str], where: str | None) -> Path:
     return Path(warehouse).parent / MARTS_DIR if where is None or is_s3_url(where) else Path(where)
 
 
-class LocalMarts:
-    """The marts in a local folder (``marts/`` beside the DuckDB file, or the folder ``paths.marts`` names).  Files
-    are staged in the folder itself and put in place by one rename each; a loose partition keeps its name
-    (``PART``, renamed over the previous one); the manifest is replaced by a rename too."""
-
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
-        self.dir = Path(folder)
-
-    def __str__(self) -> str:
-        return str(self.dir)
+class LocalMarts(LocalStore):
+    """The marts in a local folder (``marts/`` beside the DuckDB file, or the folder ``paths.marts`` names), on the
+    lake's object store (``taxbreak.ingest.objects.LocalStore``: reads, listings, puts) with the marts' own
+    policy.  Files are staged in the folder itself and put in place by one rename each; a loose partition keeps its
+    name (``PART``, renamed over the previous one); the manifest is replaced by a rename too."""
 
     def absolute(self) -> LocalMarts:
         """The store as readers name its files (the snapshot's views): its absolute folder."""
         return LocalMarts(self.dir.resolve())
-
-    def path(self, rel: str) -> str:
-        return str(self.dir / rel)
-
-    def read_text(self, rel: str) -> str | None:
-        try:
-            return (self.dir / rel).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
 
     def stamp(self, rel: str) -> tuple[int, int, int] | None:
         """A key that changes whenever the file ``rel`` does (inode, mtime, size); None when it is missing."""
@@ -133,21 +119,10 @@ class LocalMarts:
             return None
         return st.st_ino, st.st_mtime_ns, st.st_size
 
-    def is_file(self, rel: str) -> bool:
-        return (self.dir / rel).is_file()
-
     def absent(self, rel: str, recorded: bool) -> bool:
         """Whether the file ``rel``, which the manifest's layout has when ``recorded``, is to be written: here one
         stat tells."""
         return not (self.dir / rel).exists()
-
-    def names(self, rel: str = "") -> list[str]:
-        """The files directly under ``rel`` (no sub-folders; one listing, no stat per entry)."""
-        try:
-            with os.scandir(self.dir / rel) as entries:
-                return sorted(e.name for e in entries if e.is_file())
-        except (FileNotFoundError, NotADirectoryError):
-            return []
 
     def legacy(self) -> list[Path]:
         """The table folders of the layout before the manifest (one folder per trace) the marts folder may hold."""
@@ -169,13 +144,6 @@ class LocalMarts:
                     extra.unlink(missing_ok=True)
         os.replace(local, place)
 
-    def put_text(self, rel: str, text: str) -> None:
-        """Write ``rel`` whole: a temporary file beside it, renamed over it (readers see the old file or the new)."""
-        place = self.dir / rel
-        tmp = place.with_name(f".{place.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, place)
-
     def delete(self, rels: list[str]) -> None:
         """Delete the files and folders ``rels``; a missing one is no error; one outside the folder is never
         deleted (``confined``)."""
@@ -191,61 +159,25 @@ class LocalMarts:
     def delete_orphans(self, local: Path, manifest: Manifest) -> None:
         """Nothing: no journals here (``journal``)."""
 
-    def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Nothing to register: DuckDB reads local files."""
 
-
-class ObjectMarts:
+class ObjectMarts(S3Store):
     """The marts on an S3-compatible store (``paths.marts = "s3://bucket/prefix"``; endpoint and credentials:
-    ``taxbreak.ingest.objects.S3Settings``).  No object is renamed or replaced in place by a write that readers may see
-    twice: loose partitions and segments get new names, uploaded whole (one PUT, or a multipart upload that S3 shows
-    only when completed), and ``_manifest.json`` (one PUT, written last) is the commit point."""
-
-    def __init__(self, url: str, s3=None) -> None:  # noqa: ANN001 - taxbreak.ingest.objects.S3Settings
-
-        self.url = normalise_s3_url(url)
-        self.key = self.url[len("s3://"):]
-        self.s3 = s3 or S3Settings.from_env()
-        self.fs = self.s3.arrow_filesystem()  # HEAD, GET, LIST, DELETE
-        self.up = self.s3.fsspec_filesystem()  # uploads (a failed multipart upload is aborted; see ingest.lake)
-
-    def __str__(self) -> str:
-        return self.url
+    ``taxbreak.ingest.objects.S3Settings``), on the lake's object store (``S3Store``) with the marts' own policy.
+    No object is renamed or replaced in place by a write that readers may see twice: loose partitions and segments
+    get new names, uploaded whole (one PUT, or a multipart upload that S3 shows only when completed), and
+    ``_manifest.json`` (one PUT, written last) is the commit point."""
 
     def absolute(self) -> ObjectMarts:
         return self
-
-    def path(self, rel: str) -> str:
-        return f"{self.url}/{rel}"
-
-    def read_text(self, rel: str) -> str | None:
-        try:
-            with self.fs.open_input_stream(f"{self.key}/{rel}") as f:
-                return f.read().decode("utf-8")
-        except FileNotFoundError:
-            return None
 
     def stamp(self, rel: str) -> None:
         """None: no cheap version key here (it would cost a request); the caller reads the object."""
         return None
 
-    def is_file(self, rel: str) -> bool:
-        import pyarrow.fs as pafs
-
-        return self.fs.get_file_info(f"{self.key}/{rel}").type == pafs.FileType.File
-
     def absent(self, rel: str, recorded: bool) -> bool:
         """Whether the object ``rel``, which the manifest's layout has when ``recorded``, is to be written: the
         manifest's word (no HEAD per table: every table of a manifest had its columns' object put with it)."""
         return not recorded
-
-    def names(self, rel: str = "") -> list[str]:
-        """The objects directly under ``rel`` (a folder's files, no sub-folders)."""
-        import pyarrow.fs as pafs
-
-        base = f"{self.key}/{rel}".rstrip("/")
-        infos = self.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
 
     def legacy(self) -> list[Path]:
         """None: the layout before the manifest was never on S3."""
@@ -257,17 +189,15 @@ class ObjectMarts:
         return f"part-{uuid.uuid4().hex[:16]}.parquet"
 
     def upload(self, local: Path, rel: str) -> None:
-        self.up.put_file(str(local), f"{self.key}/{rel}")
-
-    def put_text(self, rel: str, text: str) -> None:
-        self.up.pipe_file(f"{self.key}/{rel}", text.encode("utf-8"))  # one PUT
+        """Upload the staged file ``local`` (``S3Store.put_file``: the object appears only when complete)."""
+        self.put_file(local, rel)
 
     def delete(self, rels: list[str]) -> None:
         """Delete the objects ``rels`` (batched: up to 1,000 per request); a missing one is no error.  (s3fs, not
         pyarrow: pyarrow leaves an empty ``folder/`` marker where it deletes a folder's last object.)"""
         rels = [rel for rel in rels if confined(rel)]  # (never a key outside the prefix)
         if rels:
-            self.up.rm([f"{self.key}/{rel}" for rel in rels])
+            self.up.rm([self.key(rel) for rel in rels])
 
     def journal(self, local: Path, rels: list[str]) -> Path:
         """List the new objects ``rels`` a write is about to upload in a journal in the local marts folder
@@ -287,9 +217,6 @@ class ObjectMarts:
                 rels = []
             self.delete([rel for rel in rels if isinstance(rel, str) and rel not in keep])
             journal.unlink(missing_ok=True)
-
-    def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.s3.register_filesystem(con)
 
 
 Root = LocalMarts | ObjectMarts
