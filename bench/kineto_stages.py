@@ -4,11 +4,11 @@
     python bench/kineto_stages.py --size-mib 128
 
 Stages (each one's input made by the stage before it, its output kept for the next):
-- split/copy: the ``traceEvents`` array found, checked and copied into pieces (``_copy_events_array``; the
-  newline-delimited route: the pieces' element separators turned into newlines as well);
+- split/copy: the ``traceEvents`` array found, checked and copied into pieces (``_copy_events_array``);
 - DuckDB parse: ``read_json`` of the pieces with the fixed column list, rows drained, nothing else;
 - per-event SQL + stage write: ``_stage`` (parse included) minus the parse alone;
-- stage read-back: the staged rows made relative and given their launching process (``_read_stage``), drained;
+- stage read-back: the staged rows made relative and given their launching process (``_read_stage``), all held
+  for the next stage (so fresh memory for each batch: more than inside an ingest, which frees each batch written);
 - lake write: those batches through ``Lake.publish_events`` (checks, redaction, Parquet), from memory;
 - end to end: ``ingest_file`` of the file (the stages overlap on their prefetch threads, so it is less than the sum).
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{trace}: the byte-range route does not apply", file=sys.stderr)
             return 1
         pieces, _meta = copied
-        fmt = getattr(kineto, "PIECE_FORMAT", "array")
+        fmt = "array"
         con = kineto._connect(work)
 
         def parse() -> int:
