@@ -16,6 +16,9 @@ With ``msgspec`` importable (it is not a dependency), two more rows try issue 27
 the pieces turned into newline-delimited JSON at C speed (``msgspec`` splits each piece into its elements' raw
 bytes and validates it, so a raw newline can only be whitespace; the elements joined by ``\x1e``, then one
 ``bytes.translate``: CR/LF -> space, ``\x1e`` -> LF) and DuckDB's parse of that (``format='newline_delimited'``).
+
+``--gzip`` adds the inflate of the same trace gzipped (level 6, kept beside it): zlib's (``gzip.GzipFile``, the
+ingest's before issue 27) and ISA-L's (``isal.igzip``, the ingest's now), 1 MiB reads as the ingest makes them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mib", type=int, default=128, help="size of the synthetic trace (MiB of JSON)")
     ap.add_argument("--out-dir", type=Path, default=HERE / "out", help="where the trace is generated and kept")
+    ap.add_argument("--gzip", action="store_true", help="also time the inflate of the trace gzipped")
     args = ap.parse_args(argv)
     from taxbreak.ingest import Lake, ingest_file, kineto
     from taxbreak.ingest.base import IngestLimits, TraceInfo
@@ -118,6 +122,28 @@ def main(argv: list[str] | None = None) -> int:
         del batches
         timed("lake write", write)
         timed("end to end (ingest_file)", lambda: ingest_file(trace, Lake(work / "lake2"), tmp_dir=work))
+    if args.gzip:
+        import gzip
+        import shutil
+
+        from isal import igzip
+
+        packed = trace.with_suffix(".json.gz")
+        if not packed.exists():
+            with open(trace, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+
+        def inflate(opener) -> int:  # noqa: ANN001
+            n = 0
+            with open(packed, "rb") as raw, opener(fileobj=raw, mode="rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    n += len(chunk)
+            return n
+
+        for label, opener in (("gzip inflate, zlib", gzip.GzipFile), ("gzip inflate, igzip", igzip.GzipFile)):
+            if timed(label, lambda opener=opener: inflate(opener)) != trace.stat().st_size:
+                print(f"{packed}: inflates to other bytes than {trace}", file=sys.stderr)
+                return 1
     mb = trace.stat().st_size / 1e6
     print(f"{trace.name}: {mb:,.0f} MB of JSON, {n:,} events, pieces {len(pieces)} ({fmt})")
     print(f"{'stage':<34} {'wall s':>8} {'CPU s':>8}")
