@@ -2,7 +2,7 @@
 
 Route (see ``../shared/STACK.md``): the bytes around the ``traceEvents`` array (head + ``[]`` + tail) are
 parsed as JSON, which both validates the byte range and yields the top-level metadata; the array's bytes are
-copied by the kernel (gzip: decompressed first) into temporary files in ``workdir``, pieces of about
+copied by the kernel (gzip: decompressed first, by ISA-L's igzip) into temporary files in ``workdir``, pieces of about
 ``PIECE_BYTES`` cut between two elements, each a JSON array, because DuckDB reads one JSON array file on one
 thread only.  A cut that fell inside an element (``},{`` in a string or an args array) leaves its piece invalid,
 so DuckDB's read fails and the array is read once more as one file.  DuckDB then reads the pieces once,
@@ -53,6 +53,7 @@ from typing import IO, Any
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+from isal import igzip, isal_zlib
 
 from taxbreak.ingest.base import (
     AdapterOutput,
@@ -227,7 +228,8 @@ FROM d
 
 # -- reading the source ----------------------------------------------------------------------------------
 class _Source:
-    """The file's bytes, decompressed when gzip; counts raw bytes read for progress."""
+    """The file's bytes, decompressed when gzip (by ISA-L's igzip: about 3.6 times zlib's speed on a Kineto
+    trace); counts raw bytes read for progress."""
 
     def __init__(self, path: Path, limits: IngestLimits) -> None:
         self.path = path
@@ -235,19 +237,17 @@ class _Source:
         magic = self.raw.read(2)
         self.raw.seek(0)
         self.is_gzip = magic == b"\x1f\x8b"
-        self.fh: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.is_gzip else self.raw
+        self.fh: IO[bytes] = igzip.GzipFile(fileobj=self.raw, mode="rb") if self.is_gzip else self.raw
         self.out_bytes = 0
         self.limit_bytes, self.limit_note = _expansion_limit(path, self.is_gzip, limits)
 
     def read(self, n: int) -> bytes:
         try:
             data = self.fh.read(n)
-        except (gzip.BadGzipFile, zlib.error, OSError) as exc:
-            raise IngestError(f"{self.path}: corrupt gzip data ({exc})") from None
-        except EOFError:
-            raise IngestError(
-                f"{self.path}: truncated gzip file (the compressed stream ends before its end marker)"
-            ) from None
+        except (gzip.BadGzipFile, isal_zlib.error, OSError, EOFError) as exc:
+            if not self.is_gzip:  # the file's own read failed
+                raise IngestError(f"{self.path}: corrupt gzip data ({exc})") from None
+            raise _gzip_error(self.path, exc, self.out_bytes + GZIP_FREE_BYTES) from None
         self.out_bytes += len(data)
         if self.out_bytes > self.limit_bytes:
             raise IngestError(f"{self.path}: {self.limit_note}; not ingested")
@@ -258,6 +258,23 @@ class _Source:
 
     def close(self) -> None:
         self.raw.close()
+
+
+def _gzip_error(path: Path, exc: Exception, upto_bytes: int) -> IngestError:
+    """What is wrong with the gzip file ``path``, said as zlib says it: igzip found a fault (``exc``); the file is
+    inflated once more by zlib, up to ``upto_bytes`` (a little past where igzip stopped; only a broken file pays
+    this), so that the message is zlib's, as before igzip (igzip names a corrupt block in its own words and reads
+    garbage after the last member as a truncation)."""
+    try:
+        with open(path, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as fh:
+            done = 0
+            while done <= upto_bytes and (chunk := fh.read(CHUNK_BYTES)):
+                done += len(chunk)
+    except (gzip.BadGzipFile, zlib.error, OSError) as zlib_exc:
+        return IngestError(f"{path}: corrupt gzip data ({zlib_exc})")
+    except EOFError:
+        return IngestError(f"{path}: truncated gzip file (the compressed stream ends before its end marker)")
+    return IngestError(f"{path}: corrupt gzip data ({exc})")  # zlib reads what igzip refused: igzip's words
 
 
 def _expansion_limit(path: Path, is_gzip: bool, limits: IngestLimits) -> tuple[int, str]:

@@ -359,3 +359,17 @@ def test_source_pid_kept_for_every_shape_of_device_args(write_kineto, raw_number
     assert json.loads(rows["empty_args"]["args_json"]) == {"_source_pid": "0"}
     assert json.loads(rows["text_args"]["args_json"]) == {"note": 'é "q" \\ }', "stream": 8, "_source_pid": "0"}
     assert (rows["text_args"]["tid"], rows["empty_args"]["tid"]) == ("8", "7")
+
+
+@pytest.mark.parametrize(("tail", "message"), [
+    (b"xx", "corrupt gzip data (Not a gzipped file (b'xx'))"),  # igzip alone would call this a truncation
+    (b"", None),
+])
+def test_gzip_faults_are_said_in_zlibs_words(write_kineto, lake, tail, message):
+    """The gzip data is inflated by igzip (issue 27); a fault it finds is said as zlib says it, naming the file."""
+    path = write_kineto("g.json.gz", raw=gzip.compress(_good_text()) + tail)
+    res = ingest_file(path, lake)
+    if message is None:
+        assert res.status == "ingested" and res.row["event_count"] > 0
+    else:
+        assert res.status == "failed" and res.error == f"{path}: {message}"

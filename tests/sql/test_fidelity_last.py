@@ -136,3 +136,24 @@ def test_flag_reaches_every_reader(wh: duckdb.DuckDBPyConnection, tmp_path: Path
     data = report.collect(wh)
     page = report.render_trace_page(next(t for t in data["traces"] if t["trace_id"] == BASE_ID))
     assert "median of only 3 sample(s): unstable" in page
+
+
+def test_the_range_open_at_depth_one_need_not_be_the_latest_begun(tmp_path: Path) -> None:
+    """thread 1/1:  __enter__ [1000, 2000), my_region [1500, 5000), cudaLaunchKernel [1600, 1700) inside it.
+    After 2000 one range is open, my_region, though the launch began later (and ended at 1700): the segment
+    [2000, 5000) is framework time, found as the range ending last of those begun by 2000 (issue 27: that lookup
+    replaced a join of such segments with every range open over them).  Wall [1000, 5000) = 4000: launch 100,
+    framework 3900, unresolved 0."""
+    t, P, tid = "8" * 64, "1", "1"
+    rows = [
+        ev(t, "python_function", "contextlib.py(135): __enter__", 1000, 1000, P, tid),
+        ev(t, "framework_op", "my_region", 1500, 3500, P, tid, external_id=1),
+        ev(t, "runtime_api", "cudaLaunchKernel", 1600, 100, P, tid, correlation_id=1, external_id=1),
+        kernel(t, "elementwise_kernel", 3500, 500, P, 1, 1),
+    ]
+    write_trace(Lake(tmp_path / "lake"), t, rows, gpu="NVIDIA H100 80GB HBM3", file_name="latest_begun.json")
+    analysis.materialize(tmp_path / "wh.duckdb", tmp_path / "lake")
+    with duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True) as con:
+        got = con.execute("""SELECT wall_ns, launch_host_ns, framework_ns, host_untraced_ns, unresolved_ns
+                             FROM host_partition WHERE trace_id = $t AND scope_kind = 'thread'""", {"t": t}).fetchall()
+    assert got == [(4000, 100, 3900, 0, 0)]
