@@ -5,10 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.taxbreak-installed
 
-.PHONY: demo test lint bench bench-env clean-warehouse help
+.PHONY: demo dev test lint bench bench-env clean-warehouse help
 
 help:
 	@echo "make demo   - set up .venv, run the main pipeline on an embedded default and show the result"
+	@echo "make dev    - dg dev: the Dagster UI, daemon and sensor (ARGS=\"--port 3001\"); SIGTERM stops it"
 	@echo "make test   - set up .venv and run the test suite"
 	@echo "make bench  - every benchmark figure as a ratio to a reference run beside it (ARGS=\"--size-mib 512\")"
 	@echo "make bench-env - the optional peers' environment .venv-bench (HTA; TraceLens with TRACELENS_SRC=DIR)"
@@ -25,6 +26,11 @@ DEMO_TRACE ?= tests/data/public/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.j
 
 demo: $(STAMP)
 	$(BIN)/python -m taxbreak.demo $(if $(wildcard $(DEMO_TRACE)),--trace $(DEMO_TRACE)) $(ARGS)
+
+# `dg dev` through a launcher that resets SIGINT/SIGTERM first: started from a script (`make dev &`), a plain
+# `dg dev` inherits SIGINT ignored and Dagster then ignores SIGTERM too (pipeline/dev.py, docs/orchestration.md).
+dev: $(STAMP)
+	$(BIN)/python -m taxbreak.pipeline.dev $(ARGS)
 
 # The suite runs on parallel workers (pytest-xdist, pinned in requirements-dev.lock): TEST_WORKERS=auto is one per
 # core, TEST_WORKERS=0 runs it in one process; PYTEST_ARGS="--durations=30" adds options. worksteal: an idle worker
