@@ -121,10 +121,12 @@ class Warehouse:
         finally:
             opened.con.close()
 
-    def traces(self) -> pd.DataFrame:
-        """The lake's catalogue: one row per trace file, ingested or failed, with its error."""
-
-        return Lake(self.lake).catalogue().to_pandas()
+    def traces(self, all: bool = False, arrow: bool = False) -> pd.DataFrame | Any:  # `all`: as `traces --all`
+        """The lake's catalogue as `taxbreak traces` lists it (readmodel.catalogue): one row per trace file, ingested
+        or failed with its error, oldest first; files that are no trace at all (status ``not_a_trace``) only with
+        ``all=True``, as ``--all``. ``arrow``: a pyarrow Table."""
+        listed, _ = readmodel.catalogue(self.lake, all=all)
+        return listed if arrow else listed.to_pandas()
 
     def summary(self, trace: str, top: int = 5) -> Summary:
         """What `taxbreak summary TRACE` shows (TRACE: id prefix, file name, stem or unique substring)."""

@@ -12,8 +12,11 @@ import os
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from taxbreak.engine.rules import RunConfig
+from taxbreak.ingest import Lake
 from taxbreak.read.kernel_names import short_name, short_names
 from taxbreak.store.query import has_relation
 from taxbreak.store.tracenames import resolve
@@ -191,6 +194,21 @@ def caveats(h: dict[str, Any]) -> list[dict[str, str]]:
         add("steps", f"{h['kernels_outside_steps']:,} kernels lie outside every step (warm-up leftovers?): "
                      "trace-level figures include them, per-step figures do not")
     return out
+
+
+# The catalogue status of a file that is no trace at all (a stray config.json in an ingested folder): recorded, so
+# that the next ingest of its folder skips it and a name can be explained, but not listed unless asked for.
+NOT_A_TRACE = "not_a_trace"
+
+
+def catalogue(lake: str | os.PathLike[str], all: bool = False) -> tuple[pa.Table, int]:  # `all`: as `traces --all`
+    """The catalogue as every reader lists it (``taxbreak traces``, ``Warehouse.traces()``): oldest first, files
+    that are no trace at all left out unless ``all``; with how many were left out. Failed traces are always listed
+    (``taxbreak retry`` takes them)."""
+
+    every = Lake(lake).catalogue().sort_by("ingested_at_ns")
+    listed = every if all else every.filter(pc.fill_null(pc.not_equal(every["status"], NOT_A_TRACE), True))
+    return listed, every.num_rows - listed.num_rows
 
 
 def resolve_trace(con: duckdb.DuckDBPyConnection, name: str) -> str:
