@@ -79,7 +79,9 @@ class Summary:
             "kernels", "linked_fraction", "hdbi", "hdbi_linked", "hdbi_wall", "t_orchestrate_ns", "delta_ft_ns",
             "delta_ct_ns", "delta_kt_ns", "t_device_active_ns", "kpt", "tklqt_ns", "il_ns")}])
         return (f"<h4>{escape(self.file_name)} <small>{self.trace_id[:16]}</small></h4><p>{block}</p>"
-                + figures.to_html(index=False) + "<h5>top kernels</h5>" + self.kernels.head(5).to_html(index=False))
+                + figures.to_html(index=False)
+                + f"<p><small>tklqt_ns: TKLQT, {escape(readmodel.tklqt_note(self.headline))}</small></p>"
+                + "<h5>top kernels</h5>" + self.kernels.head(5).to_html(index=False))
 
 
 @dataclass

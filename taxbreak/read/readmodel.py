@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from taxbreak.engine.rules import RunConfig
 from taxbreak.ingest import Lake
 from taxbreak.read.kernel_names import short_name, short_names
+from taxbreak.read.plots import fmt_value
 from taxbreak.store.query import has_relation
 from taxbreak.store.tracenames import resolve
 
@@ -69,6 +70,18 @@ ORDER BY m.model NULLS LAST, m.batch_size NULLS LAST, m.file_name
 # Queued launches wait at the same time, so the sum can exceed the trace's length; the per-launch mean is the figure
 # to compare across traces.
 TKLQT_IS_A_SUM = "a sum of overlapping queue waits, so it can exceed the trace's length"
+
+
+def tklqt_mean_text(h: dict[str, Any]) -> str:
+    """TKLQT's per-launch mean as every reader prints it: 'mean 1.36 ms per launch over 1,029 launches' (the mean
+    and the count over the non-negative samples, those TKLQT sums; the duration in plots.fmt_value's one format)."""
+    counted = (h.get("launch_samples") or 0) - (h.get("negative_samples") or 0)
+    return f"mean {fmt_value(h.get('mean_launch_to_start_ns'), 'ns')} per launch over {counted:,} launches"
+
+
+def tklqt_note(h: dict[str, Any]) -> str:
+    """What every reader says beside the TKLQT total: its per-launch mean and that the total sums overlapping waits."""
+    return f"{tklqt_mean_text(h)}; {TKLQT_IS_A_SUM}"
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     cur = con.execute(sql, params)
@@ -448,10 +461,8 @@ def format_summary(s: dict[str, Any]) -> str:
         kd = "n/a" if h["kpt_decode"] is None else f"{h['kpt_decode']:,.1f}"
         lines.append(f"  kernels per token {kv} (decode-only {kd}); unique kernels {h['unique_kernels'] or 0:,}, "
                      f"diversity {h['kernel_diversity'] or 0:.3f}")
-        mean = "n/a" if h["mean_launch_to_start_ns"] is None else f"{h['mean_launch_to_start_ns'] / 1000:,.2f} µs"
-        lines.append(f"  TKLQT {_ms(h['tklqt_ns'])}: mean {mean} per launch over {h['launch_samples']:,} launches; "
-                     f"{TKLQT_IS_A_SUM} ({h['negative_samples']:,} negative samples apart); AKD "
-                     f"{h['akd_ns'] / 1000:,.2f} µs")
+        lines.append(f"  TKLQT {_ms(h['tklqt_ns'])}: {tklqt_note(h)} ({h['negative_samples']:,} negative samples "
+                     f"apart); AKD {h['akd_ns'] / 1000:,.2f} µs")
         lines.append(f"  window [first framework op, last kernel end]: IL {_ms(h['il_ns'])}, GPU idle "
                      f"{_ms(h['gpu_idle_merged_ns'])} (IL - merged busy), {_ms(h['gpu_idle_sum_ns'])} "
                      "(IL - sum of kernel time)")
