@@ -114,7 +114,6 @@ def nsys_version(nsys: str) -> tuple[int, ...] | None:
 
 
 def _hash(path: Path) -> str:
-
     return file_sha256(path)
 
 
@@ -179,7 +178,6 @@ def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | No
 
 
 def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None) -> AdapterOutput:
-
     path = Path(path)
     export = convert_report(path, cache_dir, content_hash=trace_id)
     out = read_nsys_sqlite(export, trace_id, source_name=str(path))  # errors name the report, not the cache

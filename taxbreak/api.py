@@ -108,7 +108,6 @@ class Warehouse:
     """A read-only view of a warehouse (its readers' snapshot while a writer works: taxbreak.store.query)."""
 
     def __init__(self, warehouse: str | os.PathLike[str] | None = None, lake: str | os.PathLike[str] | None = None):
-
         paths = Paths.from_env()
         self.warehouse = Path(warehouse) if warehouse is not None else paths.warehouse
         self.lake = Path(lake) if lake is not None else (self.warehouse.parent / "lake" if warehouse is not None
@@ -116,7 +115,6 @@ class Warehouse:
 
     @contextlib.contextmanager
     def _con(self, sandbox: bool = False):  # noqa: ANN202 - a DuckDB connection
-
         opened = open_readonly(self.warehouse, self.lake if sandbox else None, sandbox=sandbox)
         try:
             yield opened.con

@@ -98,7 +98,6 @@ def print_results(paths: Paths, results: list[Any] | None = None) -> int:
     ``results`` are ``ingest_inbox``'s; without them, every trace of the lake's catalogue is summarised."""
 
     if results is None:
-
         rows = sorted(Lake(paths.lake).catalogue().to_pylist(), key=lambda r: r["ingested_at_ns"])
         results = [
             IngestResult(r["file_name"], r["trace_id"], "unchanged" if r["status"] == "ingested" else r["status"],

@@ -31,7 +31,6 @@ REQUEST_MODEL_FIT = dg.AssetKey("request_model_fit")
     "(docs/method.md, docs/warehouse.md).",
 )
 def request_model_fit(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-
     def write(con):  # noqa: ANN001, ANN202 - DuckDB connection; (refit result, fits) or None
         has_steps = bool(con.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'serving_steps' AND NOT temporary").fetchone()[0])

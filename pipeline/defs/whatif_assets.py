@@ -36,7 +36,6 @@ def _specs() -> list[dg.AssetSpec]:
 def whatif_tables(
     context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource,
 ):  # noqa: ANN201 - yields MaterializeResult
-
     trace_ids = trace_ids_for_run(context, config.full_rebuild)
 
     def write(con):  # noqa: ANN001, ANN202 - DuckDB connection; (traces replayed, rows written, table totals)

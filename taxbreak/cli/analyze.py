@@ -140,8 +140,6 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-
-
     paths = Paths.from_args(args)
     if Path(args.trace).is_file():  # a trace file: ingested and analysed first where it is not yet (issue 29)
         rc = _summary_of_file(args, paths)

@@ -259,7 +259,6 @@ def store_check(lake: Any, trace_id: str, record: dict[str, Any], tables: dict[s
 
 
 def cmd_nsys_check(args: argparse.Namespace) -> int:
-
     trace = Path(args.trace)
     nsys = find_nsys()
     if nsys is None:

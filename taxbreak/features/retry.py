@@ -69,7 +69,6 @@ def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str], hooks
 
 
 def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.cli
-
     if not args.prefix and not args.all_failed:
         print("give a TRACE_ID prefix or --all-failed", file=sys.stderr)
         return 2

@@ -236,7 +236,6 @@ def format_verdict_change(vc: dict | None) -> list[str]:
 
 
 def format_compare(result: dict) -> str:
-
     lines = [f"A = {result['a']['spec']}: {len(result['a']['trace_ids'])} trace(s) "
              + ", ".join(t[:12] for t in result["a"]["trace_ids"][:6]),
              f"B = {result['b']['spec']}: {len(result['b']['trace_ids'])} trace(s) "
@@ -266,7 +265,6 @@ def format_compare(result: dict) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-
     opened = open_for_cli(args, "compare")
     if opened is None:
         return 2

@@ -59,7 +59,6 @@ def _cell(text: str) -> str:
 
 
 def generate() -> str:
-
     files = sql_files() + table_docs()
     fit_files = {f.name for f in request_sql_files()}
     files = files + request_sql_files()  # written after each latency-model fit (taxbreak.features.requests.refit)

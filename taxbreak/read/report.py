@@ -1067,14 +1067,12 @@ def default_output(warehouse: str | os.PathLike[str]) -> Path:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-
     opened = open_for_cli(args, "report")
     if opened is None:
         return 2
     try:
         ids = None
         if args.trace:
-
             try:
                 ids = resolve_group(opened.con, ",".join(args.trace))
             except GroupError as exc:

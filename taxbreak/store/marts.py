@@ -92,12 +92,10 @@ def marts_dir(warehouse: str | os.PathLike[str]) -> Path:
 
 
 def _configured() -> str | None:
-
     return setting("paths.marts").value
 
 
 def _local(warehouse: str | os.PathLike[str], where: str | None) -> Path:
-
     return Path(warehouse).parent / MARTS_DIR if where is None or is_s3_url(where) else Path(where)
 
 
@@ -202,7 +200,6 @@ class ObjectMarts:
     only when completed), and ``_manifest.json`` (one PUT, written last) is the commit point."""
 
     def __init__(self, url: str, s3=None) -> None:  # noqa: ANN001 - taxbreak.ingest.objects.S3Settings
-
         self.url = normalise_s3_url(url)
         self.key = self.url[len("s3://"):]
         self.s3 = s3 or S3Settings.from_env()
@@ -352,7 +349,6 @@ def _segment_rel(table: str, segment: str) -> str:
 
 
 def _cross_trace_names() -> set[str]:
-
     return {f.name for f in sql_files() if f.scope == "cross_trace"}
 
 
@@ -369,7 +365,6 @@ def policy(compact_loose: int | None = None, fanout: int | None = None) -> tuple
 
 
 def _keep_replaced_s() -> float:
-
     return float(setting("marts.keep_replaced_s").value)
 
 

@@ -119,7 +119,6 @@ def explain_unanalysed(lake: str | os.PathLike[str] | None, name: str, warehouse
     rows: list[dict[str, Any]] = []
     if lake is not None:
         try:
-
             rows = Lake(lake).catalogue().to_pylist()
         except Exception:  # noqa: BLE001 - the lake may be elsewhere or gone; say what we know
             rows = []
