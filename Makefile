@@ -11,6 +11,7 @@ help:
 	@echo "make demo   - set up .venv, run the main pipeline on an embedded default and show the result"
 	@echo "make dev    - dg dev: the Dagster UI, daemon and sensor (ARGS=\"--port 3001\"); SIGTERM stops it"
 	@echo "make test   - set up .venv and run the test suite"
+	@echo "make clean-warehouse - remove what the demo, analyze and report wrote under warehouse/ (your inbox files stay)"
 	@echo "make bench  - every benchmark figure as a ratio to a reference run beside it (ARGS=\"--size-mib 512\")"
 	@echo "make bench-env - the optional peers' environment .venv-bench (HTA; TraceLens with TRACELENS_SRC=DIR)"
 
@@ -61,5 +62,14 @@ bench-env:
 	if [ -n "$(TRACELENS_SRC)" ]; then $(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check \
 	  --no-deps "$(TRACELENS_SRC)"; else echo "TraceLens skipped: set TRACELENS_SRC=/path/to/TraceLens"; fi
 
+# What `make demo`, `taxbreak analyze` and `taxbreak report` write under the default home warehouse/: the lake, the
+# warehouse file with its lock, WAL and run files (*.duckdb.*), the marts, the readers' snapshot (exports), the
+# reports (report/: an older name), the .nsys-rep export cache, and the demo's own files in the inbox (its capture,
+# the synthetic traces, the copied DEMO_TRACE, their sidecars). Your own files in the inbox stay, and so does a
+# DAGSTER_HOME under it (warehouse/dagster). WAREHOUSE_HOME=DIR cleans another home (tests/capture/test_demo.py).
+WAREHOUSE_HOME ?= warehouse
 clean-warehouse:
-	rm -rf warehouse/lake warehouse/*.duckdb warehouse/exports warehouse/marts warehouse/reports warehouse/report
+	rm -rf $(addprefix $(WAREHOUSE_HOME)/,lake marts exports reports report cache) $(WAREHOUSE_HOME)/*.duckdb \
+	  $(WAREHOUSE_HOME)/*.duckdb.*
+	rm -f $(WAREHOUSE_HOME)/inbox/demo_dense_cpu.json.gz* $(WAREHOUSE_HOME)/inbox/synthetic_*.json.gz* \
+	  $(if $(DEMO_TRACE),$(WAREHOUSE_HOME)/inbox/$(notdir $(DEMO_TRACE))*)
