@@ -229,7 +229,6 @@ def lake_kernel_summary(lake_root: str | os.PathLike[str] | Lake, trace_id: str)
     """{kernel name: (instances, total ns)} of one trace in the lake (a local folder or ``s3://``)."""
     import duckdb
 
-
     lake = Lake(lake_root)
     part = lake.events_path(trace_id)
     con = duckdb.connect()

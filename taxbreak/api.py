@@ -165,7 +165,6 @@ class Warehouse:
         cuda_graph, fuse_top, host_delay_ns, framework_speedup, library_speedup, ...)."""
         from dataclasses import asdict
 
-
         sc = whatif.Scenario(name=scenario.pop("name", "api"), **scenario)
         con = whatif.open_warehouse_readonly(self.warehouse)
         try:

@@ -353,7 +353,6 @@ def warehouse_report(
 ) -> dg.MaterializeResult:
     import duckdb
 
-
     snapshot = warehouse.exports_dir() / SNAPSHOT_NAME
     out = report.default_output(warehouse.file()) / "index.html"
     # a run for some traces reads and redraws only their pages (and the index across traces): its cost does not

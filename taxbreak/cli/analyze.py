@@ -113,8 +113,6 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
     """``summary FILE``: ingest FILE into the configured lake and analyse it into the warehouse unless it is there
     already (the same commands, their output on stderr), then point ``args.trace`` at its trace id."""
 
-
-
     tid = file_sha256(args.trace)
     analysed = False
     if paths.warehouse.exists():

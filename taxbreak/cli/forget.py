@@ -26,7 +26,6 @@ def forget_in_lake(lake: Any, trace_id: str) -> list[str]:
     """Remove a trace's catalogue row, then its events partition (a local partition is first renamed out of
     ``events/``, so no reader sees part of it); returns what was removed."""
 
-
     removed = []
     cat = lake.catalogue_path(trace_id)
     if lake.fs.get_file_info(lake._key(cat)).type == pafs.FileType.File:

@@ -194,7 +194,6 @@ def lake_short_name_summary(lake_root: Any, trace_id: str) -> dict[str, tuple[in
     """{kernel short name: (instances, total ns)} of one trace in the lake."""
     import duckdb
 
-
     lake = Lake(lake_root)
     con = duckdb.connect()
     try:

@@ -65,7 +65,6 @@ ORDER BY m.model NULLS LAST, m.batch_size NULLS LAST, m.file_name
 """
 
 
-
 # What TKLQT is, said wherever it is printed (docs/method.md §6): the launch-to-start waits of all launches added up.
 # Queued launches wait at the same time, so the sum can exceed the trace's length; the per-launch mean is the figure
 # to compare across traces.

@@ -157,7 +157,6 @@ def resolve_for_cli(con: Any, name: str, command: str, paths: Any) -> str | None
     command then exits 2).  ``paths``: its taxbreak.config.Paths (the lake is asked about unanalysed names)."""
     import sys
 
-
     try:
         return resolve_in_warehouse(con, name, lake=paths.lake, warehouse=paths.warehouse)
     except LookupError as exc:
