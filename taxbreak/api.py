@@ -198,10 +198,11 @@ def ingest_and_analyze(path: str | os.PathLike[str], lake: Path, warehouse: Path
     ``summary FILE``."""
     paths = replace(Paths.from_env(), lake=Path(lake), warehouse=Path(warehouse))
     res = ingest_file(path, Lake(paths.lake), cache_dir=paths.cache, limits=ingest_limits())
+    why = (res.error or "").removeprefix(f"{path}: ")  # the ingest's message names the file already
     if res.status == "failed":
-        raise ValueError(f"{path}: not ingested: {res.error}")
+        raise ValueError(f"{path}: not ingested: {why}")
     if res.status == "not_a_trace" or Lake(paths.lake).catalogue_row(res.trace_id) is None:
-        raise ValueError(f"{path}: not a trace file taxbreak reads" + (f" ({res.error})" if res.error else ""))
+        raise ValueError(f"{path}: not a trace file taxbreak reads" + (f" ({why})" if why else ""))
     if log is not None:
         print(f"ingested {path} into {paths.lake} as trace {res.trace_id[:16]} ({res.status})", file=log)
     try:

@@ -129,7 +129,7 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
         try:
             ingest_and_analyze(args.trace, paths.lake, paths.warehouse, log=sys.stderr)  # their output: stderr
         except ValueError as exc:
-            emit(f"summary: {exc} (see above)", err=True)
+            emit(f"summary: {exc}", err=True)  # the one line: the file and the problem
             return 2
         emit(f"summary: {args.trace} was not analysed yet: ingested into {paths.lake} and analysed into "
              f"{paths.warehouse} as trace {tid[:16]}", err=True)

@@ -119,6 +119,13 @@ def test_summary_of_a_file_not_yet_analysed(tmp_path: Path, capsys: pytest.Captu
     assert main(["summary", str(TRITON), *where]) == 0  # the second time: read, nothing redone
     out = capsys.readouterr()
     assert "was not analysed yet" not in out.err and "VERDICT  NOT ENOUGH EVIDENCE" in out.out
+    # a file that is no trace: one line naming it once and the problem (it said "(see above)" over nothing above,
+    # and named the file twice)
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\n")
+    assert main(["summary", str(notes), *where]) == 2
+    assert capsys.readouterr().err == (f"summary: {notes}: not a trace file taxbreak reads (unrecognised format "
+                                       "(expected Kineto JSON, Nsight SQLite or .nsys-rep))\n")
 
 
 def test_example_notebook_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
