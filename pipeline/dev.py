@@ -1,9 +1,9 @@
 """``dg dev`` that stops on SIGTERM wherever it is started from: ``python -m taxbreak.pipeline.dev [dg dev options]``
 (``make dev``).
 
-Why (issue 29, docs/orchestration.md "Run it"): ``dagster dev`` maps SIGTERM to whatever SIGINT does in its process
+Why (issue 29, docs/orchestration.md "Stopping it"): ``dagster dev`` maps SIGTERM to whatever SIGINT does in its process
 (``dagster._utils.interrupts.setup_interrupt_handlers``). A job started with ``&`` from a non-interactive shell (a
-script, ``nohup``, a CI step, ``timeout ... &``) inherits SIGINT *ignored*, Python keeps an inherited ignored SIGINT,
+script, a CI step, ``timeout ... &``) inherits SIGINT *ignored*, Python keeps an inherited ignored SIGINT,
 so ``dg dev`` then ignores SIGTERM too, and so do the webserver and daemon it starts (they stop only through their
 shutdown pipe). This launcher sets both signals back to their defaults and replaces itself with ``dg dev``
 (``os.execv``: same pid, so a supervisor's SIGTERM reaches ``dg dev`` itself): Python then turns SIGINT into
