@@ -80,10 +80,17 @@ def test_sigterm_stops_dg_dev_and_its_children(tmp_path: Path) -> None:
 
         proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        assert proc.wait(timeout=10) == 0, log.read_text()[-3000:]  # 1.1-1.4 s on 2 shared cores
-        while _session_alive(proc.pid) and time.monotonic() - t0 < 10:
+        # 1.1-1.9 s alone on 2 shared cores; more than 10 s inside the whole suite at a load of 13 on them. A dg dev
+        # that ignores SIGTERM never exits; past 60 s Dagster would kill its children instead of stopping them.
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"dg dev still runs 60 s after SIGTERM:\n{log.read_text()[-3000:]}")
+        assert proc.returncode == 0, log.read_text()[-3000:]
+        assert "did not terminate cleanly" not in log.read_text()  # its children stopped, none was killed
+        while _session_alive(proc.pid) and time.monotonic() - t0 < 70:
             time.sleep(0.2)
-        assert _session_alive(proc.pid) == [], "orphans after SIGTERM"
+        assert _session_alive(proc.pid) == [], f"orphans {time.monotonic() - t0:.1f} s after SIGTERM"
         assert "Dagster services shut down." in log.read_text()
         # the launcher set VIRTUAL_ENV, so dg does not warn that the active venv differs from the project's
         assert "does not match the virtual environment" not in log.read_text()
