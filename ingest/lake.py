@@ -425,7 +425,6 @@ class Lake:
         return row
 
 
-
 def _to_catalogue_schema(table: pa.Table) -> pa.Table:
     """A catalogue file as CATALOGUE_SCHEMA: columns added by later minor versions (schemas/CHANGELOG.md) are NULL
     in files written before them."""

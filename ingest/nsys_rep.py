@@ -114,7 +114,6 @@ def nsys_version(nsys: str) -> tuple[int, ...] | None:
 
 
 def _hash(path: Path) -> str:
-
     return file_sha256(path)
 
 
@@ -179,7 +178,6 @@ def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | No
 
 
 def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None) -> AdapterOutput:
-
     path = Path(path)
     export = convert_report(path, cache_dir, content_hash=trace_id)
     out = read_nsys_sqlite(export, trace_id, source_name=str(path))  # errors name the report, not the cache
@@ -230,7 +228,6 @@ def nsys_kernel_summary(nsys: str, trace: Path, timeout_s: float = EXPORT_TIMEOU
 def lake_kernel_summary(lake_root: str | os.PathLike[str] | Lake, trace_id: str) -> dict[str, tuple[int, int]]:
     """{kernel name: (instances, total ns)} of one trace in the lake (a local folder or ``s3://``)."""
     import duckdb
-
 
     lake = Lake(lake_root)
     part = lake.events_path(trace_id)

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 
 def load_defs() -> dg.Definitions:
-
     return defs()
 
 
@@ -60,7 +59,6 @@ def evaluate_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: 
 
 
 def tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None = None) -> TickResult:
-
     data = evaluate_sensor(defs, instance, cursor)
     for req in data.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))

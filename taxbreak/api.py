@@ -79,7 +79,9 @@ class Summary:
             "kernels", "linked_fraction", "hdbi", "hdbi_linked", "hdbi_wall", "t_orchestrate_ns", "delta_ft_ns",
             "delta_ct_ns", "delta_kt_ns", "t_device_active_ns", "kpt", "tklqt_ns", "il_ns")}])
         return (f"<h4>{escape(self.file_name)} <small>{self.trace_id[:16]}</small></h4><p>{block}</p>"
-                + figures.to_html(index=False) + "<h5>top kernels</h5>" + self.kernels.head(5).to_html(index=False))
+                + figures.to_html(index=False)
+                + f"<p><small>tklqt_ns: TKLQT, {escape(readmodel.tklqt_note(self.headline))}</small></p>"
+                + "<h5>top kernels</h5>" + self.kernels.head(5).to_html(index=False))
 
 
 @dataclass
@@ -106,7 +108,6 @@ class Warehouse:
     """A read-only view of a warehouse (its readers' snapshot while a writer works: taxbreak.store.query)."""
 
     def __init__(self, warehouse: str | os.PathLike[str] | None = None, lake: str | os.PathLike[str] | None = None):
-
         paths = Paths.from_env()
         self.warehouse = Path(warehouse) if warehouse is not None else paths.warehouse
         self.lake = Path(lake) if lake is not None else (self.warehouse.parent / "lake" if warehouse is not None
@@ -114,17 +115,18 @@ class Warehouse:
 
     @contextlib.contextmanager
     def _con(self, sandbox: bool = False):  # noqa: ANN202 - a DuckDB connection
-
         opened = open_readonly(self.warehouse, self.lake if sandbox else None, sandbox=sandbox)
         try:
             yield opened.con
         finally:
             opened.con.close()
 
-    def traces(self) -> pd.DataFrame:
-        """The lake's catalogue: one row per trace file, ingested or failed, with its error."""
-
-        return Lake(self.lake).catalogue().to_pandas()
+    def traces(self, all: bool = False, arrow: bool = False) -> pd.DataFrame | Any:  # `all`: as `traces --all`
+        """The lake's catalogue as `taxbreak traces` lists it (readmodel.catalogue): one row per trace file, ingested
+        or failed with its error, oldest first; files that are no trace at all (status ``not_a_trace``) only with
+        ``all=True``, as ``--all``. ``arrow``: a pyarrow Table."""
+        listed, _ = readmodel.catalogue(self.lake, all=all)
+        return listed if arrow else listed.to_pandas()
 
     def summary(self, trace: str, top: int = 5) -> Summary:
         """What `taxbreak summary TRACE` shows (TRACE: id prefix, file name, stem or unique substring)."""
@@ -163,7 +165,6 @@ class Warehouse:
         cuda_graph, fuse_top, host_delay_ns, framework_speedup, library_speedup, ...)."""
         from dataclasses import asdict
 
-
         sc = whatif.Scenario(name=scenario.pop("name", "api"), **scenario)
         with self._con() as con:
             tid = readmodel.resolve_trace(con, trace)
@@ -194,10 +195,11 @@ def ingest_and_analyze(path: str | os.PathLike[str], lake: Path, warehouse: Path
     ``summary FILE``."""
     paths = replace(Paths.from_env(), lake=Path(lake), warehouse=Path(warehouse))
     res = ingest_file(path, Lake(paths.lake), cache_dir=paths.cache, limits=ingest_limits())
+    why = (res.error or "").removeprefix(f"{path}: ")  # the ingest's message names the file already
     if res.status == "failed":
-        raise ValueError(f"{path}: not ingested: {res.error}")
+        raise ValueError(f"{path}: not ingested: {why}")
     if res.status == "not_a_trace" or Lake(paths.lake).catalogue_row(res.trace_id) is None:
-        raise ValueError(f"{path}: not a trace file taxbreak reads" + (f" ({res.error})" if res.error else ""))
+        raise ValueError(f"{path}: not a trace file taxbreak reads" + (f" ({why})" if why else ""))
     if log is not None:
         print(f"ingested {path} into {paths.lake} as trace {res.trace_id[:16]} ({res.status})", file=log)
     try:

@@ -6,8 +6,8 @@ Steps, each a small function so the pipeline (Dagster) can call them one by one:
    whatever device exists (CPU here), with ``prefill``/``decode_step#i`` markers, into ``paths.inbox``; then
    write small synthetic GPU decode traces (dense and MoE, labelled ``synthetic_*`` and ``synthetic: true``) so
    the GPU-side metrics have something to show on a machine without a GPU. ``copy_into_inbox(paths, traces)``
-   adds real traces recorded elsewhere (``--trace``; ``make demo`` passes a public GPU trace when
-   ``../shared/traces/public`` sits beside the checkout).
+   adds real traces recorded elsewhere (``--trace``; ``make demo`` passes the vendored H100 Qwen1.5 trace,
+   ``DEMO_TRACE`` in the Makefile).
 2. ``ingest_inbox(paths)``: ingest every trace file in the inbox into the lake (content already there is skipped).
 3. ``print_results(paths, results)``: the per-trace ingest summary, then the analysis summary when the analysis
    module provides one.
@@ -98,7 +98,6 @@ def print_results(paths: Paths, results: list[Any] | None = None) -> int:
     ``results`` are ``ingest_inbox``'s; without them, every trace of the lake's catalogue is summarised."""
 
     if results is None:
-
         rows = sorted(Lake(paths.lake).catalogue().to_pylist(), key=lambda r: r["ingested_at_ns"])
         results = [
             IngestResult(r["file_name"], r["trace_id"], "unchanged" if r["status"] == "ingested" else r["status"],

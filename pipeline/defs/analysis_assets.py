@@ -294,7 +294,6 @@ def exports_behind(db) -> bool:  # noqa: ANN001 - the warehouse file (Path)
     "what a writer that died left pending and reports the marts.",
 )
 def warehouse_exports(warehouse: WarehouseResource) -> dg.MaterializeResult:
-
     if exports_behind(warehouse.file()):  # only what earlier writers left pending, then the snapshot (small)
         runner.publish(warehouse.file(), lambda _con: None, traces=[], label="warehouse_exports")
     counts = trace_counts(warehouse.file())  # from the manifest: a folder or S3 alike, nothing listed

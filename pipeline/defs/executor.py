@@ -23,7 +23,6 @@ def executor_from_env() -> dg.ExecutorDefinition:
     if kind == "in_process":
         return dg.in_process_executor
     if kind == "dask":
-
         address = os.environ.get("TAXBREAK_DASK_SCHEDULER")
         if address:  # the cluster the deployment runs; run config can still name another
             return dask_executor.configured({"cluster": {"existing": {"address": address}}}, name="dask_executor")

@@ -230,7 +230,6 @@ def trace_ingest(
                                                                         sorted(statuses.items())}})
 
 
-
 @dg.asset_check(asset=TRACE_INGEST, description="Every ingested trace stored or explicitly skipped every source "
                 "event: event_count + skipped = source_event_count, from the catalogue.")
 def ingest_completeness(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:

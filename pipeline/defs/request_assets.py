@@ -35,7 +35,6 @@ STAGE_DEPS = sorted({r for sf in STAGE for r in sf.reads} & {sf.name for sf in p
     metadata={"grain": STAGE[0].grain, "computed_by": STAGE[0].computed_by},
 )
 def request_model_fit(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-
     def write(con):  # noqa: ANN001, ANN202 - DuckDB connection; (refit result, fits) or None
         has_steps = bool(con.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'serving_steps' AND NOT temporary").fetchone()[0])

@@ -89,7 +89,6 @@ class LakeResource(_S3Fields):
         return Path(self.cache) if self.cache else Paths.from_env().cache
 
     def get(self) -> Lake:
-
         root = self.path()
         return Lake(root, s3=self.s3() if isinstance(root, str) else None)
 

@@ -66,7 +66,6 @@ def headline_metadata(h: dict, verdict: dict | None = None) -> dict[str, object]
 def trace_analysis(
     context: dg.AssetExecutionContext, lake: LakeResource, warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
-
     keys = context.partition_keys  # one for the sensor's runs (its trace id tag names it); a range for a backfill
     trace_ids = ([run_trace_id({"dagster/partition": keys[0], **context.run.tags}, lambda: lake.get())]
                  if len(keys) == 1 else [run_trace_id({"dagster/partition": key}, lambda: lake.get()) for key in keys])

@@ -34,7 +34,6 @@ def _specs() -> list[dg.AssetSpec]:
 def whatif_tables(
     context: dg.AssetExecutionContext, config: AnalysisConfig, lake: LakeResource, warehouse: WarehouseResource,
 ):  # noqa: ANN201 - yields MaterializeResult
-
     trace_ids = trace_ids_for_run(context, config.full_rebuild)
     tables = [k.path[-1] for k in WHATIF_KEYS]
     # the replay reads, never writes: it runs on a reader's connection (the snapshot the analysis step just

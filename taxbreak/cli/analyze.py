@@ -113,8 +113,6 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
     """``summary FILE``: ingest FILE into the configured lake and analyse it into the warehouse unless it is there
     already (the same commands, their output on stderr), then point ``args.trace`` at its trace id."""
 
-
-
     tid = file_sha256(args.trace)
     analysed = False
     if paths.warehouse.exists():
@@ -131,7 +129,7 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
         try:
             ingest_and_analyze(args.trace, paths.lake, paths.warehouse, log=sys.stderr)  # their output: stderr
         except ValueError as exc:
-            emit(f"summary: {exc} (see above)", err=True)
+            emit(f"summary: {exc}", err=True)  # the one line: the file and the problem
             return 2
         emit(f"summary: {args.trace} was not analysed yet: ingested into {paths.lake} and analysed into "
              f"{paths.warehouse} as trace {tid[:16]}", err=True)
@@ -140,8 +138,6 @@ def _summary_of_file(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-
-
     paths = Paths.from_args(args)
     if Path(args.trace).is_file():  # a trace file: ingested and analysed first where it is not yet (issue 29)
         rc = _summary_of_file(args, paths)

@@ -29,7 +29,6 @@ def version() -> str:
 
         return _v("taxbreak")
     except Exception:  # noqa: BLE001 - a source checkout without install metadata
-
         return __version__
 
 

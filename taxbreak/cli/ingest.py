@@ -13,6 +13,7 @@ from taxbreak.cli.common import IngestProgress, bars_on, dumps, emit, note
 from taxbreak.config import Paths, add_path_args, describe_origin, ingest_limits
 from taxbreak.ingest import Lake, ingest_file, iter_trace_files
 from taxbreak.ingest.links import link_counts
+from taxbreak.read import readmodel
 from taxbreak.store.query import align_columns, printable
 
 
@@ -156,14 +157,12 @@ def cmd_traces(args: argparse.Namespace) -> int:
     ``summary`` / ``analyze`` can say what a name is, but they are not listed unless ``--all``: one count line says
     how many are left out. Failed traces are always listed (``taxbreak retry`` takes them)."""
     paths = Paths.from_args(args)
-    table = Lake(paths.lake).catalogue()
-    every = sorted(table.to_pylist(), key=lambda r: r["ingested_at_ns"])
-    rows = every if args.all else [r for r in every if r["status"] != "not_a_trace"]
-    hidden = len(every) - len(rows)
+    listed, hidden = readmodel.catalogue(paths.lake, all=args.all)
+    rows = listed.to_pylist()
     if args.json:
         print(dumps([catalogue_json(r) for r in rows]))
         return 0
-    if not every:
+    if not rows and not hidden:
         origin = "--lake" if getattr(args, "lake", None) else describe_origin(paths.origins()["lake"])
         emit(f"the catalogue at {paths.lake} is empty (that lake path comes from {origin}; run from the project "
              "folder, pass --lake, or set TAXBREAK_LAKE / taxbreak.toml): run `taxbreak ingest PATH` to fill it")
@@ -179,7 +178,7 @@ def cmd_traces(args: argparse.Namespace) -> int:
     if hidden:
         emit(f"({hidden} file{' that is not a trace' if hidden == 1 else 's that are not traces'} (not_a_trace) "
              f"left out: `taxbreak traces --all` lists {'it' if hidden == 1 else 'them'})")
-    note(args, f"({len(rows)} trace(s) listed of {len(every)} in {paths.lake})")
+    note(args, f"({len(rows)} trace(s) listed of {len(rows) + hidden} in {paths.lake})")
     return 0
 
 

@@ -142,7 +142,6 @@ class RunConfig:
 
 
 def _setting_default(key: str) -> str:
-
     return str(SETTINGS[key].default)
 
 

@@ -193,7 +193,6 @@ def lake_short_name_summary(lake_root: Any, trace_id: str) -> dict[str, tuple[in
     """{kernel short name: (instances, total ns)} of one trace in the lake."""
     import duckdb
 
-
     lake = Lake(lake_root)
     con = duckdb.connect()
     try:
@@ -255,7 +254,6 @@ def store_check(lake: Any, trace_id: str, record: dict[str, Any], tables: dict[s
 
 
 def cmd_nsys_check(args: argparse.Namespace) -> int:
-
     trace = Path(args.trace)
     nsys = find_nsys()
     if nsys is None:

@@ -709,7 +709,6 @@ def cmd_requests(args: Any) -> int:
               file=sys.stderr)
         return 2
     if args.refit:
-
         def write(con: Any) -> dict[str, Any]:
             return refit(con, None if not args.all else [tuple(r) for r in con.execute(
                 "SELECT DISTINCT model_name, gpu_name, phase FROM serving_steps WHERE fit_ready").fetchall()])
@@ -739,7 +738,6 @@ def cmd_requests(args: Any) -> int:
     try:
         d = trace_requests(opened.con, args.trace, top=args.top)
     except LookupError as exc:
-
         msg = explain_unanalysed(paths.lake, args.trace, opened.path) if isinstance(exc, TraceNotFound) else (
             f"{opened.path}: {exc}")
         print(f"requests: {msg}", file=sys.stderr)
@@ -751,7 +749,6 @@ def cmd_requests(args: Any) -> int:
 
 
 def add_requests_parser(sub: Any) -> None:
-
     p = sub.add_parser(
         "requests", help="per-request latency attribution of co-batched serving steps (LLMVisor)",
         description="Who paid for each serving step: the fitted step-latency model per (model, GPU, phase) with its "

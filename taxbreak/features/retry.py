@@ -69,7 +69,6 @@ def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str], hooks
 
 
 def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.cli
-
     if not args.prefix and not args.all_failed:
         print("give a TRACE_ID prefix or --all-failed", file=sys.stderr)
         return 2
@@ -80,8 +79,16 @@ def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.c
     except TraceAmbiguous as exc:
         print(f"retry: {exc}, or --all-failed", file=sys.stderr)
         return 2
+    if not rows and args.all_failed:
+        stored = lake.catalogue().num_rows
+        if not stored:  # a lake with nothing in it: most likely not the lake meant
+            print(f"the catalogue at {paths.lake} is empty: nothing was ingested there (--lake, TAXBREAK_LAKE or "
+                  "taxbreak.toml name the lake)", file=sys.stderr)
+            return 2
+        print(f"no failed trace among the {stored} in the catalogue at {paths.lake}: nothing to retry")
+        return 0  # nothing to retry is no mistake (a scheduled `retry --all-failed` succeeds)
     if not rows:
-        print("no failed trace matches" + (f" {args.prefix!r}" if args.prefix else ""), file=sys.stderr)
+        print(f"no failed trace matches {args.prefix!r}", file=sys.stderr)
         return 2
     ok: list[str] = []
     still = 0

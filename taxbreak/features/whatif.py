@@ -245,7 +245,6 @@ WHERE kind IN ('runtime_api', 'driver_api') AND dur_ns > 0 AND regexp_matches(na
 
 
 def _events_source(lake_root: str | os.PathLike[str], trace_id: str, con: duckdb.DuckDBPyConnection) -> str:
-
     lake = Lake(lake_root)
     lake.register_filesystem(con)
     if not lake.has_events(trace_id):
@@ -1227,7 +1226,6 @@ def format_result(res: dict[str, Any], steps: str | None = None) -> str:
 
 
 def cmd_whatif(args: Any) -> int:
-
     paths = Paths.from_args(args)
     if not Path(paths.warehouse).exists():
         print(f"whatif: no warehouse at {paths.warehouse}: run `taxbreak ingest` and `taxbreak analyze` first",
@@ -1240,7 +1238,6 @@ def cmd_whatif(args: Any) -> int:
         print(f"whatif: {exc}", file=sys.stderr)
         return 2
     try:
-
         tid = resolve_for_cli(con, args.trace, "whatif", paths)
         if tid is None:
             return 2
@@ -1262,7 +1259,6 @@ def cmd_whatif(args: Any) -> int:
     finally:
         con.close()
     if args.save:  # the one publisher (taxbreak.engine.runner.publish): the writer lock, one publication, the snapshot
-
         try:
             runner.publish(paths, lambda wcon: write_tables(wcon, results), traces=[tid], label="whatif")
         except WarehouseBusy as exc:

@@ -43,6 +43,7 @@ METRICS: list[tuple[str, str, bool | None]] = [
     ("kpt", "kernels per token", True),
     ("end_to_end_ns", "ns", True),
     ("tklqt_ns", "ns", True),
+    ("tklqt_per_launch_ns", "ns", True),
 ]
 
 
@@ -108,6 +109,13 @@ def group_metrics(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[
     def ratio(a: int | None, b: int | None) -> float | None:
         return a / (a + b) if a is not None and b is not None and a + b > 0 else None
 
+    def ratio_of(a: int | None, b: int | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    # the launches TKLQT sums over (the non-negative samples), so the group's mean is its TKLQT per launch
+    samples, negative = total("launch_samples"), total("negative_samples")
+    counted_launches = None if samples is None else samples - (negative or 0)
+
     return {
         "traces": len(hs), "kernels": kernels, "t_orchestrate_ns": orch, "delta_ft_ns": total("delta_ft_ns"),
         "delta_ct_ns": total("delta_ct_ns"), "delta_kt_ns": total("delta_kt_ns"), "t_device_active_ns": dev,
@@ -121,6 +129,7 @@ def group_metrics(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[
         "output_tokens": tokens,
         "kpt": kpt_kernels / tokens if tokens and len(with_kpt) == len(hs) and kpt_kernels is not None else None,
         "end_to_end_ns": total("il_ns"), "tklqt_ns": total("tklqt_ns"),
+        "tklqt_per_launch_ns": ratio_of(total("tklqt_ns"), counted_launches),
         "caveats": [f"{h['file_name']}: [{c['kind']}] {c['text']}" for h in hs for c in readmodel.caveats(h)
                     if c["kind"] in ("coverage", "wall", "blocked", "outlier", "no_kernels")],
     }
@@ -227,7 +236,6 @@ def format_verdict_change(vc: dict | None) -> list[str]:
 
 
 def format_compare(result: dict) -> str:
-
     lines = [f"A = {result['a']['spec']}: {len(result['a']['trace_ids'])} trace(s) "
              + ", ".join(t[:12] for t in result["a"]["trace_ids"][:6]),
              f"B = {result['b']['spec']}: {len(result['b']['trace_ids'])} trace(s) "
@@ -250,12 +258,13 @@ def format_compare(result: dict) -> str:
     lines.append("sums over each group's traces; HDBI = device active / (device active + T_Orchestrate) of the sums, "
                  "HDBI_linked over linked kernels, HDBI_wall over the launching threads' host partition; "
                  "flagged_* count traces; "
-                 "kpt n/a when a trace lacks its token count; end_to_end_ns = inference latency (skip_by_trace.il_ns)")
+                 "kpt n/a when a trace lacks its token count; end_to_end_ns = inference latency (skip_by_trace.il_ns); "
+                 f"tklqt_ns: TKLQT, {readmodel.TKLQT_IS_A_SUM}, and a group's sum over its traces; "
+                 "tklqt_per_launch_ns: TKLQT / the launches it sums, the figure to compare")
     return "\n".join(lines)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-
     opened = open_for_cli(args, "compare")
     if opened is None:
         return 2

@@ -57,7 +57,6 @@ def _cell(text: str) -> str:
 
 
 def generate() -> str:
-
     files = nodes()  # every table of the plan: the analysis, the what-if replay's, the request fit's
     lines = [
         "# The warehouse: tables, columns, example queries",

@@ -163,7 +163,6 @@ def write_chrome(con: duckdb.DuckDBPyConnection, trace_id: str, out_path: str | 
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-
     opened = open_for_cli(args, "export")
     if opened is None:
         return 2

@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from taxbreak.engine.rules import RunConfig
+from taxbreak.ingest import Lake
 from taxbreak.read.kernel_names import short_name, short_names
+from taxbreak.read.plots import fmt_value
 from taxbreak.store.query import has_relation, open_readonly
 from taxbreak.store.tracenames import resolve
 
@@ -62,11 +66,22 @@ ORDER BY m.model NULLS LAST, m.batch_size NULLS LAST, m.file_name
 """
 
 
-
 # What TKLQT is, said wherever it is printed (docs/method.md §6): the launch-to-start waits of all launches added up.
 # Queued launches wait at the same time, so the sum can exceed the trace's length; the per-launch mean is the figure
 # to compare across traces.
 TKLQT_IS_A_SUM = "a sum of overlapping queue waits, so it can exceed the trace's length"
+
+
+def tklqt_mean_text(h: dict[str, Any]) -> str:
+    """TKLQT's per-launch mean as every reader prints it: 'mean 1.36 ms per launch over 1,029 launches' (the mean
+    and the count over the non-negative samples, those TKLQT sums; the duration in plots.fmt_value's one format)."""
+    counted = (h.get("launch_samples") or 0) - (h.get("negative_samples") or 0)
+    return f"mean {fmt_value(h.get('mean_launch_to_start_ns'), 'ns')} per launch over {counted:,} launches"
+
+
+def tklqt_note(h: dict[str, Any]) -> str:
+    """What every reader says beside the TKLQT total: its per-launch mean and that the total sums overlapping waits."""
+    return f"{tklqt_mean_text(h)}; {TKLQT_IS_A_SUM}"
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     cur = con.execute(sql, params)
@@ -192,6 +207,21 @@ def caveats(h: dict[str, Any]) -> list[dict[str, str]]:
         add("steps", f"{h['kernels_outside_steps']:,} kernels lie outside every step (warm-up leftovers?): "
                      "trace-level figures include them, per-step figures do not")
     return out
+
+
+# The catalogue status of a file that is no trace at all (a stray config.json in an ingested folder): recorded, so
+# that the next ingest of its folder skips it and a name can be explained, but not listed unless asked for.
+NOT_A_TRACE = "not_a_trace"
+
+
+def catalogue(lake: str | os.PathLike[str], all: bool = False) -> tuple[pa.Table, int]:  # `all`: as `traces --all`
+    """The catalogue as every reader lists it (``taxbreak traces``, ``Warehouse.traces()``): oldest first, files
+    that are no trace at all left out unless ``all``; with how many were left out. Failed traces are always listed
+    (``taxbreak retry`` takes them)."""
+
+    every = Lake(lake).catalogue().sort_by("ingested_at_ns")
+    listed = every if all else every.filter(pc.fill_null(pc.not_equal(every["status"], NOT_A_TRACE), True))
+    return listed, every.num_rows - listed.num_rows
 
 
 def resolve_trace(con: duckdb.DuckDBPyConnection, name: str) -> str:
@@ -431,10 +461,8 @@ def format_summary(s: dict[str, Any]) -> str:
         kd = "n/a" if h["kpt_decode"] is None else f"{h['kpt_decode']:,.1f}"
         lines.append(f"  kernels per token {kv} (decode-only {kd}); unique kernels {h['unique_kernels'] or 0:,}, "
                      f"diversity {h['kernel_diversity'] or 0:.3f}")
-        mean = "n/a" if h["mean_launch_to_start_ns"] is None else f"{h['mean_launch_to_start_ns'] / 1000:,.2f} µs"
-        lines.append(f"  TKLQT {_ms(h['tklqt_ns'])}: mean {mean} per launch over {h['launch_samples']:,} launches; "
-                     f"{TKLQT_IS_A_SUM} ({h['negative_samples']:,} negative samples apart); AKD "
-                     f"{h['akd_ns'] / 1000:,.2f} µs")
+        lines.append(f"  TKLQT {_ms(h['tklqt_ns'])}: {tklqt_note(h)} ({h['negative_samples']:,} negative samples "
+                     f"apart); AKD {h['akd_ns'] / 1000:,.2f} µs")
         lines.append(f"  window [first framework op, last kernel end]: IL {_ms(h['il_ns'])}, GPU idle "
                      f"{_ms(h['gpu_idle_merged_ns'])} (IL - merged busy), {_ms(h['gpu_idle_sum_ns'])} "
                      "(IL - sum of kernel time)")

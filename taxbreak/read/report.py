@@ -569,15 +569,12 @@ def _t_sys(t: dict[str, Any]) -> str:
     return f"{fmt_value(t['t_sys_ns'], 'ns')} ({t['t_sys_source']})" if t.get("t_sys_ns") is not None else "n/a"
 
 
-def _tklqt(t: dict[str, Any]) -> tuple[str, str]:
-    """TKLQT with its per-launch mean: ('1.2 ms total', 'mean 3.4 µs per launch over 356 launches')."""
-    mean = fmt_value(t.get("mean_launch_to_start_ns"), "ns")
-    return (f"{fmt_value(t.get('tklqt_ns'), 'ns')} total",
-            f"mean {mean} per launch over {t.get('launch_samples') or 0:,} launches")
+def _tklqt_total(t: dict[str, Any]) -> str:
+    """'1.401 s total': the sum; readmodel.tklqt_note says what it is, beside it or in a note under the table."""
+    return f"{fmt_value(t.get('tklqt_ns'), 'ns')} total"
 
 
 def _cards(t: dict[str, Any]) -> str:
-    tk_total, tk_mean = _tklqt(t)
     items = [
         ("HDBI", fmt_value(t["hdbi"], "fraction"), ""),
         ("HDBI_linked", fmt_value(t["hdbi_linked"], "fraction"), ""),
@@ -586,7 +583,7 @@ def _cards(t: dict[str, Any]) -> str:
          "low coverage" if "low_coverage" in readmodel.flags(t) else ""),
         ("T_Orchestrate", fmt_value(t["t_orchestrate_ns"], "ns"), "ΔFT + ΔCT + ΔKT, summed per kernel"),
         ("T_DeviceActive", fmt_value(t["t_device_active_ns"], "ns"), "sum of kernel durations"),
-        ("TKLQT", tk_total, f"{tk_mean}; {readmodel.TKLQT_IS_A_SUM}"),
+        ("TKLQT", _tklqt_total(t), readmodel.tklqt_note(t)),
         ("end-to-end (IL)", fmt_value(t["il_ns"], "ns"), ""),
         ("kernels / token", fmt_value(t["kpt"], ""), f"decode only {fmt_value(t['kpt_decode'], '')}"),
         ("T_sys (launch floor)", fmt_value(t["t_sys_ns"], "ns"), str(t["t_sys_source"] or "")),
@@ -679,7 +676,7 @@ def _sweep_section(sweeps: dict[str, Any]) -> str:
         out.append(f"<p class='note'>{escape(model)}: " + (
             f"host-bound → device-bound transition (HDBI crosses 0.5) near batch size {tb:.3g}."
             if tb else "HDBI does not cross 0.5 in this sweep.") + _tklqt_rule_note(sw.get("transition") or {})
-            + "</p>")
+            + f" TKLQT: {escape(readmodel.TKLQT_IS_A_SUM)}.</p>")
     return "".join(out)
 
 
@@ -929,8 +926,9 @@ def render_index(data: dict[str, Any], title: str = "TaxBreak report") -> str:
         # 1400 px; the rest scrolls inside the table's own box, the trace column staying in view (CSS .tw.index)
         body.append(_table([{**t, "link": _Link(f"<a href='{escape(t['page'])}'>{escape(trace_label(t))}</a>"),
                              "tsys": _Html(escape(_t_sys(t))),
-                             "tklqt": _Html(escape(_tklqt(t)[0]) + "<br><span class='note'>"
-                                            + escape(_tklqt(t)[1]) + "</span>"),
+                             "tklqt": _Html(escape(_tklqt_total(t))
+                                            + "<br><span class='note'>" + escape(readmodel.tklqt_mean_text(t))
+                                            + "</span>"),
                              "verdict": _verdict_cell(t),
                              "flags": ", ".join(readmodel.flags(t))} for t in traces], INDEX_COLUMNS, box="index"))
         body.append(f"<p class='note'>TKLQT: {escape(readmodel.TKLQT_IS_A_SUM)}; compare the per-launch mean.</p>")
@@ -1069,14 +1067,12 @@ def default_output(warehouse: str | os.PathLike[str]) -> Path:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-
     opened = open_for_cli(args, "report")
     if opened is None:
         return 2
     try:
         ids = None
         if args.trace:
-
             try:
                 ids = resolve_group(opened.con, ",".join(args.trace))
             except GroupError as exc:

@@ -155,7 +155,6 @@ def format_trend(t: dict[str, Any]) -> str:
 
 
 def cmd_trend(args: argparse.Namespace) -> int:
-
     opened = open_for_cli(args, "trend")
     if opened is None:
         return 2
@@ -180,7 +179,6 @@ def cmd_trend(args: argparse.Namespace) -> int:
 
 
 def add_trend_parser(sub: argparse._SubParsersAction) -> None:
-
     p = sub.add_parser(
         "trend", help="a workload's runs over time and its regressions / improvements beyond noise",
         description="Without WORKLOAD: every workload (runs sharing the workload key, setting trends.workload_key) "

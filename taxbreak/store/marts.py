@@ -92,12 +92,10 @@ def marts_dir(warehouse: str | os.PathLike[str]) -> Path:
 
 
 def _configured() -> str | None:
-
     return setting("paths.marts").value
 
 
 def _local(warehouse: str | os.PathLike[str], where: str | None) -> Path:
-
     return Path(warehouse).parent / MARTS_DIR if where is None or is_s3_url(where) else Path(where)
 
 
@@ -279,7 +277,6 @@ def _segment_rel(table: str, segment: str) -> str:
 
 
 def _cross_trace_names() -> set[str]:
-
     return {f.name for f in sql_files() if f.scope == "cross_trace"}
 
 
@@ -296,7 +293,6 @@ def policy(compact_loose: int | None = None, fanout: int | None = None) -> tuple
 
 
 def _keep_replaced_s() -> float:
-
     return float(setting("marts.keep_replaced_s").value)
 
 

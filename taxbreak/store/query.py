@@ -170,7 +170,6 @@ def restrict(con: duckdb.DuckDBPyConnection, opened_path: Path, warehouse: Path,
     if lake is not None:
         text = str(lake)
         if is_s3_url(text):
-
             dirs.append(normalise_s3_url(text) + "/")
         else:
             dirs.append(str(Path(text).resolve()) + "/")

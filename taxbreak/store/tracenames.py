@@ -119,7 +119,6 @@ def explain_unanalysed(lake: str | os.PathLike[str] | None, name: str, warehouse
     rows: list[dict[str, Any]] = []
     if lake is not None:
         try:
-
             rows = Lake(lake).catalogue().to_pylist()
         except Exception:  # noqa: BLE001 - the lake may be elsewhere or gone; say what we know
             rows = []
@@ -157,7 +156,6 @@ def resolve_for_cli(con: Any, name: str, command: str, paths: Any) -> str | None
     """``resolve_in_warehouse`` for a subcommand: the trace id, or None after printing why not on stderr (the
     command then exits 2).  ``paths``: its taxbreak.config.Paths (the lake is asked about unanalysed names)."""
     import sys
-
 
     try:
         return resolve_in_warehouse(con, name, lake=paths.lake, warehouse=paths.warehouse)

@@ -212,7 +212,6 @@ def writer(
         marker = None
         try:
             if not read_only and snapshot:
-
                 marker = marts.mark_pending(db, traces, tables)  # stays if this writer dies: the next one catches up
             yield con
         except BaseException:

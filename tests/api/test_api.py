@@ -54,6 +54,9 @@ def test_summary_is_the_cli_summary(home: Path, capsys: pytest.CaptureFixture[st
     assert s.text().splitlines()[1].lstrip().startswith("VERDICT  DEVICE-BOUND")
     html = s._repr_html_()
     assert html.startswith(f"<h4>{QWEN.name} ") and "VERDICT  DEVICE-BOUND" in html and "<table" in html
+    # TKLQT (1,401 ms on this 64 ms trace) is said to be a sum of overlapping waits, with its per-launch mean
+    assert ("tklqt_ns: TKLQT, mean 1.36 ms per launch over 1,029 launches; a sum of overlapping queue waits, so "
+            "it can exceed the trace&#x27;s length") in html
 
 
 def test_sql_traces_trend_and_whatif(home: Path) -> None:
@@ -78,6 +81,28 @@ def test_sql_traces_trend_and_whatif(home: Path) -> None:
         wh.whatif("Qwen", warp_speed=9)
 
 
+def test_traces_lists_what_taxbreak_traces_lists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`wh.traces()` leaves out files that are no trace at all as `taxbreak traces` does, and `all=True` lists them as
+    `--all` does (issue 29: the API listed a stray config.json that the CLI hid); a failed trace is always listed."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a_config.json").write_text('{"model": "llama", "batch_size": 4}')  # JSON without traceEvents
+    (inbox / "b_cut.json").write_text('{"traceEvents": [{"ph": "X", ')  # a truncated trace: failed
+    where = ["--lake", str(tmp_path / "lake"), "--warehouse", str(tmp_path / "wh.duckdb")]
+    assert main(["ingest", str(TRITON), *where]) == 0
+    assert main(["ingest", str(inbox), *where]) == 1
+    capsys.readouterr()
+    wh = tb.open(tmp_path / "wh.duckdb", lake=tmp_path / "lake")
+    for extra, statuses in (([], ["ingested", "failed"]), (["--all"], ["ingested", "failed", "not_a_trace"])):
+        assert main(["traces", "--json", *extra, *where]) == 0
+        cli = json.loads(capsys.readouterr().out)
+        api = wh.traces(all=bool(extra))
+        assert sorted(api.status) == sorted(statuses) and sorted(r["status"] for r in cli) == sorted(statuses)
+        assert list(api.trace_id) == [r["trace_id"] for r in cli]  # the same rows in the same order
+        assert wh.traces(all=bool(extra), arrow=True).column("trace_id").to_pylist() == list(api.trace_id)
+    assert "a_config.json" not in set(wh.traces().file_name) and "b_cut.json" in set(wh.traces().file_name)
+
+
 def test_analyze_file_errors_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "broken.json"
     bad.write_text('{"traceEvents": [{"ph": "X", ', encoding="utf-8")
@@ -94,6 +119,13 @@ def test_summary_of_a_file_not_yet_analysed(tmp_path: Path, capsys: pytest.Captu
     assert main(["summary", str(TRITON), *where]) == 0  # the second time: read, nothing redone
     out = capsys.readouterr()
     assert "was not analysed yet" not in out.err and "VERDICT  NOT ENOUGH EVIDENCE" in out.out
+    # a file that is no trace: one line naming it once and the problem (it said "(see above)" over nothing above,
+    # and named the file twice)
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\n")
+    assert main(["summary", str(notes), *where]) == 2
+    assert capsys.readouterr().err == (f"summary: {notes}: not a trace file taxbreak reads (unrecognised format "
+                                       "(expected Kineto JSON, Nsight SQLite or .nsys-rep))\n")
 
 
 def test_example_notebook_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from taxbreak import demo
+from taxbreak.cli import main
 from taxbreak.config import Paths
+from taxbreak.engine import runner
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_TRACE = REPO / "tests/data/public/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"  # make demo's
 
 
 def test_demo_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,7 +48,7 @@ def test_demo_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
 
 def test_demo_copies_a_real_trace_beside_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """`--trace PATH` (what `make demo` passes when the public traces are beside the checkout): the file is copied
+    """`--trace PATH` (what `make demo` passes with the vendored H100 trace, DEMO_TRACE): the file is copied
     unchanged into the inbox, ingested and summarised as a real trace, not labelled synthetic."""
     monkeypatch.setenv("TAXBREAK_HOME", str(tmp_path / "home"))
     for var in ("TAXBREAK_LAKE", "TAXBREAK_WAREHOUSE", "TAXBREAK_INBOX", "TAXBREAK_CACHE"):
@@ -73,3 +80,31 @@ def test_demo_names_a_missing_trace(capsys: pytest.CaptureFixture[str], tmp_path
     with pytest.raises(SystemExit) as exc:
         demo.main(["--trace", str(tmp_path / "nope.json")])
     assert exc.value.code == 2 and f"--trace {tmp_path / 'nope.json'}: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_clean_warehouse_removes_what_the_demo_and_report_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`make clean-warehouse WAREHOUSE_HOME=DIR` after the demo's steps, an analysis and a report in DIR leaves only the
+    user's own file in the inbox (issue 29: it missed warehouse/report/, and left the lock, the run files and the
+    demo's inbox files)."""
+    for var in ("TAXBREAK_LAKE", "TAXBREAK_WAREHOUSE", "TAXBREAK_INBOX", "TAXBREAK_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TAXBREAK_HOME", str(tmp_path))
+    paths = Paths.from_env()
+    demo.capture_into_inbox(paths)
+    demo.copy_into_inbox(paths, [DEMO_TRACE])
+    mine = paths.inbox / "my_run.json"
+    mine.write_text('{"traceEvents": []}')
+    assert [r.status for r in demo.ingest_inbox(paths)].count("failed") == 0
+    runner.run(paths)
+    assert main(["report"]) == 0  # into reports/ beside the warehouse, as `make demo` does
+    capsys.readouterr()
+    written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.iterdir()}
+    assert {"lake", "taxbreak.duckdb", "taxbreak.duckdb.lock", "marts", "exports", "reports", "inbox"} <= written
+    proc = subprocess.run(["make", "-s", "-C", str(REPO), "clean-warehouse", f"WAREHOUSE_HOME={tmp_path}",
+                           f"DEMO_TRACE={DEMO_TRACE.relative_to(REPO)}"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert left == ["inbox", "inbox/my_run.json"]

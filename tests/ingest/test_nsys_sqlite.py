@@ -63,7 +63,6 @@ def test_public_export_counts(rel: str, tmp_path: Path, public_trace: Callable[[
     assert res.row["event_count"] + sum(skipped.values()) == res.row["source_event_count"]
 
 
-
 def test_standins_read_as_the_exports_they_stand_for(tmp_path: Path) -> None:
     """What each stand-in adds to the counts above, by hand from tests/ingest/nsys_fixtures.py (origin: the first
     NVTX push at 100 ns, so every stored time is 100 ns earlier than in the export)."""

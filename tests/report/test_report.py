@@ -174,8 +174,10 @@ def test_report_text_fixes(wh: dict, data: dict) -> None:
         assert not re.search(r"[(>,] ?None[)<,]", html)
         assert not re.search(r"\d us\b", html)
     assert "µs" in page
-    mean = plots.fmt_value(t["mean_launch_to_start_ns"], "ns")
-    assert f"mean {mean} per launch over {t['launch_samples']:,} launches; a sum of overlapping queue waits" in page
+    mean, counted = plots.fmt_value(t["mean_launch_to_start_ns"], "ns"), t["launch_samples"] - t["negative_samples"]
+    said = f"mean {mean} per launch over {counted:,} launches"
+    assert f"{said}; a sum of overlapping queue waits, so it can exceed the trace&#x27;s length" in page
+    assert said in index and "TKLQT: a sum of overlapping queue waits" in index
     assert "summed — not a wall time" in page and "not a wall time" in index
     chain = t["fusion"][0]["chain"]
     assert t["fusion"][0]["rank"] == 1 and len(chain) == t["fusion"][0]["chain_len"] > 1

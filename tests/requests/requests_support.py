@@ -31,7 +31,6 @@ def write_trace(lake: Lake, trace_id: str, rows: list[dict], *, gpu: str | None,
                       file_bytes=1)
 
 
-
 def serving_con(steps: pa.Table, reqs: pa.Table) -> duckdb.DuckDBPyConnection:
     """An in-memory warehouse holding only serving_steps and serving_step_requests."""
     con = duckdb.connect()
