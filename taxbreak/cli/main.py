@@ -28,12 +28,12 @@ from taxbreak.cli.common import (
 )
 from taxbreak.cli.forget import add_forget
 from taxbreak.cli.ingest import add_ingest, add_traces
+from taxbreak.cli.whatif import add_whatif_parser
 from taxbreak.config import ConfigError, add_path_args
 from taxbreak.engine.checks import InvariantBroken
 from taxbreak.features.nsys_check import cmd_nsys_check
 from taxbreak.features.requests import add_requests_parser
 from taxbreak.features.retry import cmd_retry
-from taxbreak.features.whatif import add_whatif_parser
 from taxbreak.read.compare import add_compare_parser
 from taxbreak.read.export import add_export_parser
 from taxbreak.read.report import add_report_parser

@@ -189,6 +189,8 @@ def test_cli_whatif(tiny: tuple, tmp_path: Path, capsys: pytest.CaptureFixture) 
     rc = main(["whatif", TINY[:12], "--host-speedup", "2", "--lake", str(root), "--warehouse", str(wh), "--save"])
     out = capsys.readouterr().out
     assert rc == 0 and "0.031" in out and "0.029" in out
+    # TKLQT worded as every reader words it (taxbreak.read.readmodel): a sum that can exceed the trace's length
+    assert "TKLQT: a sum of overlapping queue waits, so it can exceed the trace's length" in out
     con = duckdb.connect(str(wh), read_only=True)
     assert con.execute("SELECT il_replay_ns FROM whatif_results WHERE scenario = 'cli'").fetchone()[0] == 29000
     con.close()
