@@ -16,9 +16,10 @@ dropped (its coefficient stored as 0 and named in ``dropped_terms``).
 Mixed steps (chunked prefill: prefill chunks and decode requests in one step; ours, docs/method.md) are never
 pooled into one feature set: ``T(B) = T_prefill(B_p) + T_decode(B_d) + delta``, each part from its own phase's
 model over its own requests, and ``delta`` one constant fitted on the mixed steps' residuals (0 with fewer than
-MIXED_MIN_STEPS mixed steps). The phase models are fitted on the pure steps, or, for a phase with fewer than
-PURE_MIN_STEPS pure steps, jointly on its pure steps and the mixed steps (backfitting: each phase refitted on the
-mixed steps' latency less the other part and delta, until the squared error settles); ``fit_basis`` says which.
+MIXED_MIN_STEPS mixed steps). The phase models are fitted on the pure steps, or, for a phase with fewer pure
+steps than PURE_MIN_STEPS or than the mixed steps, jointly on its pure steps and the mixed steps (each round: the
+joint phases' breakpoints on their targets, the latency less the other part and delta, then every joint
+coefficient and delta in one least squares; until the breakpoints settle); ``fit_basis`` says which.
 
 Each request's share of a step is its own phase's ``a1 p_i + a2 c_i + a3 p_i^2 + (beta + a4 |B_phase|) /
 |B_phase|``, scaled by (T_prefill + T_decode + delta) / (T_prefill + T_decode) in a mixed step (delta spread in
@@ -62,7 +63,12 @@ GRID_POINTS = 128  # coarse candidate breakpoints: quantiles of sum p, refined a
 SEGMENT_MIN_STEPS = 5
 SEGMENT_MIN_SHARE = 0.05
 MIXED_MIN_STEPS = 20  # fewer mixed steps than this: the shared constant delta is 0, and the fit says so
-PURE_MIN_STEPS = 20  # a phase with fewer pure steps than this is fitted jointly with the mixed steps (ours)
+# A phase is fitted jointly with the mixed steps when its pure steps are fewer than this or fewer than the mixed
+# steps (ours: the mixed steps then hold most of the phase's evidence; a breakpoint placed from few pure steps can
+# fall anywhere in a gap between their sums p, and the mixed steps' parts that land in that gap get the wrong
+# segment: on the synthetic chunked workload with prefill-first steps, 96 pure prefill steps put the breakpoint at
+# 968 tokens (true 1,024) and the mixed steps' R2 at 0.884 against a noise ceiling of 0.954).
+PURE_MIN_STEPS = 20
 FEW_STEPS_WARNING = 50  # a fit resting on fewer steps than this carries a warning (ours)
 JOINT_MAX_ROUNDS = 30  # backfitting rounds of a joint fit at most; it stops when the squared error settles (ours)
 JOINT_TOLERANCE = 1e-9  # relative change of the mixed steps' squared error under which a joint fit stops (ours)
@@ -278,11 +284,12 @@ def fit_group(xp: np.ndarray, xd: np.ndarray, y: np.ndarray, phase: np.ndarray, 
     step's prefill / decode part (its own requests' sums; zeros where it has none), ``y`` the observed latencies,
     ``phase`` 'prefill' / 'decode' / 'mixed' per step.
 
-    A phase with at least PURE_MIN_STEPS pure steps is fitted on them; one with fewer is fitted jointly on its pure
-    steps and the mixed steps, by backfitting (its target on a mixed step is the latency less the other part and
-    delta) until the mixed steps' squared error settles. delta is the mean residual of the mixed steps (0 with
-    fewer than MIXED_MIN_STEPS of them, or when a joint phase has no pure step at all: its intercept and delta are
-    then one constant, kept in the intercept)."""
+    A phase with at least max(PURE_MIN_STEPS, mixed steps) pure steps is fitted on them; one with fewer is fitted
+    jointly on its pure steps and the mixed steps: each round places its breakpoint by ``fit_phase`` on its target
+    (on a mixed step the latency less the other part and delta), then fits every joint coefficient and delta in one
+    least squares, until the breakpoints settle. delta is the least-squares constant of the mixed steps' residuals
+    (their mean when no phase is joint; 0 with fewer than MIXED_MIN_STEPS of them, or when a joint phase has no pure
+    step at all: its intercept and delta are then one constant, kept in the intercept)."""
     t0 = time.perf_counter()
     y = np.asarray(y, dtype=np.float64)
     phase = np.asarray(phase, dtype=object)
@@ -292,12 +299,12 @@ def fit_group(xp: np.ndarray, xd: np.ndarray, y: np.ndarray, phase: np.ndarray, 
     xs = {"prefill": xp, "decode": xd}
     pure = {ph: int(rows[ph].sum()) for ph in PHASES}
     notes: dict[str, list[str]] = {"prefill": [], "decode": [], "mixed": []}
-    joint = {ph: pure[ph] < PURE_MIN_STEPS and n_mixed > 0 for ph in PHASES}
+    joint = {ph: n_mixed > 0 and pure[ph] < max(PURE_MIN_STEPS, n_mixed) for ph in PHASES}
     basis = {ph: "joint" if joint[ph] else "pure" for ph in PHASES}
     for ph in PHASES:
         if joint[ph]:
-            notes[ph].append(f"fitted jointly with the {n_mixed:,} mixed steps: {pure[ph]:,} pure steps "
-                             f"(< {PURE_MIN_STEPS})")
+            why = f"< {PURE_MIN_STEPS}" if pure[ph] < PURE_MIN_STEPS else "fewer than the mixed steps"
+            notes[ph].append(f"fitted jointly with the {n_mixed:,} mixed steps: {pure[ph]:,} pure steps ({why})")
     fits: dict[str, PhaseFit] = {}
     for ph in PHASES:  # the pure fits (the start of a joint one)
         if pure[ph] >= 2:
