@@ -608,6 +608,27 @@ def _rows(con: Any, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
+# The fits a trace's steps use: each step kind's own row, and both phase models for a mixed step (its parts).
+TRACE_FITS = ("EXISTS (SELECT 1 FROM serving_steps s WHERE s.trace_id = $t AND s.model_name = f.model_name AND "
+              "s.gpu_name = f.gpu_name AND (s.phase = f.phase OR s.phase = 'mixed'))")
+
+
+def step_split(con: Any, trace_id: str) -> list[dict[str, Any]]:
+    """One trace's per-step split summed per step kind (docs/method.md section 8; ``request_step_fit``): steps
+    predicted, the prediction, its prefill part and decode part (delta spread in proportion to them) and the shared
+    constant delta in total (int64 ns), and the prefill fraction of the prediction. The one reader of the split
+    (``taxbreak requests`` and the report)."""
+    if not _has_table(con, "request_step_fit"):
+        return []
+    rows = _rows(con, "SELECT phase, count(*) AS steps, sum(predicted_ns)::BIGINT AS predicted_ns, "
+                      "sum(prefill_part_ns)::BIGINT AS prefill_part_ns, sum(decode_part_ns)::BIGINT AS decode_part_ns, "
+                      "sum(shared_ns)::BIGINT AS shared_ns FROM request_step_fit WHERE trace_id = $t GROUP BY phase "
+                      "ORDER BY phase", {"t": trace_id})
+    for r in rows:
+        r["prefill_fraction"] = r["prefill_part_ns"] / r["predicted_ns"] if r["predicted_ns"] else None
+    return rows
+
+
 def trace_requests(con: Any, trace: str, top: int = 20) -> dict[str, Any]:
     """One trace's attribution as plain data: its steps' fits, per-request totals, per-tenant totals, and the
     fits of the (model, GPU) groups its steps belong to. ``trace``: trace id prefix or file name."""
@@ -625,12 +646,11 @@ def trace_requests(con: Any, trace: str, top: int = 20) -> dict[str, Any]:
     fitted = _has_table(con, "request_model_fit")
     out["fitted"] = fitted
     if not fitted:
-        out.update(fits=[], requests=[], tenants=[], request_count=0)
+        out.update(fits=[], split=[], requests=[], tenants=[], request_count=0)
         return out
     out["fits"] = _rows(con, "SELECT f.* EXCLUDE (fitted_at), CAST(f.fitted_at AS VARCHAR) AS fitted_at "
-                             "FROM request_model_fit f WHERE (model_name, gpu_name, phase) IN "
-                             "(SELECT (model_name, gpu_name, phase) FROM serving_steps WHERE trace_id = $t) "
-                             "ORDER BY phase", {"t": t})
+                             f"FROM request_model_fit f WHERE {TRACE_FITS} ORDER BY phase", {"t": t})
+    out["split"] = step_split(con, t)
     out["request_count"] = con.execute("SELECT count(*) FROM request_totals WHERE trace_id = $t",
                                        {"t": t}).fetchone()[0]
     out["requests"] = _rows(con, "SELECT * EXCLUDE (trace_id) FROM request_totals WHERE trace_id = $t "
@@ -677,6 +697,10 @@ def format_requests(d: dict[str, Any]) -> str:
                      "(ns per unit); token-count baseline alpha + gamma*sum p beside it:")
     for f in d["fits"]:
         bp = "one segment" if f["breakpoint_tokens"] is None else f"breakpoint sum p <= {f['breakpoint_tokens']:,.0f}"
+        if f["phase"] == "mixed":
+            bp = "each part from its own phase's model and segment"
+        elif f.get("fit_basis"):
+            bp += f", fitted on {'the pure steps' if f['fit_basis'] == 'pure' else 'pure and mixed steps jointly'}"
         lines.append(f"    {f['model_name']} on {f['gpu_name']}, {f['phase']}: {f['steps_fitted']:,} steps from "
                      f"{f['traces']} trace(s), {bp}" + (f"; dropped (collinear) {f['dropped_terms']}"
                                                         if f["dropped_terms"] else ""))
@@ -692,12 +716,20 @@ def format_requests(d: dict[str, Any]) -> str:
             lines.append(f"      shared cost delta {_num(f['shared_ns'], ',.0f')} ns per mixed step"
                          + (f" ({f['fit_basis']})" if f.get("fit_basis") else ""))
         if f.get("fit_note"):
-            lines.append(f"      note: {f['fit_note']}")
+            lines.append(f"      {'WARNING' if f.get('few_steps') else 'note'}: {f['fit_note']}")
         lines.append(f"      model    R2 {_num(f['r2'], '.4f')}  rel. error p50 {_pct(f['rel_err_p50'])} p90 "
                      f"{_pct(f['rel_err_p90'])} p99 {_pct(f['rel_err_p99'])}")
         lines.append(f"      baseline R2 {_num(f['baseline_r2'], '.4f')}  rel. error p50 "
                      f"{_pct(f['baseline_rel_err_p50'])} "
                      f"p90 {_pct(f['baseline_rel_err_p90'])} p99 {_pct(f['baseline_rel_err_p99'])}")
+    if d.get("split"):
+        lines.append("  per-step split of the prediction (prefill part + decode part; a mixed step's shared delta "
+                     "spread over the two in proportion):")
+        for sp in d["split"]:
+            lines.append(f"    {sp['phase']:<8} {sp['steps']:>7,} steps  predicted {_ms(sp['predicted_ns'])} = prefill "
+                         f"{_ms(sp['prefill_part_ns'])} ({_pct(sp['prefill_fraction'])}) + decode "
+                         f"{_ms(sp['decode_part_ns'])}" + (f"; shared delta {_ms(sp['shared_ns'])} in total"
+                                                           if sp["phase"] == "mixed" else ""))
     if not d["request_count"]:
         lines.append("  no per-request shares: the trace's steps give per-step sums only (request ids, tenants and "
                      "per-request tokens are missing; write them into the sidecar, docs/sidecar.md)")
