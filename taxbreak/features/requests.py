@@ -629,6 +629,25 @@ def step_split(con: Any, trace_id: str) -> list[dict[str, Any]]:
     return rows
 
 
+def unattributed_steps(con: Any, trace_id: str) -> list[dict[str, Any]]:
+    """One trace's serving steps that get no attribution, counted per step kind, source and reason: the step's
+    ``unfit_reason`` (what its annotation does not carry), or, for a fit-ready step, that its phase has no fit (no
+    refit yet, or fewer than two fit-ready steps of the group). The one reader of it (``taxbreak requests``, the
+    report)."""
+    if not _has_table(con, "serving_steps"):
+        return []
+    if _has_table(con, "request_step_fit"):
+        no_fit = ("'no fitted model for its phase (a fit needs two fit-ready steps of the (model, GPU, phase); "
+                  "a mixed step both phase models)'")
+        fitted = ("EXISTS (SELECT 1 FROM request_step_fit f WHERE f.trace_id = s.trace_id AND "
+                  "f.step_id = s.step_id)")
+    else:
+        no_fit, fitted = "'not fitted yet: run `taxbreak requests --refit`'", "false"
+    return _rows(con, f"SELECT phase, composition_source, coalesce(unfit_reason, {no_fit}) AS reason, "
+                      "count(*) AS steps FROM serving_steps s WHERE trace_id = $t AND (NOT fit_ready OR NOT "
+                      f"{fitted}) GROUP BY ALL ORDER BY phase, composition_source, reason", {"t": trace_id})
+
+
 def trace_requests(con: Any, trace: str, top: int = 20) -> dict[str, Any]:
     """One trace's attribution as plain data: its steps' fits, per-request totals, per-tenant totals, and the
     fits of the (model, GPU) groups its steps belong to. ``trace``: trace id prefix or file name."""
@@ -643,6 +662,7 @@ def trace_requests(con: Any, trace: str, top: int = 20) -> dict[str, Any]:
                               "sum(batch_requests) AS request_steps, sum(latency_ns) AS latency_ns, "
                               "sum(device_active_ns) AS device_active_ns, sum(t_orchestrate_ns) AS t_orchestrate_ns "
                               "FROM serving_steps WHERE trace_id = $t GROUP BY ALL ORDER BY ALL", {"t": t})
+    out["unattributed"] = unattributed_steps(con, t)
     fitted = _has_table(con, "request_model_fit")
     out["fitted"] = fitted
     if not fitted:
@@ -686,6 +706,10 @@ def format_requests(d: dict[str, Any]) -> str:
         lines.append(f"    {s['composition_source']:<13} {s['phase']:<8} {s['steps']:>7,} steps "
                      f"({s['fit_ready_steps']:,} fit-ready), {detail}; latency {_ms(s['latency_ns'])}, device "
                      f"{_ms(s['device_active_ns'])}, T_Orchestrate {_ms(s['t_orchestrate_ns'])}")
+    if d.get("unattributed"):
+        lines.append("  steps without attribution, and why:")
+        for u in d["unattributed"]:
+            lines.append(f"    {u['phase']:<8} {u['composition_source']:<20} {u['steps']:>7,} steps: {u['reason']}")
     if not d["fitted"]:
         lines.append("  no fitted model in the warehouse: run `taxbreak requests --refit`")
         return "\n".join(lines)

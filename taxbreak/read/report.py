@@ -402,12 +402,14 @@ def request_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any
     """The per-request attribution of one trace (docs/method.md): fitted vs observed latency per serving step,
     and each request's share per step for the first REQUEST_STEPS_SHOWN steps that list their requests. None when
     the warehouse has no fitted model (``taxbreak requests --refit``) or the trace has no serving steps."""
+    unattributed = requests.unattributed_steps(con, trace_id)
     if not (_has(con, "request_step_fit") and _has(con, "request_step_shares")):
-        return None
+        return {"fit": [], "shares": [], "named": [], "fits": [], "split": [],
+                "unattributed": unattributed} if unattributed else None
     fit = _rows(con, "SELECT step_id, phase, batch_requests, latency_ns, predicted_ns, baseline_predicted_ns, "
                      "rel_err, baseline_rel_err FROM request_step_fit WHERE trace_id = $t ORDER BY step_id",
                 {"t": trace_id})
-    if not fit:
+    if not fit and not unattributed:
         return None
     named = [r["request_id"] for r in _rows(
         con, "SELECT request_id FROM request_totals WHERE trace_id = $t "
@@ -423,7 +425,17 @@ def request_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any
     for f in fits:
         f["fit_note"] = ("warning: " if f["few_steps"] else "") + (f["fit_note"] or "")
     return {"fit": fit, "shares": shares, "named": named, "fits": fits,
-            "split": requests.step_split(con, trace_id)}
+            "split": requests.step_split(con, trace_id), "unattributed": unattributed}
+
+
+REQUEST_FIT_COLUMNS = [
+    ("phase", "phase", ""), ("fit_basis", "fitted on", ""), ("steps_fitted", "steps fitted", ""),
+    ("breakpoint_tokens", "breakpoint Σp", ""), ("shared_ns", "shared δ", "ns"), ("r2", "R²", "fraction"),
+    ("rel_err_p50", "p50 error", "fraction"), ("rel_err_p90", "p90 error", "fraction"),
+    ("rel_err_p99", "p99 error", "fraction"), ("baseline_r2", "baseline R²", "fraction"),
+    ("baseline_rel_err_p50", "baseline p50", "fraction"), ("baseline_rel_err_p90", "baseline p90", "fraction"),
+    ("baseline_rel_err_p99", "baseline p99", "fraction"), ("fit_note", "note", ""),
+]
 
 
 def requests_section(d: dict[str, Any] | None) -> str:
@@ -432,14 +444,13 @@ def requests_section(d: dict[str, Any] | None) -> str:
     if not d:
         return ""
     h = ["<h3>Per-request latency attribution (LLMVisor; docs/method.md)</h3>"]
-    h.append(_table(d["fits"], [("phase", "phase", ""), ("fit_basis", "fitted on", ""),
-                                ("steps_fitted", "steps fitted", ""), ("breakpoint_tokens", "breakpoint Σp", ""),
-                                ("shared_ns", "shared δ", "ns"), ("r2", "R²", "fraction"),
-                                ("rel_err_p50", "p50 error", "fraction"), ("rel_err_p90", "p90 error", "fraction"),
-                                ("rel_err_p99", "p99 error", "fraction"), ("baseline_r2", "baseline R²", "fraction"),
-                                ("baseline_rel_err_p50", "baseline p50", "fraction"),
-                                ("baseline_rel_err_p90", "baseline p90", "fraction"),
-                                ("baseline_rel_err_p99", "baseline p99", "fraction"), ("fit_note", "note", "")]))
+    if d["fits"]:
+        h.append(_table(d["fits"], REQUEST_FIT_COLUMNS))
+    if d.get("unattributed"):
+        h.append("<p class='note'>Serving steps without attribution, and why (per step kind and annotation "
+                 "source; docs/method.md §8 says what each source carries):</p>")
+        h.append(_table(d["unattributed"], [("phase", "steps of kind", ""), ("composition_source", "source", ""),
+                                            ("steps", "steps", ""), ("reason", "why", "")]))
     if d.get("split"):
         h.append("<p class='note'>The prediction of this trace's steps split into its prefill and decode parts (a "
                  "mixed step's shared constant δ spread over the two in proportion; docs/method.md §8).</p>")
@@ -447,6 +458,8 @@ def requests_section(d: dict[str, Any] | None) -> str:
                                      ("predicted_ns", "predicted", "ns"), ("prefill_part_ns", "prefill part", "ns"),
                                      ("decode_part_ns", "decode part", "ns"), ("shared_ns", "shared δ in total", "ns"),
                                      ("prefill_fraction", "prefill fraction", "fraction")]))
+    if not d["fit"]:
+        return "".join(h)
     series: dict[str, list[tuple[float, float]]] = {}
     errors: dict[str, list[tuple[float, float]]] = {}
     for r in d["fit"]:
