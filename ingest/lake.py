@@ -3,6 +3,8 @@
 Layout under the lake root::
 
     events/trace_id=<sha256>/part-0.parquet   events in the common schema (Hive partition per trace)
+    requests/trace_id=<sha256>/part-0.parquet the per-step request list read from <trace>.requests.jsonl[.gz]
+                                              (taxbreak.ingest.request_lists); only traces that had one
     catalogue/<sha256>.parquet                one catalogue row per trace (ingested or failed)
     _staging/                                 work in progress; never read
 
@@ -37,7 +39,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     import duckdb
 
 EVENTS_DIR = "events"
+REQUESTS_DIR = "requests"  # requests/trace_id=<sha256>/part-0.parquet: a trace's request list (request_lists.py)
 CATALOGUE_DIR = "catalogue"
 STAGING_DIR = "_staging"
 LOCKS_DIR = "_locks"
@@ -154,6 +157,47 @@ class Lake:
 
     def events_path(self, trace_id: str) -> Path | ObjectPath:
         return self.events_dir(trace_id) / EVENTS_FILE
+
+    def requests_dir(self, trace_id: str) -> Path | ObjectPath:
+        return self.root / REQUESTS_DIR / f"trace_id={trace_id}"
+
+    def requests_path(self, trace_id: str) -> Path | ObjectPath:
+        return self.requests_dir(trace_id) / EVENTS_FILE
+
+    def has_requests(self, trace_id: str) -> bool:
+        return self._is_file(self.requests_path(trace_id))
+
+    def publish_requests(self, trace_id: str, write: Callable[[Path], dict]) -> dict:
+        """The trace's request list: ``write(staged_path)`` writes it (raising when refused: nothing is published,
+        and a list published before is removed, since it no longer is the one beside the trace), then it is moved
+        into place under the trace's lock. Returns what ``write`` returned."""
+        staging = self._staging()
+        try:
+            part = staging / EVENTS_FILE
+            try:
+                info = write(part)
+            except Exception:
+                with self.trace_lock(trace_id):
+                    self.remove_requests(trace_id)
+                raise
+            with self.trace_lock(trace_id):
+                target = self.requests_path(trace_id)
+                if isinstance(target, ObjectPath):
+                    self._upload(part, target)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(part, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return info
+
+    def remove_requests(self, trace_id: str) -> bool:
+        """Remove the trace's request list, if any; True when there was one."""
+        target = self.requests_path(trace_id)
+        if not self._is_file(target):
+            return False
+        self.fs.delete_file(self._key(target))
+        return True
 
     def catalogue_path(self, trace_id: str) -> Path | ObjectPath:
         return self.root / CATALOGUE_DIR / f"{trace_id}.parquet"

@@ -24,7 +24,7 @@ from taxbreak.store.warehouse import WarehouseBusy, warehouse_lock
 
 def forget_in_lake(lake: Any, trace_id: str) -> list[str]:
     """Remove a trace's catalogue row, then its events partition (a local partition is first renamed out of
-    ``events/``, so no reader sees part of it); returns what was removed."""
+    ``events/``, so no reader sees part of it) and its request list; returns what was removed."""
 
 
     removed = []
@@ -43,6 +43,8 @@ def forget_in_lake(lake: Any, trace_id: str) -> list[str]:
         os.rename(events, trash)
         shutil.rmtree(trash)
         removed.append(str(events))
+    if lake.remove_requests(trace_id):  # its request list (taxbreak.ingest.request_lists), if it had one
+        removed.append(str(lake.requests_path(trace_id)))
     return removed
 
 
