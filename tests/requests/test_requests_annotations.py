@@ -128,6 +128,10 @@ def test_steps_without_attribution_say_why_per_step_kind(wh) -> None:
     text = format_requests(d)
     assert "steps without attribution, and why:" in text
     assert "    mixed    vllm_execute_context       1 steps: no attended context (sum c)" in text
+    from taxbreak.read import report  # the report's section lists them too, before any fit
+
+    html = report.requests_section(report.request_data(wh, "d" * 64))
+    assert "Serving steps without attribution, and why" in html and "no squared token counts" in html
     # the fit-ready vLLM step of trace a: no fit yet, and the message says what to run
     a = trace_requests(wh, "a" * 16)["unattributed"]
     assert a == [{"phase": "mixed", "composition_source": "vllm_execute",
