@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=None, help="where the files go (default: a temporary folder)")
+    ap.add_argument("--ingest-only", action="store_true", help="stop after the ingest (the request list's stage)")
     args = ap.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="taxbreak-bench-lists-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -124,9 +125,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  generated in {time.perf_counter() - t0:.1f} s: trace {trace.stat().st_size / 2**20:.1f} MiB, request "
           f"list {lists.stat().st_size / 2**20:.1f} MiB gzip")
     lake, wh = work / "lake", work / "wh.duckdb"
-    results = [stage("ingest", ["ingest", str(trace), "--lake", str(lake), "-q"]),
-               stage("analyze", ["analyze", "--lake", str(lake), "--warehouse", str(wh), "-q"]),
-               stage("requests --refit", ["requests", "--refit", "--warehouse", str(wh)])]
+    results = [stage("ingest", ["ingest", str(trace), "--lake", str(lake), "-q"])]
+    if args.ingest_only:
+        rows = duckdb.connect().execute("SELECT count(*), count(DISTINCT step_name) FROM read_parquet($p)",
+                                        {"p": str(next((lake / "requests").glob("*/part-0.parquet")))}).fetchone()
+        print(f"  in the lake: {rows[1]:,} steps, {rows[0]:,} rows of request lists")
+        ok = results[0][1] <= RSS_TARGET_BYTES
+        print(f"  {'PASS' if ok else 'FAIL'}: ingest of {args.steps:,} steps with request lists within "
+              f"{RSS_TARGET_BYTES / 2**30:.0f} GB peak RSS")
+        return 0 if ok else 1
+    results += [stage("analyze", ["analyze", "--lake", str(lake), "--warehouse", str(wh), "-q"]),
+                stage("requests --refit", ["requests", "--refit", "--warehouse", str(wh)])]
     con = duckdb.connect(str(wh), read_only=True)
     n_steps, n_req = con.execute("SELECT count(*), sum(batch_requests) FROM serving_steps").fetchone()
     n_rows = con.execute("SELECT count(*) FROM serving_step_requests").fetchone()[0]

@@ -138,30 +138,21 @@ cand AS (
     UNION ALL BY NAME SELECT * FROM vllmc
     UNION ALL BY NAME SELECT * FROM sglang
 ),
--- Overlapping candidates on the same process, as pairs (c, o), a candidate with itself included. Each (trace,
--- process) is moved to a time range of its own (grp * width), so the pairs come from a join on two inequalities
--- alone (DuckDB's IEJoin, O(n log n)) instead of a hash join on (trace, pid) comparing every two steps of a process:
--- quadratic, 10^4 steps took 18 s and 10^5 never finished (ours, issue 26).
-cand_span AS (
-    SELECT c.*, (dense_rank() OVER (ORDER BY c.trace_id, c.pid) - 1) * w.width + (c.ts_ns - w.t0) AS g_ts,
-           (dense_rank() OVER (ORDER BY c.trace_id, c.pid) - 1) * w.width + (c.end_ns - w.t0) AS g_end
-    FROM cand c, (SELECT min(ts_ns) AS t0, max(end_ns) - min(ts_ns) + 1 AS width FROM cand) w
-),
-pairs AS (
-    SELECT c.trace_id, c.event_id, c.richness, o.richness AS o_richness, o.ts_ns AS o_ts_ns, o.end_ns AS o_end_ns,
-           o.dur_ns AS o_dur_ns, o.event_id AS o_event_id
-    FROM cand_span c JOIN cand_span o ON o.g_ts < c.g_end AND c.g_ts < o.g_end
-),
 -- A candidate is kept unless an overlapping one on the same process has a richer source.
 kept AS (
     SELECT c.* FROM cand c
-    ANTI JOIN (SELECT DISTINCT trace_id, event_id FROM pairs WHERE o_richness < richness) r USING (trace_id, event_id)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM cand o
+        WHERE o.trace_id = c.trace_id AND o.pid = c.pid AND o.ts_ns < c.end_ns AND c.ts_ns < o.end_ns
+          AND o.richness < c.richness
+    )
 ),
 -- Timing: the shortest candidate overlapping the kept one (itself when none is shorter).
 timed AS (
-    SELECT p.trace_id, p.event_id, arg_min(p.o_ts_ns, (p.o_dur_ns, p.o_event_id)) AS step_ts_ns,
-           arg_min(p.o_end_ns, (p.o_dur_ns, p.o_event_id)) AS step_end_ns
-    FROM pairs p SEMI JOIN kept k USING (trace_id, event_id)
+    SELECT k.trace_id, k.event_id, arg_min(o.ts_ns, (o.dur_ns, o.event_id)) AS step_ts_ns,
+           arg_min(o.end_ns, (o.dur_ns, o.event_id)) AS step_end_ns
+    FROM kept k JOIN cand o
+      ON o.trace_id = k.trace_id AND o.pid = k.pid AND o.ts_ns < k.end_ns AND k.ts_ns < o.end_ns
     GROUP BY ALL
 ),
 steps AS (
