@@ -25,6 +25,7 @@ process removes those of dead processes and recovers the lake (``Lake.recover``)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ from typing import IO, BinaryIO
 
 import pyarrow as pa
 
+from taxbreak.ingest import request_lists
 from taxbreak.ingest.base import (
     SNIFF_BYTES,
     Adapter,
@@ -303,8 +305,40 @@ def ingest_file(
         result = _ingest_once(p, lake, force, cache_dir, tmp_dir, progress, limits or IngestLimits(), shown, name,
                               side, last=attempt == 2)
         if result is not None:
-            return result
+            return _with_request_list(lake, result, p, shown, tmp_dir)
     raise AssertionError("unreachable")
+
+
+def _with_request_list(lake: Lake, result: IngestResult, p: Path, shown: str, tmp_dir: Path | None) -> IngestResult:
+    """A stored trace with a request list beside it (``<trace>.requests.jsonl[.gz]``, ``request_lists``): the list
+    converted into the lake unless the one recorded is this file unchanged; its counts, or why it was refused, in
+    the catalogue row (``REQUESTS_KEY`` / ``REQUESTS_ERROR_KEY``). No list beside this copy changes nothing (another
+    copy of the same bytes without one says nothing about it)."""
+    if result.status not in ("ingested", "unchanged") or result.row is None:
+        return result
+    src = request_lists.beside(p)
+    if src is None:
+        return result
+    where = shown + src.name[len(p.name):]
+    meta = json.loads(result.row.get("metadata_json") or "{}")
+    rec = meta.get(request_lists.REQUESTS_KEY)
+    try:
+        st = src.stat()
+        if (isinstance(rec, dict) and rec.get("where") == where and rec.get("bytes") == st.st_size
+                and rec.get("mtime_ns") == st.st_mtime_ns and lake.has_requests(result.trace_id)):
+            return result
+    except OSError:
+        pass  # convert says why
+    update: dict = {request_lists.REQUESTS_KEY: None, request_lists.REQUESTS_ERROR_KEY: None}
+    try:
+        update[request_lists.REQUESTS_KEY] = lake.publish_requests(
+            result.trace_id, lambda dest: request_lists.convert(src, dest, where, temp_dir=tmp_dir))
+    except request_lists.RequestListError as exc:
+        update[request_lists.REQUESTS_ERROR_KEY] = str(exc)
+    except OSError as exc:
+        update[request_lists.REQUESTS_ERROR_KEY] = f"{where}: cannot store the request list ({exc.strerror or exc})"
+    row = lake.update_metadata(result.trace_id, update) or result.row
+    return dataclasses.replace(result, row=row)
 
 
 @dataclass

@@ -3,6 +3,8 @@
 Layout under the lake root::
 
     events/trace_id=<sha256>/part-0.parquet   events in the common schema (Hive partition per trace)
+    requests/trace_id=<sha256>/part-0.parquet the per-step request list read from <trace>.requests.jsonl[.gz]
+                                              (taxbreak.ingest.request_lists); only traces that had one
     catalogue/<sha256>.parquet                one catalogue row per trace (ingested or failed)
     _staging/                                 work in progress; never read
 
@@ -37,7 +39,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     import duckdb
 
 EVENTS_DIR = "events"
+REQUESTS_DIR = "requests"  # requests/trace_id=<sha256>/part-0.parquet: a trace's request list (request_lists.py)
 CATALOGUE_DIR = "catalogue"
 STAGING_DIR = "_staging"
 LOCKS_DIR = "_locks"
@@ -156,6 +159,42 @@ class Lake:
 
     def events_path(self, trace_id: str) -> Path | ObjectPath:
         return self.events_dir(trace_id) / EVENTS_FILE
+
+    def requests_dir(self, trace_id: str) -> Path | ObjectPath:
+        return self.root / REQUESTS_DIR / f"trace_id={trace_id}"
+
+    def requests_path(self, trace_id: str) -> Path | ObjectPath:
+        return self.requests_dir(trace_id) / EVENTS_FILE
+
+    def has_requests(self, trace_id: str) -> bool:
+        return self._is_file(self.requests_path(trace_id))
+
+    def publish_requests(self, trace_id: str, write: Callable[[Path], dict]) -> dict:
+        """The trace's request list: ``write(staged_path)`` writes it (raising when refused: nothing is published,
+        and a list published before is removed, since it no longer is the one beside the trace), then it is moved
+        into place under the trace's lock. Returns what ``write`` returned."""
+        staging = self._staging()
+        try:
+            part = staging / EVENTS_FILE
+            try:
+                info = write(part)
+            except Exception:
+                with self.trace_lock(trace_id):
+                    self.remove_requests(trace_id)
+                raise
+            with self.trace_lock(trace_id):
+                self.store.put_file(part, self._rel(self.requests_path(trace_id)))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return info
+
+    def remove_requests(self, trace_id: str) -> bool:
+        """Remove the trace's request list, if any; True when there was one."""
+        target = self.requests_path(trace_id)
+        if not self._is_file(target):
+            return False
+        self.store.delete([self._rel(target)])
+        return True
 
     def catalogue_path(self, trace_id: str) -> Path | ObjectPath:
         return self.root / CATALOGUE_DIR / f"{trace_id}.parquet"
@@ -369,7 +408,8 @@ class Lake:
 
     def remove_trace(self, trace_id: str) -> list[str]:
         """Remove a trace's catalogue row, then its events partition (a local partition is first renamed out of
-        ``events/`` into the staging folder, so no reader sees part of it); returns what was removed."""
+        ``events/`` into the staging folder, so no reader sees part of it) and its request list; returns what was
+        removed."""
         removed = []
         cat = self.catalogue_path(trace_id)
         if self._is_file(cat):
@@ -384,6 +424,8 @@ class Lake:
             else:
                 self.store.delete([self._rel(events)])
             removed.append(str(events))
+        if self.remove_requests(trace_id):  # its request list (taxbreak.ingest.request_lists), if it had one
+            removed.append(str(self.requests_path(trace_id)))
         return removed
 
     def update_metadata(self, trace_id: str, update: dict) -> dict | None:

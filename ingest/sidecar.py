@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from taxbreak.ingest.request_lists import REQUESTS_ERROR_KEY
+
 META_VERSION = 1
 SIDECAR_SUFFIX = ".meta.json"
 SIDECAR_MAX_BYTES = 1 << 20  # a sidecar is a few hundred bytes; larger is refused, not read
@@ -198,6 +200,20 @@ def sidecar_update(open_sidecar: Callable[[], IO[bytes]], where: str) -> dict[st
     except Exception as exc:  # noqa: BLE001 - a store's own error (denied, network) must not fail the trace
         update[SIDECAR_ERROR_KEY] = f"{where}: cannot read the sidecar ({type(exc).__name__}: {exc})"
     return update
+
+
+def side_file_errors(metadata_json: str | None) -> list[str]:
+    """Why side files found beside the trace at ingest were refused, one line each, from its catalogue
+    ``metadata_json``: the sidecar (``SIDECAR_ERROR_KEY``) and the request list (``REQUESTS_ERROR_KEY``,
+    ``taxbreak.ingest.request_lists``). The one reader of them (``taxbreak traces``, the analysis' trace_meta)."""
+    try:
+        meta = json.loads(metadata_json or "{}")
+    except ValueError:
+        return []
+    if not isinstance(meta, dict):
+        return []
+    return [f"{label} refused: {meta[key]}" for key, label in ((SIDECAR_ERROR_KEY, "sidecar"),
+                                                             (REQUESTS_ERROR_KEY, "request list")) if meta.get(key)]
 
 
 def find_meta(metadata_json: str | None, source_path: str | None) -> tuple[dict[str, Any] | None, str | None, str]:

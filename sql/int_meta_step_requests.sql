@@ -1,8 +1,8 @@
 -- table: int_meta_step_requests
--- grain: one row per request listed in a step of a trace's taxbreak metadata (steps[].requests[], docs/sidecar.md)
--- reads: stg_meta_raw
+-- grain: one row per request listed in a step of a trace's request list (<trace>.requests.jsonl[.gz], stored at ingest) or, for a trace without one, of its taxbreak metadata (steps[].requests[], docs/sidecar.md)
+-- reads: stg_meta_raw, stg_request_lists
 -- materialize: temp
--- description: The batch composition the metadata gives for serving steps: which requests ran in the step named step_name, how many tokens each processed and the context it attended. Read by serving_steps (per-step sums) and serving_step_requests (per request).
+-- description: The batch composition the request list or the metadata gives for serving steps (a trace's request list, when it has one, replaces its metadata's lists; ours): which requests ran in the step named step_name, how many tokens each processed and the context it attended. Read by serving_steps (per-step sums) and serving_step_requests (per request).
 -- column: trace_id: trace key
 -- column: step_name: annotation name of the step (matched to user annotation / NVTX range names)
 -- column: request_index: 0-based position of the request in the step's requests list
@@ -35,3 +35,8 @@ SELECT
     CAST(json_extract(req, '$.context_tokens') AS BIGINT) AS context_tokens,
     TRY_CAST(json_extract(req, '$.output_tokens') AS BIGINT) AS output_tokens
 FROM r
+WHERE trace_id NOT IN (SELECT DISTINCT trace_id FROM stg_request_lists)
+UNION ALL
+SELECT trace_id, step_name, request_index, request_id, tenant, request_phase, tokens, context_tokens, output_tokens
+FROM stg_request_lists
+WHERE request_index IS NOT NULL

@@ -1,7 +1,7 @@
 -- table: serving_steps
 -- grain: one row per serving-engine step (a batch of co-scheduled requests) found in a trace
 -- reads: stg_events, stg_meta_raw, trace_meta, int_meta_step_requests, kernel_taxbreak
--- description: Batch composition per engine step (METHOD.md section 8, LLMVisor), from where the trace carries it: the metadata's steps[].requests[] (per request: id, tenant, tokens, context), vLLM-style annotations execute_N_context_C(sq..sk..sqsq..sqsk..)_generation_G(sq..sk..sqsq..sqsk..) (per phase sums: requests, tokens, tokens squared, attended keys, no request ids), current vLLM's execute_context_C(tokens)_generation_G(tokens) (per phase: requests and scheduled tokens, one count per request or one sum; no attended context, so not fit-ready), and SGLang's step[EXTEND bs=B toks=T] / step[DECODE bs=B] (requests and tokens only: no squared tokens, no context). When annotations overlap (SGLang traces carry both forms) the richest source gives the composition and the shortest overlapping range the timing (ours). Device time and orchestration come from the kernels the step's process launched (any process's when it launches none) whose launch call (their start when they have none) lies in the step. The per-step sums are what the fitted latency model (request_model_fit, docs/method.md) reads.
+-- description: Batch composition per engine step (METHOD.md section 8, LLMVisor), from where the trace carries it: the metadata's steps[].requests[] (per request: id, tenant, tokens, context), vLLM-style annotations execute_N_context_C(sq..sk..sqsq..sqsk..)_generation_G(sq..sk..sqsq..sqsk..) (per phase sums: requests, tokens, tokens squared, attended keys, no request ids), current vLLM's execute_context_C(tokens)_generation_G(tokens) (per phase: requests and scheduled tokens, one count per request or one sum; sum p^2 from the counts, or when the phase has one request or one token per request; no attended context, so not fit-ready), and SGLang's step[EXTEND bs=B toks=T] / step[DECODE bs=B] (requests and tokens only: no squared tokens, no context). When annotations overlap (SGLang traces carry both forms) the richest source gives the composition and the shortest overlapping range the timing (ours). Device time and orchestration come from the kernels the step's process launched (any process's when it launches none) whose launch call (their start when they have none) lies in the step. The per-step sums are what the fitted latency model (request_model_fit, docs/method.md) reads.
 -- column: trace_id: trace key
 -- column: step_id: 1-based position of the serving step in the trace by start time
 -- column: step_name: annotation name that gave the composition
@@ -81,7 +81,8 @@ vllm AS (
 ),
 -- Current vLLM: execute_context_<C>(<tokens>)_generation_<G>(<tokens>), each bracket the scheduled tokens of
 -- that phase's requests: one count per request joined by '_' (then sum p and sum p^2 are known), or one sum
--- (sum p^2 then unknown unless the phase has one request). No attended context, no request ids.
+-- (what vLLM writes: sum p^2 then unknown unless the phase has one request, or as many tokens as requests, so that
+-- every p_i is 1, as in plain decoding). No attended context, no request ids.
 vllmc_raw AS (
     SELECT a.*, regexp_extract(a.name, '^execute_context_(\d+)\(([^)]*)\)_generation_(\d+)\(([^)]*)\)',
                                 ['cn', 'ctoks', 'gn', 'gtoks']) AS g
@@ -100,10 +101,10 @@ vllmc AS (
            coalesce(list_sum(ct), 0) + coalesce(list_sum(gt), 0) AS tokens_sum,
            coalesce(list_sum(ct), 0) AS prefill_tokens_sum,
            coalesce(list_sum(gt), 0) AS decode_tokens_sum,
-           CASE WHEN cn = 0 THEN 0 WHEN len(ct) = cn OR cn = 1 THEN list_sum(list_transform(ct, lambda x: x * x)) END
-               AS prefill_tokens_sq_sum,
-           CASE WHEN gn = 0 THEN 0 WHEN len(gt) = gn OR gn = 1 THEN list_sum(list_transform(gt, lambda x: x * x)) END
-               AS decode_tokens_sq_sum,
+           CASE WHEN cn = 0 THEN 0 WHEN len(ct) = cn OR cn = 1 THEN list_sum(list_transform(ct, lambda x: x * x))
+                WHEN list_sum(ct) = cn THEN cn END AS prefill_tokens_sq_sum,
+           CASE WHEN gn = 0 THEN 0 WHEN len(gt) = gn OR gn = 1 THEN list_sum(list_transform(gt, lambda x: x * x))
+                WHEN list_sum(gt) = gn THEN gn END AS decode_tokens_sq_sum,
            CAST(NULL AS BIGINT) AS prefill_context_sum, CAST(NULL AS BIGINT) AS decode_context_sum,
            CAST(NULL AS BIGINT) AS context_sum
     FROM vllmc_tok

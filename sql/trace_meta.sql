@@ -9,6 +9,7 @@
 -- column: host_name: host name when the trace records it
 -- column: meta_source: where the taxbreak metadata came from: 'trace_metadata', 'sidecar' or NULL (none)
 -- column: meta_note: why no metadata was used, when none was
+-- column: side_file_errors: why side files found beside the trace at ingest were refused (the sidecar, the request list <trace>.requests.jsonl[.gz]), '; '-joined; NULL when none was (taxbreak.ingest.sidecar.side_file_errors)
 -- column: model: model name from the metadata
 -- column: model_kind: 'dense' or 'moe'
 -- column: batch_size: batch size (requests): the metadata's batch_size, else its sweep block's
@@ -30,6 +31,7 @@ SELECT
     c.host_name,
     m.meta_source,
     m.meta_note,
+    m.side_file_errors,
     json_extract_string(m.meta_json, '$.model') AS model,
     json_extract_string(m.meta_json, '$.model_kind') AS model_kind,
     coalesce(TRY_CAST(json_extract(m.meta_json, '$.batch_size') AS BIGINT),

@@ -11,15 +11,16 @@
 -- column: batch_requests: requests in the step, |B| (requests)
 -- column: tokens_sum: sum p (tokens)
 -- column: latency_ns: observed step latency (ns)
--- column: prefill_model_ns: the prefill model over the step's prefill requests, before delta (ns)
--- column: decode_model_ns: the decode model over the step's decode requests, before delta (ns)
--- column: shared_ns: delta, the constant a mixed step's parts share; 0 in a pure step (ns)
--- column: prefill_part_ns: the step's prefill part: prefill_model_ns plus its proportional part of delta (ns)
--- column: decode_part_ns: the step's decode part: decode_model_ns plus its proportional part of delta (ns)
--- column: prefill_fraction: prefill_part_ns / predicted_ns: the prefill share of the step (1 in a prefill step, 0 in a decode step)
--- column: predicted_ns: the model's step latency: prefill_part_ns + decode_part_ns (ns)
--- column: baseline_predicted_ns: the token-count baseline of the step's phase (mixed: fitted on the mixed steps) (ns)
--- column: rel_err: |predicted - observed| / observed
+-- column: prefill_model_ns: the prefill model over the step's prefill requests, before delta, rounded to an int64 (ns)
+-- column: decode_model_ns: the decode model over the step's decode requests, before delta, rounded (ns)
+-- column: shared_ns: delta, the constant a mixed step's parts share, rounded; 0 in a pure step (ns)
+-- column: prefill_part_ns: the step's prefill part: the prefill model plus its proportional part of delta, rounded (ns)
+-- column: decode_part_ns: the step's decode part: the decode model plus its proportional part of delta; predicted_ns - prefill_part_ns, so the two parts add up to the prediction exactly (ns)
+-- column: prefill_fraction: the prefill part over the prediction (before rounding): the prefill share of the step (1 in a prefill step, 0 in a decode step)
+-- column: predicted_ns: the model's step latency: prefill_model_ns + decode_model_ns + shared_ns = prefill_part_ns + decode_part_ns (ns)
+-- column: split_scale: (prefill model + decode model + delta) / (prefill model + decode model) before rounding: the factor every share of the step is multiplied by (1 in a pure step)
+-- column: baseline_predicted_ns: the token-count baseline of the step's phase (mixed: fitted on the mixed steps), rounded (ns)
+-- column: rel_err: |predicted - observed| / observed (the prediction before rounding)
 -- column: baseline_rel_err: the baseline's |predicted - observed| / observed
 WITH j AS (
     SELECT s.trace_id, s.step_id, s.phase, s.batch_requests, s.tokens_sum, s.latency_ns,
@@ -65,18 +66,29 @@ parts AS (
 ),
 split AS (
     SELECT *,
-           prefill_model_ns + decode_model_ns + shared_ns AS predicted_ns,
+           prefill_model_ns + decode_model_ns + shared_ns AS predicted_exact,
            (prefill_model_ns + decode_model_ns + shared_ns) / nullif(prefill_model_ns + decode_model_ns, 0) AS scale
     FROM parts
+),
+ints AS (
+    -- int64 ns (the unit rule): each part rounded once, the prediction their sum, the decode part what is left of
+    -- it, so prefill_model + decode_model + shared = prefill_part + decode_part = predicted exactly
+    SELECT *,
+           CAST(round(prefill_model_ns) AS BIGINT) AS prefill_model_int,
+           CAST(round(decode_model_ns) AS BIGINT) AS decode_model_int,
+           CAST(round(shared_ns) AS BIGINT) AS shared_int,
+           CAST(round(prefill_model_ns * scale) AS BIGINT) AS prefill_part_int
+    FROM split
 )
 SELECT
     trace_id, step_id, phase, prefill_segment, decode_segment, batch_requests, tokens_sum, latency_ns,
-    prefill_model_ns, decode_model_ns, shared_ns,
-    prefill_model_ns * scale AS prefill_part_ns,
-    decode_model_ns * scale AS decode_part_ns,
-    prefill_model_ns * scale / nullif(predicted_ns, 0) AS prefill_fraction,
-    predicted_ns,
-    CASE WHEN has_baseline THEN baseline_predicted_ns END AS baseline_predicted_ns,
-    abs(predicted_ns - latency_ns) / latency_ns AS rel_err,
+    prefill_model_int AS prefill_model_ns, decode_model_int AS decode_model_ns, shared_int AS shared_ns,
+    prefill_part_int AS prefill_part_ns,
+    prefill_model_int + decode_model_int + shared_int - prefill_part_int AS decode_part_ns,
+    prefill_model_ns * scale / nullif(predicted_exact, 0) AS prefill_fraction,
+    prefill_model_int + decode_model_int + shared_int AS predicted_ns,
+    scale AS split_scale,
+    CASE WHEN has_baseline THEN CAST(round(baseline_predicted_ns) AS BIGINT) END AS baseline_predicted_ns,
+    abs(predicted_exact - latency_ns) / latency_ns AS rel_err,
     CASE WHEN has_baseline THEN abs(baseline_predicted_ns - latency_ns) / latency_ns END AS baseline_rel_err
-FROM split
+FROM ints

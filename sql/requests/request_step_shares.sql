@@ -21,7 +21,7 @@ WITH j AS (
            r.output_tokens, f.predicted_ns, s.latency_ns, s.device_active_ns, s.t_orchestrate_ns,
            CASE r.request_phase WHEN 'prefill' THEN s.prefill_requests ELSE s.decode_requests END AS part_requests,
            CASE r.request_phase WHEN 'prefill' THEN f.prefill_segment ELSE f.decode_segment END AS segment,
-           f.predicted_ns / nullif(f.prefill_model_ns + f.decode_model_ns, 0) AS scale,
+           f.split_scale AS scale,
            m.lo_beta, m.lo_a1, m.lo_a2, m.lo_a3, m.lo_a4, m.hi_beta, m.hi_a1, m.hi_a2, m.hi_a3, m.hi_a4
     FROM serving_step_requests r
     JOIN request_step_fit f USING (trace_id, step_id)

@@ -13,6 +13,7 @@ from taxbreak.cli.common import IngestProgress, bars_on, dumps, emit, note
 from taxbreak.config import Paths, add_path_args, describe_origin, ingest_limits
 from taxbreak.ingest import Lake, ingest_file, iter_trace_files
 from taxbreak.ingest.links import link_counts
+from taxbreak.ingest.sidecar import side_file_errors
 from taxbreak.read import readmodel
 from taxbreak.store.query import align_columns, printable
 
@@ -143,6 +144,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             continue
         if not args.json:
             emit(format_ingest_result(paths, res) + (f"\n  ({seconds:.1f} s)" if args.verbose else ""))
+            for e in side_file_errors((res.row or {}).get("metadata_json")):
+                emit(f"WARNING {e}", err=True)
     if args.json:
         print(dumps({"lake": str(paths.lake), "files": results, "failed": failed}))
     if failed:
@@ -170,6 +173,8 @@ def cmd_traces(args: argparse.Namespace) -> int:
     cells = [["trace_id", "status", "format", "events", "GPUs", "file / error   (GPUs: that ran kernels)"]]
     for r in rows:
         tail = r["file_name"] if r["status"] == "ingested" else f"{r['file_name']}: {r['error']}"
+        if r["status"] == "ingested":
+            tail += "".join(f"; {e}" for e in side_file_errors(r.get("metadata_json")))
         cells.append([r["trace_id"][:16], r["status"], r["source_format"] or "-", f"{r['event_count']:,}", _gpus(r),
                       printable(tail, cell=True)])
     if rows:  # widths from the content (a fixed status column was narrower than not_a_trace)

@@ -51,7 +51,7 @@ from taxbreak.engine.plan import quote_ident as _q
 from taxbreak.engine.plan import sql_literal as _lit
 from taxbreak.engine.rules import RunConfig, settings_arrow, settings_tables
 from taxbreak.ingest.lake import Lake
-from taxbreak.ingest.sidecar import find_meta
+from taxbreak.ingest.sidecar import find_meta, side_file_errors
 from taxbreak.store.faults import fault_point
 from taxbreak.store.marts import register_filesystem
 from taxbreak.store.warehouse import MEMORY_ENV, connect, memory_limit, snapshot_path
@@ -126,15 +126,19 @@ def _drop_run_local(con: duckdb.DuckDBPyConnection, name: str) -> None:
             cur.close()
 
 
-def _load_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]) -> None:
-    """The run's prepared inputs (``prepare``) as temporary tables of ``con``."""
+def _load_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table | str]) -> None:
+    """The run's prepared inputs (``prepare``) as temporary tables of ``con``; an input given as SQL text (a
+    relation over lake files too large to load: the request lists) becomes a temporary view."""
     for table, arrow in inputs.items():
+        if isinstance(arrow, str):
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {_q(table)} AS {arrow}")
+            continue
         con.register("_input_arrow", arrow)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {_q(table)} AS SELECT * FROM _input_arrow")
         con.unregister("_input_arrow")
 
 
-def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table], bound: dict[str, Any],
+def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table | str], bound: dict[str, Any],
            tables: list[str] | None) -> None:
     """Compute the run-local tables (those of ``tables``, None: all) into the scratch database, before the run's
     publication first reads it, and make each visible to ``con`` as a temporary view of its name.
@@ -209,15 +213,24 @@ def prepare(
         meta_rows.append({
             "trace_id": r["trace_id"], "meta_source": source, "meta_note": note or None,
             "meta_json": json.dumps(meta) if meta is not None else None,
+            "side_file_errors": "; ".join(side_file_errors(r.get("metadata_json"))) or None,
         })
     selected = set(ids)
-    inputs = {
+    request_files = [str(lake.requests_path(t)) for t in ids if lake.has_requests(t)]
+    inputs: dict[str, pa.Table | str] = {
+        "stg_request_lists": (
+            "SELECT trace_id, step_name, request_index, request_id, tenant, request_phase, tokens, context_tokens, "
+            "output_tokens FROM read_parquet([" + ", ".join(_lit(f) for f in request_files) + "], "
+            "hive_partitioning = true, hive_types = {'trace_id': VARCHAR})" if request_files else
+            "SELECT * FROM (VALUES (NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT, NULL::VARCHAR, NULL::VARCHAR, "
+            "NULL::VARCHAR, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT)) t(trace_id, step_name, request_index, "
+            "request_id, tenant, request_phase, tokens, context_tokens, output_tokens) WHERE false"),
         "stg_catalogue": cat.filter(pa.array([r in selected for r in cat.column("trace_id").to_pylist()],
                                              pa.bool_())),
         "selected_traces": pa.table({"trace_id": pa.array(ids, pa.string())}),
         "stg_meta_raw": pa.Table.from_pylist(meta_rows, schema=pa.schema([
             ("trace_id", pa.string()), ("meta_source", pa.string()), ("meta_note", pa.string()),
-            ("meta_json", pa.string()),
+            ("meta_json", pa.string()), ("side_file_errors", pa.string()),
         ])),
         **settings_arrow(cfg),
     }

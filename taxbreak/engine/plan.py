@@ -53,7 +53,10 @@ _LAKE_INPUTS = (
     Input("selected_traces", "lake", "one row per trace of the run (trace_id): the ingested traces it analyses"),
     Input("stg_catalogue", "lake", "the run's traces' catalogue rows (file, format, sizes, capture metadata)"),
     Input("stg_meta_raw", "lake", "the run's traces' sidecar / embedded metadata as recorded at ingest "
-          "(trace_id, meta_source, meta_note, meta_json)"),
+          "(trace_id, meta_source, meta_note, meta_json, side_file_errors)"),
+    Input("stg_request_lists", "lake", "the run's traces' request lists stored at ingest from "
+          "<trace>.requests.jsonl[.gz] (trace_id, step_name, request_index, request_id, tenant, request_phase, "
+          "tokens, context_tokens, output_tokens; a view over their Parquet files, never loaded whole)"),
 )
 # every run-settings table of taxbreak.engine.rules (its columns: the RunConfig fields it holds)
 INPUTS: tuple[Input, ...] = _LAKE_INPUTS + tuple(

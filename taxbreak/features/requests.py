@@ -16,9 +16,10 @@ dropped (its coefficient stored as 0 and named in ``dropped_terms``).
 Mixed steps (chunked prefill: prefill chunks and decode requests in one step; ours, docs/method.md) are never
 pooled into one feature set: ``T(B) = T_prefill(B_p) + T_decode(B_d) + delta``, each part from its own phase's
 model over its own requests, and ``delta`` one constant fitted on the mixed steps' residuals (0 with fewer than
-MIXED_MIN_STEPS mixed steps). The phase models are fitted on the pure steps, or, for a phase with fewer than
-PURE_MIN_STEPS pure steps, jointly on its pure steps and the mixed steps (backfitting: each phase refitted on the
-mixed steps' latency less the other part and delta, until the squared error settles); ``fit_basis`` says which.
+MIXED_MIN_STEPS mixed steps). The phase models are fitted on the pure steps, or, for a phase with fewer pure
+steps than PURE_MIN_STEPS or than the mixed steps, jointly on its pure steps and the mixed steps (each round: the
+joint phases' breakpoints on their targets, the latency less the other part and delta, then every joint
+coefficient and delta in one least squares; until the breakpoints settle); ``fit_basis`` says which.
 
 Each request's share of a step is its own phase's ``a1 p_i + a2 c_i + a3 p_i^2 + (beta + a4 |B_phase|) /
 |B_phase|``, scaled by (T_prefill + T_decode + delta) / (T_prefill + T_decode) in a mixed step (delta spread in
@@ -62,7 +63,12 @@ GRID_POINTS = 128  # coarse candidate breakpoints: quantiles of sum p, refined a
 SEGMENT_MIN_STEPS = 5
 SEGMENT_MIN_SHARE = 0.05
 MIXED_MIN_STEPS = 20  # fewer mixed steps than this: the shared constant delta is 0, and the fit says so
-PURE_MIN_STEPS = 20  # a phase with fewer pure steps than this is fitted jointly with the mixed steps (ours)
+# A phase is fitted jointly with the mixed steps when its pure steps are fewer than this or fewer than the mixed
+# steps (ours: the mixed steps then hold most of the phase's evidence; a breakpoint placed from few pure steps can
+# fall anywhere in a gap between their sums p, and the mixed steps' parts that land in that gap get the wrong
+# segment: on the synthetic chunked workload with prefill-first steps, 96 pure prefill steps put the breakpoint at
+# 968 tokens (true 1,024) and the mixed steps' R2 at 0.884 against a noise ceiling of 0.954).
+PURE_MIN_STEPS = 20
 FEW_STEPS_WARNING = 50  # a fit resting on fewer steps than this carries a warning (ours)
 JOINT_MAX_ROUNDS = 30  # backfitting rounds of a joint fit at most; it stops when the squared error settles (ours)
 JOINT_TOLERANCE = 1e-9  # relative change of the mixed steps' squared error under which a joint fit stops (ours)
@@ -276,11 +282,12 @@ def fit_group(xp: np.ndarray, xd: np.ndarray, y: np.ndarray, phase: np.ndarray, 
     step's prefill / decode part (its own requests' sums; zeros where it has none), ``y`` the observed latencies,
     ``phase`` 'prefill' / 'decode' / 'mixed' per step.
 
-    A phase with at least PURE_MIN_STEPS pure steps is fitted on them; one with fewer is fitted jointly on its pure
-    steps and the mixed steps, by backfitting (its target on a mixed step is the latency less the other part and
-    delta) until the mixed steps' squared error settles. delta is the mean residual of the mixed steps (0 with
-    fewer than MIXED_MIN_STEPS of them, or when a joint phase has no pure step at all: its intercept and delta are
-    then one constant, kept in the intercept)."""
+    A phase with at least max(PURE_MIN_STEPS, mixed steps) pure steps is fitted on them; one with fewer is fitted
+    jointly on its pure steps and the mixed steps: each round places its breakpoint by ``fit_phase`` on its target
+    (on a mixed step the latency less the other part and delta), then fits every joint coefficient and delta in one
+    least squares, until the breakpoints settle. delta is the least-squares constant of the mixed steps' residuals
+    (their mean when no phase is joint; 0 with fewer than MIXED_MIN_STEPS of them, or when a joint phase has no pure
+    step at all: its intercept and delta are then one constant, kept in the intercept)."""
     t0 = time.perf_counter()
     y = np.asarray(y, dtype=np.float64)
     phase = np.asarray(phase, dtype=object)
@@ -290,12 +297,12 @@ def fit_group(xp: np.ndarray, xd: np.ndarray, y: np.ndarray, phase: np.ndarray, 
     xs = {"prefill": xp, "decode": xd}
     pure = {ph: int(rows[ph].sum()) for ph in PHASES}
     notes: dict[str, list[str]] = {"prefill": [], "decode": [], "mixed": []}
-    joint = {ph: pure[ph] < PURE_MIN_STEPS and n_mixed > 0 for ph in PHASES}
+    joint = {ph: n_mixed > 0 and pure[ph] < max(PURE_MIN_STEPS, n_mixed) for ph in PHASES}
     basis = {ph: "joint" if joint[ph] else "pure" for ph in PHASES}
     for ph in PHASES:
         if joint[ph]:
-            notes[ph].append(f"fitted jointly with the {n_mixed:,} mixed steps: {pure[ph]:,} pure steps "
-                             f"(< {PURE_MIN_STEPS})")
+            why = f"< {PURE_MIN_STEPS}" if pure[ph] < PURE_MIN_STEPS else "fewer than the mixed steps"
+            notes[ph].append(f"fitted jointly with the {n_mixed:,} mixed steps: {pure[ph]:,} pure steps ({why})")
     fits: dict[str, PhaseFit] = {}
     for ph in PHASES:  # the pure fits (the start of a joint one)
         if pure[ph] >= 2:
@@ -586,6 +593,46 @@ def _rows(con: Any, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
+# The fits a trace's steps use: each step kind's own row, and both phase models for a mixed step (its parts).
+TRACE_FITS = ("EXISTS (SELECT 1 FROM serving_steps s WHERE s.trace_id = $t AND s.model_name = f.model_name AND "
+              "s.gpu_name = f.gpu_name AND (s.phase = f.phase OR s.phase = 'mixed'))")
+
+
+def step_split(con: Any, trace_id: str) -> list[dict[str, Any]]:
+    """One trace's per-step split summed per step kind (docs/method.md section 8; ``request_step_fit``): steps
+    predicted, the prediction, its prefill part and decode part (delta spread in proportion to them) and the shared
+    constant delta in total (int64 ns), and the prefill fraction of the prediction. The one reader of the split
+    (``taxbreak requests`` and the report)."""
+    if not _has_table(con, "request_step_fit"):
+        return []
+    rows = _rows(con, "SELECT phase, count(*) AS steps, sum(predicted_ns)::BIGINT AS predicted_ns, "
+                      "sum(prefill_part_ns)::BIGINT AS prefill_part_ns, sum(decode_part_ns)::BIGINT AS decode_part_ns, "
+                      "sum(shared_ns)::BIGINT AS shared_ns FROM request_step_fit WHERE trace_id = $t GROUP BY phase "
+                      "ORDER BY phase", {"t": trace_id})
+    for r in rows:
+        r["prefill_fraction"] = r["prefill_part_ns"] / r["predicted_ns"] if r["predicted_ns"] else None
+    return rows
+
+
+def unattributed_steps(con: Any, trace_id: str) -> list[dict[str, Any]]:
+    """One trace's serving steps that get no attribution, counted per step kind, source and reason: the step's
+    ``unfit_reason`` (what its annotation does not carry), or, for a fit-ready step, that its phase has no fit (no
+    refit yet, or fewer than two fit-ready steps of the group). The one reader of it (``taxbreak requests``, the
+    report)."""
+    if not _has_table(con, "serving_steps"):
+        return []
+    if _has_table(con, "request_step_fit"):
+        no_fit = ("'no fitted model for its phase (a fit needs two fit-ready steps of the (model, GPU, phase); "
+                  "a mixed step both phase models)'")
+        fitted = ("EXISTS (SELECT 1 FROM request_step_fit f WHERE f.trace_id = s.trace_id AND "
+                  "f.step_id = s.step_id)")
+    else:
+        no_fit, fitted = "'not fitted yet: run `taxbreak requests --refit`'", "false"
+    return _rows(con, f"SELECT phase, composition_source, coalesce(unfit_reason, {no_fit}) AS reason, "
+                      "count(*) AS steps FROM serving_steps s WHERE trace_id = $t AND (NOT fit_ready OR NOT "
+                      f"{fitted}) GROUP BY ALL ORDER BY phase, composition_source, reason", {"t": trace_id})
+
+
 def trace_requests(con: Any, trace: str, top: int = 20) -> dict[str, Any]:
     """One trace's attribution as plain data: its steps' fits, per-request totals, per-tenant totals, and the
     fits of the (model, GPU) groups its steps belong to. ``trace``: trace id prefix or file name."""
@@ -600,15 +647,15 @@ def trace_requests(con: Any, trace: str, top: int = 20) -> dict[str, Any]:
                               "sum(batch_requests) AS request_steps, sum(latency_ns) AS latency_ns, "
                               "sum(device_active_ns) AS device_active_ns, sum(t_orchestrate_ns) AS t_orchestrate_ns "
                               "FROM serving_steps WHERE trace_id = $t GROUP BY ALL ORDER BY ALL", {"t": t})
+    out["unattributed"] = unattributed_steps(con, t)
     fitted = _has_table(con, "request_model_fit")
     out["fitted"] = fitted
     if not fitted:
-        out.update(fits=[], requests=[], tenants=[], request_count=0)
+        out.update(fits=[], split=[], requests=[], tenants=[], request_count=0)
         return out
     out["fits"] = _rows(con, "SELECT f.* EXCLUDE (fitted_at), CAST(f.fitted_at AS VARCHAR) AS fitted_at "
-                             "FROM request_model_fit f WHERE (model_name, gpu_name, phase) IN "
-                             "(SELECT (model_name, gpu_name, phase) FROM serving_steps WHERE trace_id = $t) "
-                             "ORDER BY phase", {"t": t})
+                             f"FROM request_model_fit f WHERE {TRACE_FITS} ORDER BY phase", {"t": t})
+    out["split"] = step_split(con, t)
     out["request_count"] = con.execute("SELECT count(*) FROM request_totals WHERE trace_id = $t",
                                        {"t": t}).fetchone()[0]
     out["requests"] = _rows(con, "SELECT * EXCLUDE (trace_id) FROM request_totals WHERE trace_id = $t "
@@ -644,6 +691,10 @@ def format_requests(d: dict[str, Any]) -> str:
         lines.append(f"    {s['composition_source']:<13} {s['phase']:<8} {s['steps']:>7,} steps "
                      f"({s['fit_ready_steps']:,} fit-ready), {detail}; latency {_ms(s['latency_ns'])}, device "
                      f"{_ms(s['device_active_ns'])}, T_Orchestrate {_ms(s['t_orchestrate_ns'])}")
+    if d.get("unattributed"):
+        lines.append("  steps without attribution, and why:")
+        for u in d["unattributed"]:
+            lines.append(f"    {u['phase']:<8} {u['composition_source']:<20} {u['steps']:>7,} steps: {u['reason']}")
     if not d["fitted"]:
         lines.append("  no fitted model in the warehouse: run `taxbreak requests --refit`")
         return "\n".join(lines)
@@ -655,6 +706,10 @@ def format_requests(d: dict[str, Any]) -> str:
                      "(ns per unit); token-count baseline alpha + gamma*sum p beside it:")
     for f in d["fits"]:
         bp = "one segment" if f["breakpoint_tokens"] is None else f"breakpoint sum p <= {f['breakpoint_tokens']:,.0f}"
+        if f["phase"] == "mixed":
+            bp = "each part from its own phase's model and segment"
+        elif f.get("fit_basis"):
+            bp += f", fitted on {'the pure steps' if f['fit_basis'] == 'pure' else 'pure and mixed steps jointly'}"
         lines.append(f"    {f['model_name']} on {f['gpu_name']}, {f['phase']}: {f['steps_fitted']:,} steps from "
                      f"{f['traces']} trace(s), {bp}" + (f"; dropped (collinear) {f['dropped_terms']}"
                                                         if f["dropped_terms"] else ""))
@@ -670,12 +725,20 @@ def format_requests(d: dict[str, Any]) -> str:
             lines.append(f"      shared cost delta {_num(f['shared_ns'], ',.0f')} ns per mixed step"
                          + (f" ({f['fit_basis']})" if f.get("fit_basis") else ""))
         if f.get("fit_note"):
-            lines.append(f"      note: {f['fit_note']}")
+            lines.append(f"      {'WARNING' if f.get('few_steps') else 'note'}: {f['fit_note']}")
         lines.append(f"      model    R2 {_num(f['r2'], '.4f')}  rel. error p50 {_pct(f['rel_err_p50'])} p90 "
                      f"{_pct(f['rel_err_p90'])} p99 {_pct(f['rel_err_p99'])}")
         lines.append(f"      baseline R2 {_num(f['baseline_r2'], '.4f')}  rel. error p50 "
                      f"{_pct(f['baseline_rel_err_p50'])} "
                      f"p90 {_pct(f['baseline_rel_err_p90'])} p99 {_pct(f['baseline_rel_err_p99'])}")
+    if d.get("split"):
+        lines.append("  per-step split of the prediction (prefill part + decode part; a mixed step's shared delta "
+                     "spread over the two in proportion):")
+        for sp in d["split"]:
+            lines.append(f"    {sp['phase']:<8} {sp['steps']:>7,} steps  predicted {_ms(sp['predicted_ns'])} = prefill "
+                         f"{_ms(sp['prefill_part_ns'])} ({_pct(sp['prefill_fraction'])}) + decode "
+                         f"{_ms(sp['decode_part_ns'])}" + (f"; shared delta {_ms(sp['shared_ns'])} in total"
+                                                           if sp["phase"] == "mixed" else ""))
     if not d["request_count"]:
         lines.append("  no per-request shares: the trace's steps give per-step sums only (request ids, tenants and "
                      "per-request tokens are missing; write them into the sidecar, docs/sidecar.md)")

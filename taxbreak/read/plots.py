@@ -441,9 +441,10 @@ def line_chart(
 
 def scatter(
     series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str, title: str = "", unit: str = "ns",
-    diagonal: bool = True, width: int = 640, height: int = 360, max_points: int = 2000,
+    diagonal: bool = True, width: int = 640, height: int = 360, max_points: int = 2000, x_unit: str | None = None,
 ) -> str:
     """Points per series on linear axes sharing one unit (e.g. fitted vs observed latency), with the y = x line.
+    With ``x_unit`` the x axis has a unit and a range of its own (e.g. error against batch size) and no diagonal.
     A series longer than ``max_points`` is thinned to every k-th point (the title says so)."""
     thinned = False
     data: dict[str, list[tuple[float, float]]] = {}
@@ -457,12 +458,25 @@ def scatter(
         return _svg(width, 60, [_text(8, 30, f"{title}: no data")], title)
     left, right, top, bottom = 74, 20, 40 if title else 20, 46
     pw, ph = width - left - right, height - top - bottom
-    vmax = max(max(x for x, _ in pts), max(y for _, y in pts), 0) * 1.05 or 1.0
-    vmin = min(min(x for x, _ in pts), min(y for _, y in pts), 0)
-    ticks = [t for t in _nice_ticks(vmax, 5) if t <= vmax]
+    own_x = x_unit is not None
+    xs_, ys_ = [x for x, _ in pts], [y for _, y in pts]
+    if own_x:
+        diagonal = False
+        xmax, xmin = max(max(xs_), 0) * 1.05 or 1.0, min(min(xs_), 0)
+        vmax, vmin = max(max(ys_), 0) * 1.05, min(min(ys_), 0) * 1.05
+        if vmax == vmin:
+            vmax = 1.0
+    else:
+        vmax = max(max(xs_), max(ys_), 0) * 1.05 or 1.0
+        vmin = min(min(xs_), min(ys_), 0)
+        xmax, xmin = vmax, vmin
+    ticks = [t for t in _nice_ticks(vmax, 5) if t <= vmax] if vmax > 0 else []
+    if vmin < 0:
+        ticks = sorted({-t for t in _nice_ticks(-vmin, 3) if t <= -vmin} | set(ticks))
+    x_ticks = [t for t in _nice_ticks(xmax, 5) if t <= xmax] if own_x else ticks
 
     def px(v: float) -> float:
-        return left + (v - vmin) / (vmax - vmin) * pw
+        return left + (v - xmin) / (xmax - xmin) * pw
 
     def py(v: float) -> float:
         return top + ph - (v - vmin) / (vmax - vmin) * ph
@@ -473,7 +487,12 @@ def scatter(
     body.append(f"<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='none' stroke='#ccc'/>")
     for t in ticks:
         body.append(_text(left - 6, py(t) + 4, fmt_value(t, unit), anchor="end", extra="fill='#555'"))
-        body.append(_text(px(t), top + ph + 16, fmt_value(t, unit), anchor="middle", extra="fill='#555'"))
+    for t in x_ticks:
+        body.append(_text(px(t), top + ph + 16, fmt_value(t, x_unit if own_x else unit), anchor="middle",
+                          extra="fill='#555'"))
+    if own_x and vmin < 0 < vmax:
+        body.append(f"<line x1='{left}' y1='{py(0):.1f}' x2='{left + pw}' y2='{py(0):.1f}' stroke='#999' "
+                    "stroke-dasharray='4 3'/>")
     if diagonal:
         body.append(f"<line x1='{px(vmin):.1f}' y1='{py(vmin):.1f}' x2='{px(vmax):.1f}' y2='{py(vmax):.1f}' "
                     "stroke='#999' stroke-dasharray='4 3'/>")
@@ -484,6 +503,7 @@ def scatter(
         c = PALETTE[i % len(PALETTE)]
         for x, y in s:
             body.append(f"<circle cx='{px(x):.1f}' cy='{py(y):.1f}' r='2.5' fill='{c}' fill-opacity='0.6'>"
-                        f"<title>{escape(f'{name}: {fmt_value(x, unit)} -> {fmt_value(y, unit)}')}</title></circle>")
+                        f"<title>{escape(f'{name}: {fmt_value(x, x_unit or unit)} -> {fmt_value(y, unit)}')}"
+                        "</title></circle>")
         body.append(_text(left + 8, top + 16 + 14 * i, name, extra=f"fill='{c}'"))
     return _svg(width, height, body, title or y_label)

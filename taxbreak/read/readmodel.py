@@ -28,7 +28,7 @@ HDBI_REFERENCE_LINES = (0.2, 0.5)
 
 _HEADLINE_SQL = """
 SELECT m.trace_id, m.file_name, m.source_format, m.gpu_name, m.model, m.model_kind, m.batch_size,
-       m.output_tokens, m.trace_kind, m.is_null_kernel, m.meta_source, m.meta_note,
+       m.output_tokens, m.trace_kind, m.is_null_kernel, m.meta_source, m.meta_note, m.side_file_errors,
        t.kernels, t.linked_kernels, t.orphan_kernels, t.linked_launches, t.linked_fraction, t.low_coverage,
        t.lib_kernels, t.py_missing_kernels, t.t_dispatch_base_ns, t.t_dispatch_base_samples,
        t.dispatch_base_unstable,
@@ -147,6 +147,8 @@ def caveats(h: dict[str, Any]) -> list[dict[str, str]]:
 
     if h.get("no_kernels_reason"):
         add("no_kernels", h["no_kernels_reason"])
+    if h.get("side_file_errors"):  # refused at ingest: what they carried (request lists, metadata) is missing
+        add("side_files", h["side_file_errors"])
     if h.get("impossible_duration_kernels"):
         add("impossible_durations", f"{h['impossible_duration_kernels']:,} kernel(s) last longer than "
                                     f"{RunConfig.kernel_wall_factor:g}x the "

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 
 from taxbreak.config import Paths, add_path_args
+from taxbreak.features import requests
 from taxbreak.read import plots, readmodel, trend_report, whatif_report
 from taxbreak.read.compare import GroupError, resolve_group
 from taxbreak.read.kernel_names import short_names
@@ -401,11 +402,14 @@ def request_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any
     """The per-request attribution of one trace (docs/method.md): fitted vs observed latency per serving step,
     and each request's share per step for the first REQUEST_STEPS_SHOWN steps that list their requests. None when
     the warehouse has no fitted model (``taxbreak requests --refit``) or the trace has no serving steps."""
+    unattributed = requests.unattributed_steps(con, trace_id)
     if not (_has(con, "request_step_fit") and _has(con, "request_step_shares")):
-        return None
-    fit = _rows(con, "SELECT step_id, phase, latency_ns, predicted_ns, baseline_predicted_ns, rel_err, "
-                     "baseline_rel_err FROM request_step_fit WHERE trace_id = $t ORDER BY step_id", {"t": trace_id})
-    if not fit:
+        return {"fit": [], "shares": [], "named": [], "fits": [], "split": [],
+                "unattributed": unattributed} if unattributed else None
+    fit = _rows(con, "SELECT step_id, phase, batch_requests, latency_ns, predicted_ns, baseline_predicted_ns, "
+                     "rel_err, baseline_rel_err FROM request_step_fit WHERE trace_id = $t ORDER BY step_id",
+                {"t": trace_id})
+    if not fit and not unattributed:
         return None
     named = [r["request_id"] for r in _rows(
         con, "SELECT request_id FROM request_totals WHERE trace_id = $t "
@@ -414,11 +418,24 @@ def request_data(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, Any
                         "AND step_id IN (SELECT DISTINCT step_id FROM request_step_shares WHERE trace_id = $t "
                         "ORDER BY step_id LIMIT $n) ORDER BY step_id, request_id",
                    {"t": trace_id, "n": REQUEST_STEPS_SHOWN})
-    fits = _rows(con, "SELECT phase, steps_fitted, breakpoint_tokens, r2, rel_err_p50, rel_err_p90, rel_err_p99, "
-                      "baseline_r2, baseline_rel_err_p50, baseline_rel_err_p90, baseline_rel_err_p99 FROM "
-                      "request_model_fit WHERE (model_name, gpu_name, phase) IN (SELECT (model_name, gpu_name, phase) "
-                      "FROM serving_steps WHERE trace_id = $t) ORDER BY phase", {"t": trace_id})
-    return {"fit": fit, "shares": shares, "named": named, "fits": fits}
+    fits = _rows(con, "SELECT phase, fit_basis, steps_fitted, breakpoint_tokens, shared_ns, r2, rel_err_p50, "
+                      "rel_err_p90, rel_err_p99, baseline_r2, baseline_rel_err_p50, baseline_rel_err_p90, "
+                      "baseline_rel_err_p99, few_steps, fit_note FROM request_model_fit f WHERE "
+                      f"{requests.TRACE_FITS} ORDER BY phase", {"t": trace_id})
+    for f in fits:
+        f["fit_note"] = ("warning: " if f["few_steps"] else "") + (f["fit_note"] or "")
+    return {"fit": fit, "shares": shares, "named": named, "fits": fits,
+            "split": requests.step_split(con, trace_id), "unattributed": unattributed}
+
+
+REQUEST_FIT_COLUMNS = [
+    ("phase", "phase", ""), ("fit_basis", "fitted on", ""), ("steps_fitted", "steps fitted", ""),
+    ("breakpoint_tokens", "breakpoint Σp", ""), ("shared_ns", "shared δ", "ns"), ("r2", "R²", "fraction"),
+    ("rel_err_p50", "p50 error", "fraction"), ("rel_err_p90", "p90 error", "fraction"),
+    ("rel_err_p99", "p99 error", "fraction"), ("baseline_r2", "baseline R²", "fraction"),
+    ("baseline_rel_err_p50", "baseline p50", "fraction"), ("baseline_rel_err_p90", "baseline p90", "fraction"),
+    ("baseline_rel_err_p99", "baseline p99", "fraction"), ("fit_note", "note", ""),
+]
 
 
 def requests_section(d: dict[str, Any] | None) -> str:
@@ -427,18 +444,35 @@ def requests_section(d: dict[str, Any] | None) -> str:
     if not d:
         return ""
     h = ["<h3>Per-request latency attribution (LLMVisor; docs/method.md)</h3>"]
-    h.append(_table(d["fits"], [("phase", "phase", ""), ("steps_fitted", "steps fitted", ""),
-                                ("breakpoint_tokens", "breakpoint Σp", ""), ("r2", "R²", "fraction"),
-                                ("rel_err_p90", "p90 error", "fraction"), ("rel_err_p99", "p99 error", "fraction"),
-                                ("baseline_r2", "baseline R²", "fraction"),
-                                ("baseline_rel_err_p90", "baseline p90", "fraction"),
-                                ("baseline_rel_err_p99", "baseline p99", "fraction")]))
+    if d["fits"]:
+        h.append(_table(d["fits"], REQUEST_FIT_COLUMNS))
+    if d.get("unattributed"):
+        h.append("<p class='note'>Serving steps without attribution, and why (per step kind and annotation "
+                 "source; docs/method.md §8 says what each source carries):</p>")
+        h.append(_table(d["unattributed"], [("phase", "steps of kind", ""), ("composition_source", "source", ""),
+                                            ("steps", "steps", ""), ("reason", "why", "")]))
+    if d.get("split"):
+        h.append("<p class='note'>The prediction of this trace's steps split into its prefill and decode parts (a "
+                 "mixed step's shared constant δ spread over the two in proportion; docs/method.md §8).</p>")
+        h.append(_table(d["split"], [("phase", "steps of kind", ""), ("steps", "steps", ""),
+                                     ("predicted_ns", "predicted", "ns"), ("prefill_part_ns", "prefill part", "ns"),
+                                     ("decode_part_ns", "decode part", "ns"), ("shared_ns", "shared δ in total", "ns"),
+                                     ("prefill_fraction", "prefill fraction", "fraction")]))
+    if not d["fit"]:
+        return "".join(h)
     series: dict[str, list[tuple[float, float]]] = {}
+    errors: dict[str, list[tuple[float, float]]] = {}
     for r in d["fit"]:
         series.setdefault(f"model, {r['phase']}", []).append((r["latency_ns"], r["predicted_ns"]))
-        series.setdefault(f"token baseline, {r['phase']}", []).append((r["latency_ns"], r["baseline_predicted_ns"]))
+        if r["baseline_predicted_ns"] is not None:  # NULL: the phase has no baseline (a joint fit without pure steps)
+            series.setdefault(f"token baseline, {r['phase']}", []).append((r["latency_ns"],
+                                                                            r["baseline_predicted_ns"]))
+        errors.setdefault(f"model, {r['phase']}", []).append(
+            (r["batch_requests"], (r["predicted_ns"] - r["latency_ns"]) / r["latency_ns"]))
     h.append(plots.scatter(series, "observed step latency", "fitted step latency",
                            title="Fitted vs observed step latency (dashed: y = x)"))
+    h.append(plots.scatter(errors, "requests in the step |B|", "(fitted - observed) / observed",
+                           title="Step error against batch size (dashed: 0)", unit="fraction", x_unit="requests"))
     if d["shares"]:
         named = set(d["named"])
         by_step: dict[int, dict[str, float]] = {}

@@ -46,12 +46,26 @@ def wh(lake_builder, tmp_path: Path) -> duckdb.DuckDBPyConnection:
         ev(b, "user_annotation", "step[DECODE bs=3]", 1000, 8000),
         ev(b, "user_annotation", "step[EXTEND bs=2 toks=100]", 10000, 10000),
     ], gpu="NVIDIA H100 80GB HBM3", file_name="b.json")
-    lake = lake_builder(c, [ev(c, "user_annotation", "serve_step#1", 0, 5000)], gpu=None, file_name="c.json",
-                        metadata={"taxbreak": _meta()})
+    lake_builder(c, [ev(c, "user_annotation", "serve_step#1", 0, 5000)], gpu=None, file_name="c.json",
+                 metadata={"taxbreak": _meta()})
+    d = "d" * 64
+    lake = lake_builder(d, [ev(d, "user_annotation", name, 1000 + 10_000 * i, 5000)
+                            for i, name in enumerate(VLLM_CONTEXT)], gpu="NVIDIA H100 80GB HBM3", file_name="d.json")
     analysis.materialize(tmp_path / "wh.duckdb", lake.root, tables=["serving_step_requests"])
     con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
     yield con
     con.close()
+
+
+# Current vLLM's execute_context_<C>(<tokens>)_generation_<G>(<tokens>): the count of each phase's requests and their
+# scheduled tokens, as one sum (what vLLM writes) or one count per request joined by '_'.
+VLLM_CONTEXT = [
+    "execute_context_1(888)_generation_0(0)",  # one prompt of 888 tokens: sum p^2 = 888^2
+    "execute_context_2(30_6)_generation_3(3)",  # per-request counts 30 and 6; 3 decodes of one token each
+    "execute_context_2(36)_generation_0(0)",  # two prompts, one sum: sum p^2 unknown
+    "execute_context_0(0)_generation_5(5)",  # 5 decodes, 5 tokens: every p_i = 1, so sum p^2 = 5
+    "execute_context_0(0)_generation_2(6)",  # 2 requests, 6 tokens (speculative decoding): sum p^2 unknown
+]
 
 
 def _steps(con: duckdb.DuckDBPyConnection, trace: str) -> list[tuple]:
@@ -81,6 +95,47 @@ def test_sidecar_requests_give_every_request(wh) -> None:
     assert rows == [("x", "t1", "prefill", 10, 0, None), ("y", "(none)", "decode", 1, 30, 1)]
     assert wh.execute("SELECT model_name, gpu_name FROM serving_steps WHERE trace_id = $t",
                       {"t": "c" * 64}).fetchone() == ("toy", "unknown")
+
+
+def test_current_vllm_execute_context_gives_requests_and_tokens_per_phase(wh) -> None:
+    rows = wh.execute("SELECT composition_source, phase, prefill_requests, decode_requests, prefill_tokens_sum, "
+                      "decode_tokens_sum, prefill_tokens_sq_sum, decode_tokens_sq_sum, context_sum, fit_ready, "
+                      "unfit_reason FROM serving_steps WHERE trace_id = $t ORDER BY step_id",
+                      {"t": "d" * 64}).fetchall()
+    no_ctx = "no attended context (sum c): the annotation does not give the requests' cached tokens"
+    no_sq = "no squared token counts (sum p^2): the annotation gives a phase's token sum, not each request's"
+    assert [r[:8] for r in rows] == [
+        ("vllm_execute_context", "prefill", 1, 0, 888, 0, 888 * 888, 0),
+        ("vllm_execute_context", "mixed", 2, 3, 36, 3, 30 * 30 + 6 * 6, 3),
+        ("vllm_execute_context", "prefill", 2, 0, 36, 0, None, 0),
+        ("vllm_execute_context", "decode", 0, 5, 0, 5, 0, 5),
+        ("vllm_execute_context", "decode", 0, 2, 0, 6, 0, None),
+    ]
+    assert [r[8:] for r in rows] == [(None, False, no_ctx), (None, False, no_ctx), (None, False, no_sq),
+                                     (None, False, no_ctx), (None, False, no_sq)]
+
+
+def test_steps_without_attribution_say_why_per_step_kind(wh) -> None:
+    from taxbreak.features.requests import format_requests, trace_requests
+
+    d = trace_requests(wh, "d" * 16)
+    got = [(u["phase"], u["composition_source"], u["reason"][:24], u["steps"]) for u in d["unattributed"]]
+    assert got == [("decode", "vllm_execute_context", "no attended context (sum", 1),
+                   ("decode", "vllm_execute_context", "no squared token counts ", 1),
+                   ("mixed", "vllm_execute_context", "no attended context (sum", 1),
+                   ("prefill", "vllm_execute_context", "no attended context (sum", 1),
+                   ("prefill", "vllm_execute_context", "no squared token counts ", 1)]
+    text = format_requests(d)
+    assert "steps without attribution, and why:" in text
+    assert "    mixed    vllm_execute_context       1 steps: no attended context (sum c)" in text
+    from taxbreak.read import report  # the report's section lists them too, before any fit
+
+    html = report.requests_section(report.request_data(wh, "d" * 64))
+    assert "Serving steps without attribution, and why" in html and "no squared token counts" in html
+    # the fit-ready vLLM step of trace a: no fit yet, and the message says what to run
+    a = trace_requests(wh, "a" * 16)["unattributed"]
+    assert a == [{"phase": "mixed", "composition_source": "vllm_execute",
+                  "reason": "not fitted yet: run `taxbreak requests --refit`", "steps": 1}]
 
 
 @pytest.mark.parametrize(("bad", "message"), [

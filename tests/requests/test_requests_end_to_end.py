@@ -68,6 +68,44 @@ def test_cli_refit_then_table_and_json(built, capsys: pytest.CaptureFixture[str]
     assert "requests (40; top 20" in out and "tenants:" in out and "baseline R2" in out
 
 
+def test_mixed_trace_shows_the_split_and_both_phase_models(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A chunked-prefill trace: `requests` lists the two phase models its mixed steps use and the mixed row, and
+    the per-step split, whose parts add up to the predictions (int64 ns) in the text, the JSON and the report."""
+    run = simulate_serving(ServingConfig(n_requests=60, policy="chunked", seed=5, arrivals_per_step=0.5))
+    assert "mixed" in run.phases
+    lake = Lake(tmp_path / "lake")
+    assert ingest_file(write_serving_kineto(run, tmp_path / "chunked.json.gz"), lake).status == "ingested"
+    wh = tmp_path / "wh.duckdb"
+    analysis.materialize(wh, lake.root)
+    assert main(["requests", "--refit", "--warehouse", str(wh)]) == 0
+    capsys.readouterr()
+    assert main(["requests", "chunked", "--warehouse", str(wh), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {f["phase"] for f in d["fits"]} == {"prefill", "decode", "mixed"}
+    split = {r["phase"]: r for r in d["split"]}
+    n_mixed = sum(p == "mixed" for p in run.phases)
+    assert split["mixed"]["steps"] == n_mixed
+    con = duckdb.connect(str(wh), read_only=True)
+    got = con.execute("SELECT sum(prefill_part_ns), sum(decode_part_ns), sum(predicted_ns), sum(shared_ns) "
+                      "FROM request_step_fit WHERE phase = 'mixed'").fetchone()
+    delta = con.execute("SELECT shared_ns FROM request_model_fit WHERE phase = 'mixed'").fetchone()[0]
+    data = report.collect(con)
+    con.close()
+    m = split["mixed"]
+    assert (m["prefill_part_ns"], m["decode_part_ns"], m["predicted_ns"], m["shared_ns"]) == got
+    assert m["prefill_part_ns"] + m["decode_part_ns"] == m["predicted_ns"]
+    assert m["shared_ns"] == n_mixed * round(delta)
+    assert split["decode"]["prefill_part_ns"] == 0 and split["decode"]["prefill_fraction"] == 0
+    assert main(["requests", "chunked", "--warehouse", str(wh)]) == 0
+    out = capsys.readouterr().out
+    assert "per-step split of the prediction" in out and "each part from its own phase's model" in out
+    line = next(x for x in out.splitlines() if x.strip().startswith("mixed") and "predicted" in x)
+    assert f"{n_mixed:>7,} steps" in line and "shared delta" in line
+    html = report.render_html(data)
+    assert "Step error against batch size" in html and "prefill part" in html
+
+
 def test_cli_errors_name_the_problem(built, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wh, _ = built
     assert main(["requests", "no-such-trace", "--warehouse", str(wh)]) == 2

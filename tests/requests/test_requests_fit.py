@@ -187,11 +187,15 @@ def _mixed_tables(pure_prefill: list[int]) -> tuple[pa.Table, pa.Table]:
 
 def _check_mixed_step_one(con) -> None:
     # prefill part 1000 + 10*100 + 0.5*100^2 + 100*1 = 7100; decode part 3000 + 200*2 + 1*(50 + 150) = 3600;
-    # predicted 7100 + 3600 - 800 = 9900; the -800 spread in proportion: prefill 7100 * 9900 / 10700
+    # predicted 7100 + 3600 - 800 = 9900; the -800 spread in proportion: prefill 7100 * 9900 / 10700 = 6569.16,
+    # stored as the int64 6569, the decode part what is left of 9900: 3331
     f = con.execute("SELECT prefill_model_ns, decode_model_ns, shared_ns, prefill_part_ns, decode_part_ns, "
-                    "prefill_fraction, predicted_ns FROM request_step_fit WHERE step_id = 1").fetchone()
-    assert f == pytest.approx((7100, 3600, -800, 7100 * 9900 / 10700, 3600 * 9900 / 10700, 7100 / 10700, 9900),
-                              rel=1e-6)
+                    "predicted_ns, prefill_fraction, split_scale FROM request_step_fit WHERE step_id = 1").fetchone()
+    assert f[:6] == (7100, 3600, -800, 6569, 3331, 9900)
+    assert f[6:] == pytest.approx((7100 / 10700, 9900 / 10700), rel=1e-6)
+    types = dict(con.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = "
+                             "'request_step_fit' AND column_name LIKE '%\\_ns' ESCAPE '\\'").fetchall())
+    assert set(types.values()) == {"BIGINT"} and len(types) == 8, types
     # shares: r1 7100, d1 200 + 50 + 3000/2 = 1750, d2 200 + 150 + 1500 = 1850, each x 9900/10700
     rows = con.execute("SELECT request_id, model_share_ns FROM request_step_shares WHERE step_id = 1 "
                        "ORDER BY request_id").fetchall()
@@ -242,3 +246,16 @@ def test_small_samples_keep_max_5_or_5_percent_per_segment() -> None:
     assert one.hi_steps >= 15 and one.figures["rel_err_p99"] > 1e-3
     fit9 = fit_phase(x[:9], y[:9])
     assert fit9.breakpoint_tokens is None  # 9 steps cannot hold two segments of 5
+
+
+def test_a_phase_with_fewer_pure_steps_than_mixed_steps_is_fitted_jointly() -> None:
+    # 24 pure prefill steps (>= PURE_MIN_STEPS) but fewer than the 30 mixed steps: joint, and the note says why
+    con = serving_con(*_mixed_tables([4 + 2 * i for i in range(12)] + [420 + 20 * i for i in range(12)]))
+    refit(con)
+    basis = dict(con.execute("SELECT phase, fit_basis FROM request_model_fit").fetchall())
+    assert basis == {"prefill": "joint", "decode": "pure", "mixed": "composed"}
+    note = con.execute("SELECT fit_note FROM request_model_fit WHERE phase = 'prefill'").fetchone()[0]
+    assert note.startswith("fitted jointly with the 30 mixed steps: 24 pure steps (fewer than the mixed steps)")
+    assert con.execute("SELECT shared_ns FROM request_model_fit WHERE phase = 'mixed'").fetchone()[0] == \
+        pytest.approx(DELTA, abs=1e-3)
+    _check_mixed_step_one(con)

@@ -3,11 +3,19 @@ request's cost within 5% and the fitted model beats the token-count baseline on 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from requests_support import serving_con
 
 from taxbreak.capture.synthetic_serving import ServedRequest as Req
-from taxbreak.capture.synthetic_serving import ServingConfig, make_requests, run_tables, schedule, simulate_serving
+from taxbreak.capture.synthetic_serving import (
+    ServingConfig,
+    make_requests,
+    run_tables,
+    schedule,
+    simulate_serving,
+    step_truth_table,
+)
 from taxbreak.features.requests import refit
 
 
@@ -58,3 +66,39 @@ def test_shares_within_5_percent_of_the_known_costs_and_fit_beats_baseline(polic
                              "FROM serving_steps WHERE phase = $p", {"b": truth_bp, "p": phase}).fetchone()
         if min(lo, hi) >= 100:  # both segments well covered: the grid search finds the true breakpoint
             assert abs(bp - truth_bp) <= max(1, 0.05 * truth_bp), (phase, bp)
+
+
+@pytest.mark.parametrize("every", [0, 8])
+def test_mixed_steps_split_and_shares_against_the_generator_truth(every: int) -> None:
+    # chunked prefill: about a quarter of the steps mixed; every=0 leaves one pure prefill step (the prefill model is
+    # fitted jointly), every=8 adds prefill-first steps, still fewer than the mixed steps (joint as well)
+    run = simulate_serving(ServingConfig(n_requests=800, policy="chunked", arrivals_per_step=0.3, seed=7,
+                                         prefill_only_every=every))
+    steps, reqs, truth = run_tables(run)
+    con = serving_con(steps, reqs)
+    refit(con)
+    con.register("truth", truth)
+    con.register("step_truth", step_truth_table(run))
+    mixed = sum(p == "mixed" for p in run.phases)
+    assert mixed >= 0.2 * len(run.phases)
+    assert con.execute("SELECT fit_basis FROM request_model_fit WHERE phase = 'prefill'").fetchone()[0] == "joint"
+    # the per-step split: the prefill fraction of each mixed step within 5 points of the truth at p90
+    split90, n = con.execute(
+        "SELECT quantile_cont(abs(f.prefill_fraction - t.true_prefill_fraction), 0.9), count(*) "
+        "FROM request_step_fit f JOIN step_truth t USING (trace_id, step_id) WHERE f.phase = 'mixed'").fetchone()
+    assert n == mixed and split90 < 0.05, split90
+    # the split's int64 parts add up to the prediction in every step
+    assert con.execute("SELECT count(*) FROM request_step_fit WHERE prefill_part_ns + decode_part_ns <> predicted_ns "
+                       "OR prefill_model_ns + decode_model_ns + shared_ns <> predicted_ns").fetchone()[0] == 0
+    # the step against its known cost (noise-free): R2 >= 0.99 and p90 <= 3% on the mixed steps
+    y, p = (np.asarray(v, dtype=float) for v in con.execute(
+        "SELECT t.cost, f.predicted_ns FROM request_step_fit f JOIN (SELECT step_id, sum(true_cost_ns) AS cost FROM "
+        "truth GROUP BY ALL) t USING (step_id) WHERE f.phase = 'mixed'").fetchnumpy().values())
+    assert 1 - np.sum((y - p) ** 2) / np.sum((y - y.mean()) ** 2) >= 0.99
+    assert np.percentile(np.abs(p - y) / y, 90) <= 0.03
+    # each request's share of each step within 5% of its known cost at p90, in every step kind
+    per_kind = dict(con.execute(
+        "SELECT f.phase, quantile_cont(abs(s.model_share_ns - t.true_cost_ns) / t.true_cost_ns, 0.9) "
+        "FROM request_step_shares s JOIN truth t USING (trace_id, step_id, request_id) JOIN request_step_fit f "
+        "USING (trace_id, step_id) GROUP BY ALL").fetchall())
+    assert set(per_kind) >= {"decode", "mixed"} and max(per_kind.values()) < 0.05, per_kind
