@@ -96,6 +96,8 @@ def _ro(path: Path, sandbox: bool = False) -> duckdb.DuckDBPyConnection:
     else:
         con = duckdb.connect(str(path), read_only=True)  # default config: shares an instance this process has open
     con.execute("SET autoinstall_known_extensions = false")
+    # no progress bar: DuckDB draws it on stdout once a query runs 2 s, into `--json` / `--format csv` output
+    con.execute("SET enable_progress_bar = false")
     return con
 
 
@@ -243,6 +245,7 @@ def _open_readonly(warehouse: Path, lake: Path | None, prefer: str, sandbox: boo
                for p in sorted(exp.glob("*.parquet")) if not p.name.startswith(".")}
     if prefer in ("auto", "exports"):
         con = duckdb.connect(":memory:")
+        con.execute("SET enable_progress_bar = false")  # as in ``_ro``
         # the marts (taxbreak.store.marts), read directly: the files their manifest names
         parquet.update(reader_sources(con, warehouse))
         if parquet:

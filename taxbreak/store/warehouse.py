@@ -77,6 +77,7 @@ def connect(warehouse_path: str | os.PathLike[str] | None) -> duckdb.DuckDBPyCon
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET preserve_insertion_order = false")  # no table here relies on row order; faster writes
+    con.execute("SET enable_progress_bar = false")  # DuckDB would draw it on stdout once a statement runs 2 s
     # An ASOF join whose probe side DuckDB estimates at <= 64 rows becomes a nested loop + aggregate, quadratic in
     # the real rows when the estimate is wrong (a CTE behind a filter): 36 k kernels took 33 s CPU in
     # int_kernel_links instead of 0.6 s.  Same rows either way; always the ASOF operator.

@@ -144,3 +144,21 @@ def test_missing_warehouse_names_the_file_and_the_fix(tmp_path, capsys: pytest.C
         err = capsys.readouterr().err
         assert f"{db} does not exist" in err and "taxbreak analyze" in err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_no_progress_bar_reaches_stdout(tmp_path) -> None:  # noqa: ANN001 - pytest fixture
+    """DuckDB draws a progress bar on stdout once a query runs 2 s (seen under load: `compare --json` printed it
+    before its JSON); every connection of a reader and of a writer has it off."""
+    from taxbreak.store.query import open_readonly
+    from taxbreak.store.warehouse import connect
+
+    db = tmp_path / "wh.duckdb"
+    duckdb.connect(str(db)).close()
+    setting = "SELECT current_setting('enable_progress_bar')"
+    for sandbox in (False, True):
+        opened = open_readonly(db, sandbox=sandbox)
+        assert opened.con.execute(setting).fetchone()[0] is False, sandbox
+        opened.con.close()
+    con = connect(None)
+    assert con.execute(setting).fetchone()[0] is False
+    con.close()
