@@ -197,6 +197,7 @@ def lake_short_name_summary(lake_root: Any, trace_id: str) -> dict[str, tuple[in
     con = duckdb.connect()
     try:
         con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET enable_progress_bar = false")  # never on stdout (taxbreak.store.query._ro)
         lake.register_filesystem(con)
         rows = con.execute("SELECT short_name, count(*), sum(dur_ns) FROM read_parquet(?) "
                            "WHERE kind = 'kernel' AND short_name IS NOT NULL GROUP BY short_name",
