@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import re
@@ -41,6 +42,7 @@ import pyarrow as pa
 from taxbreak.engine.plan import SQL_DIR, SqlFile, _ordered, plan_tables, release_after, sql_files
 from taxbreak.engine.rules import RunConfig, settings_arrow, settings_tables
 from taxbreak.ingest.lake import Lake
+from taxbreak.ingest.objects import is_s3_url
 from taxbreak.ingest.sidecar import find_meta
 from taxbreak.store.faults import fault_point
 from taxbreak.store.marts import register_filesystem
@@ -478,9 +480,15 @@ def publication(con: duckdb.DuckDBPyConnection, faults: bool = True) -> Iterator
             con.execute("ROLLBACK")
         raise
     _IN_PUBLICATION.discard(key)
-    if faults:
-        fault_point("before_commit")
-    con.execute("COMMIT")
+    try:
+        if faults:
+            fault_point("before_commit", lambda: con.execute(
+                "SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()[0])
+        con.execute("COMMIT")
+    except BaseException:  # a COMMIT that could not write (a full disk): nothing of the run stays
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
     if faults:
         fault_point("after_commit")
 
@@ -515,6 +523,9 @@ def materialize(
                 progress("prepare", 0, len(names), None)
             params = prepare(con, lake_root, trace_ids, config, tables=names)
             if not params["trace_ids"]:
+                if not is_s3_url(str(lake_root)) and not Path(lake_root).is_dir():
+                    # the lake removed while the run read it (issue 30): an error, so that nothing is published
+                    raise FileNotFoundError(errno.ENOENT, "the lake folder vanished", str(lake_root))
                 return {}
             files = {f.name: f for f in sql_files()}
             state = {**_run_state(con), "private": private}
@@ -688,10 +699,12 @@ def compute_run(
             try:
                 con = compute(ids)
                 break
-            except duckdb.IOException:
+            except duckdb.IOException as exc:
                 # a `taxbreak forget` removed a trace's lake partition while the run read it: compute the traces
                 # still ingested again (forget holds no lock a computing run waits for; publish_run would leave
                 # the forgotten trace out anyway); anything else is a real read error
+                if not is_s3_url(str(lake_root)) and not Path(lake_root).is_dir():  # the whole lake gone (issue 30)
+                    raise FileNotFoundError(errno.ENOENT, "the lake folder vanished", str(lake_root)) from exc
                 left = still_ingested(lake_root, ids)
                 if left == ids:
                     raise

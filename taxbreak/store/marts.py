@@ -173,8 +173,11 @@ class LocalMarts:
         """Write ``rel`` whole: a temporary file beside it, renamed over it (readers see the old file or the new)."""
         place = self.dir / rel
         tmp = place.with_name(f".{place.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, place)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, place)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def delete(self, rels: list[str]) -> None:
         """Delete the files and folders ``rels``; a missing one is no error; one outside the folder is never
@@ -615,8 +618,11 @@ def mark_pending(warehouse: str | os.PathLike[str], traces: list[str] | None, ta
     d.mkdir(parents=True, exist_ok=True)
     path = d / f".pending-{uuid.uuid4().hex}.json"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"traces": traces, "tables": tables}), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps({"traces": traces, "tables": tables}), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # (a full disk leaves no half-written marker)
     return path
 
 
@@ -758,7 +764,7 @@ def export(
         new.replaced += [[rel, now] for rel in sorted(before - after)]
         if old is not None and set(old.traces) - set(new.traces):  # a trace forgotten: no copy of it stays
             new.replaced = [[rel, 0] for rel, _ in new.replaced]
-        fault_point("marts_staged")
+        fault_point("marts_staged", w.stage)
         # every file of the write is staged: put them in place, one rename each (on S3 one upload each, under
         # names no reader reads yet, but for the columns and cross-trace files, after a local journal of those new
         # names for the next writer should this one be killed), then the manifest
