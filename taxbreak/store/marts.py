@@ -59,7 +59,9 @@ names.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -67,6 +69,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import duckdb
 
@@ -82,6 +85,7 @@ EMPTY = "_empty.parquet"  # no rows, the columns
 LEGACY_COLUMNS = "_columns.json"  # written by the layout before the manifest; removed when met
 UPLOADS = ".uploads-"  # <local marts>/.uploads-<random>.json: the new objects an S3 write is about to upload
 _ID = re.compile(r"[A-Za-z0-9_.:-]+")  # a trace id as a partition folder name (sha256 hex in practice)
+log = logging.getLogger("taxbreak.marts")
 _VERSION = 2  # 2: a trace's tables may be placed apart (``Manifest.traces``' third field); 1 is read too
 
 
@@ -103,8 +107,9 @@ def _local(warehouse: str | os.PathLike[str], where: str | None) -> Path:
 
 class LocalMarts:
     """The marts in a local folder (``marts/`` beside the DuckDB file, or the folder ``paths.marts`` names).  Files
-    are staged in the folder itself and put in place by one rename each; a loose partition keeps its name
-    (``PART``, renamed over the previous one); the manifest is replaced by a rename too."""
+    are staged in the folder itself and put in place by one rename each; a loose partition gets a new name at each
+    write (``part_name``), so a file an open reader's snapshot names is never replaced under it (issue 30); the
+    manifest is replaced by a rename."""
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.dir = Path(folder)
@@ -156,17 +161,15 @@ class LocalMarts:
         return sorted(d for d in self.dir.iterdir() if d.is_dir() and d.name[0] not in "._")
 
     def part_name(self) -> str:
-        """The file name of a loose partition a write puts: always ``PART``, renamed over the previous one."""
-        return PART
+        """The file name of a loose partition a write puts: a new one each time (``Manifest.parts`` records it); the
+        previous version stays, replaced, for the readers of the previous snapshot (``collect``).  Layouts written
+        before this named every partition ``PART``; their files are read and replaced the same way."""
+        return f"part-{uuid.uuid4().hex[:16]}.parquet"
 
     def upload(self, local: Path, rel: str) -> None:
-        """Put the staged file ``local`` in place: one rename (a loose partition's folder keeps that one file)."""
+        """Put the staged file ``local`` in place: one rename, under a name no reader reads yet."""
         place = self.dir / rel
         place.parent.mkdir(parents=True, exist_ok=True)
-        if place.parent.name.startswith("trace_id="):
-            for extra in place.parent.glob("*.parquet"):  # a partition is one file
-                if extra.name != place.name:
-                    extra.unlink(missing_ok=True)
         os.replace(local, place)
 
     def put_text(self, rel: str, text: str) -> None:
@@ -185,14 +188,32 @@ class LocalMarts:
         for rel in rels:
             if confined(rel):
                 _remove(self.dir / rel)
+                if (self.dir / rel).parent.name.startswith("trace_id="):  # a partition's last version gone
+                    with contextlib.suppress(OSError):
+                        (self.dir / rel).parent.rmdir()
 
     def journal(self, local: Path, rels: list[str]) -> None:
         """No journal: renamed files need none (a segment a killed writer renamed into place but never recorded is
         deleted by ``collect``; a loose partition it renamed is its trace's, exported again from its marker)."""
         return None
 
-    def delete_orphans(self, local: Path, manifest: Manifest) -> None:
-        """Nothing: no journals here (``journal``)."""
+    def delete_orphans(self, local: Path, manifest: Manifest, traces: list[str] | None = None) -> None:
+        """Delete the loose partition files of ``traces`` (None: every trace) that ``manifest`` neither reads nor
+        keeps for readers: those a writer renamed into place and was killed before its manifest named them (its
+        pending marker lists the traces, so they are the ones the next writer exports again).  Call it holding the
+        writer lock."""
+        known = manifest.live_files() | {rel for rel, _ in manifest.replaced}
+        for table in manifest.tables:
+            if traces is None:
+                folders = [d.name for d in _subdirs(self.dir / table) if d.name.startswith("trace_id=")]
+            else:
+                folders = [f"trace_id={t}" for t in traces]
+            for folder in folders:
+                rel = f"{table}/{folder}"
+                for name in self.names(rel):
+                    if name.endswith(".parquet") and f"{rel}/{name}" not in known and not (
+                            name == PART and rel in known):
+                        (self.dir / rel / name).unlink(missing_ok=True)
 
     def register_filesystem(self, con: duckdb.DuckDBPyConnection) -> None:
         """Nothing to register: DuckDB reads local files."""
@@ -279,7 +300,7 @@ class ObjectMarts:
         path.write_text(json.dumps(rels), encoding="utf-8")
         return path
 
-    def delete_orphans(self, local: Path, manifest: Manifest) -> None:
+    def delete_orphans(self, local: Path, manifest: Manifest, traces: list[str] | None = None) -> None:
         """Delete the objects of writers that died before their manifest (their journals in ``local``): those the
         manifest neither reads nor keeps for the previous snapshot's readers.  Call it holding the writer lock."""
         keep = manifest.live_files() | {rel for rel, _ in manifest.replaced}
@@ -296,6 +317,14 @@ class ObjectMarts:
 
 
 Root = LocalMarts | ObjectMarts
+
+
+def _subdirs(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _store(root: Root | Path) -> Root:
@@ -544,21 +573,48 @@ def load_manifest(root: Root | Path) -> Manifest | None:
     """The manifest of the marts ``root`` (a store, or a local marts folder); None when there is none (or it cannot
     be read, or ``manifest_problem`` finds a path in it outside the marts folder: the next writer then rewrites the
     marts whole, deleting only what it finds in the folder itself)."""
+    return _load(root)[0]
+
+
+def _load(root: Root | Path) -> tuple[Manifest | None, str | None]:
+    """(the manifest, or None; why a manifest that exists is not acted on, or None)."""
     try:
         text = _store(root).read_text(MANIFEST)
         if text is None:
-            return None
+            return None, None
         data = json.loads(text)
         if data.get("version") not in (1, _VERSION):
-            return None
+            return None, f"version {data.get('version')!r} is not one this taxbreak writes"
         # version 1 (one place per trace for every table): [where, mask]
         traces = {t: [e[0], int(e[1]), int(e[2]) if len(e) > 2 else 0] for t, e in data["traces"].items()}
         m = Manifest(tables=list(data["tables"]), columns=dict(data["columns"]), segments=dict(data["segments"]),
                      traces=traces, replaced=list(data["replaced"]), seq=int(data["seq"]),
                      parts=dict(data.get("parts", {})))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
-        return None
-    return None if manifest_problem(m) is not None else m
+    except OSError as exc:
+        return None, f"cannot be read ({exc})"
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        return None, f"is not a manifest this taxbreak writes ({type(exc).__name__}: {exc})"
+    problem = manifest_problem(m)
+    return (None, problem) if problem is not None else (m, None)
+
+
+REFUSED_SUFFIX = ".refused"  # <marts>/_manifest.json.refused: the last manifest a writer would not act on
+
+
+def refuse_manifest(root: Root, local: Path, problem: str) -> str:
+    """Say (``log``: a warning on stderr, in the Dagster step's log) that the manifest of ``root`` is not acted on
+    and why; a local one is kept as ``_manifest.json.refused`` for whoever looks into it.  Returns the message.
+    The write then rewrites the marts whole from the warehouse, deleting nothing the refused manifest names (issue
+    30: a forged manifest was ignored in silence)."""
+    kept = ""
+    if isinstance(root, LocalMarts):
+        with contextlib.suppress(OSError):
+            os.replace(root.dir / MANIFEST, root.dir / (MANIFEST + REFUSED_SUFFIX))
+            kept = f"; kept as {root.dir / (MANIFEST + REFUSED_SUFFIX)}"
+    message = (f"taxbreak: {root.path(MANIFEST)}: refused, not acted on: {problem} — the marts are rewritten whole "
+               f"from the warehouse, deleting nothing it names{kept}")
+    log.warning(message)
+    return message
 
 
 def _save_manifest(root: Root, manifest: Manifest) -> None:
@@ -719,9 +775,11 @@ def export(
         shutil.rmtree(stale, ignore_errors=True)
     for stale in local.glob(f".{MANIFEST}.*.tmp"):
         stale.unlink(missing_ok=True)
-    old = load_manifest(root)
+    old, problem = _load(root)
+    if problem is not None:
+        refuse_manifest(root, local, problem)
     if old is not None:
-        root.delete_orphans(local, old)  # (on S3)
+        root.delete_orphans(local, old, traces)  # (on S3: journals; locally: partition files no manifest names)
     w = _Write(con, root, local)
     now = time.time()
     fresh: list[str] = []  # on S3: the new objects this write puts, deleted again if it fails before its manifest
@@ -761,6 +819,10 @@ def export(
         # of it deleted after this write's snapshot when a trace was forgotten (it may be in any of them)
         before = old.live_files() if old is not None else _legacy_files(root)
         after = new.live_files()
+        # a partition folder of the layout before versioned names (one ``PART`` file) whose trace now has a new
+        # file in that folder: only the old file is replaced, never the folder
+        folders = {rel.rsplit("/", 1)[0] for rel in after if rel.rsplit("/", 1)[-1].startswith("part-")}
+        before = {f"{rel}/{PART}" if rel in folders else rel for rel in before}
         new.replaced += [[rel, now] for rel in sorted(before - after)]
         if old is not None and set(old.traces) - set(new.traces):  # a trace forgotten: no copy of it stays
             new.replaced = [[rel, 0] for rel, _ in new.replaced]
@@ -1005,12 +1067,13 @@ def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None, limi
     the layout before it: 22 per trace when its traces were loose; deleting 1,604 replaced files took 1.6 s on 2
     loaded cores); a write for one trace replaces a few tens of files on average (its loose partitions, later its
     share of the merged segments), so ``COLLECT_PER_WRITE`` per write still deletes them faster than they come."""
-    root = marts_root(warehouse)
+    root, local = _roots(warehouse)
     manifest = load_manifest(root)
     if manifest is None:
         return []
     keep_s = _keep_replaced_s() if keep_s is None else keep_s
     now = time.time()
+    oldest = oldest_reader(local)
     live = manifest.live_files()
     kept: list[list] = []
     deleted: list[str] = []
@@ -1018,7 +1081,10 @@ def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None, limi
     for rel, since in manifest.replaced:
         if rel in live:
             continue  # in use again (a trace written loose again after its partition was compacted)
-        if since and (now - since < keep_s or budget == 0):
+        # a reader that opened before the snapshot without this file was published may still read it: kept while
+        # one is open (its pin is older than the replacement plus the grace that covers the writer's own time)
+        held = oldest is not None and oldest < since + keep_s
+        if since and (now - since < keep_s or budget == 0 or held):
             kept.append([rel, since])
             continue
         deleted.append(rel)
@@ -1035,6 +1101,66 @@ def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None, limi
         manifest.replaced = kept
         _save_manifest(root, manifest)
     return deleted
+
+
+# -- readers' pins ---------------------------------------------------------------------------------------------------
+READERS_DIR = ".readers"  # <local marts>/.readers/<random>.pin: one per open reader of the snapshot or the marts
+
+
+def pin_reader(warehouse: str | os.PathLike[str]) -> IO[str] | None:
+    """Say that a reader is about to open the snapshot (or the marts) of ``warehouse``: a pin file in the local
+    marts folder, locked while the returned file is open (``unpin_reader`` when the reader's connection closes), named
+    with the time it was taken.  ``collect`` deletes no replaced file such a reader may hold while the pin is held
+    (issue 30: a ``sql`` session saw one query return one value, then another).  None when the folder cannot be
+    written (a reader without write access to it): such a reader is covered by ``marts.keep_replaced_s`` only."""
+    folder = marts_dir(warehouse) / READERS_DIR
+    if not folder.parent.is_dir():  # no marts yet: nothing a writer could delete under the reader
+        return None
+    try:
+        folder.mkdir(exist_ok=True)
+        fh = open(folder / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}.pin", "w")  # noqa: SIM115 - held open
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return None
+    return fh
+
+
+def unpin_reader(pin: IO[str]) -> None:
+    """The reader of ``pin_reader`` closed: its pin file removed and its lock released."""
+    with contextlib.suppress(OSError):
+        os.unlink(pin.name)
+    pin.close()
+
+
+def oldest_reader(local: Path) -> float | None:
+    """The time (unix seconds) the oldest reader still open took its pin (``pin_reader``), or None; the pins of
+    readers gone (their lock released) are removed.  Call it holding the writer lock."""
+    oldest: float | None = None
+    folder = local / READERS_DIR
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    for name in names:
+        path = folder / name
+        try:
+            taken = int(name.split("-", 1)[0]) / 1e9
+            fh = open(path, "a")  # noqa: SIM115
+        except (ValueError, OSError):
+            continue
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a reader still open
+            oldest = taken if oldest is None else min(oldest, taken)
+        else:
+            path.unlink(missing_ok=True)  # its reader closed (or died)
+        finally:
+            fh.close()
+    return oldest
 
 
 def _remove(path: Path) -> None:
