@@ -789,8 +789,15 @@ def _timeline_script() -> str:
     return (ASSETS / "timeline.js").read_text(encoding="utf-8")
 
 
+_SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
 def _json_for_script(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    """``obj`` as JSON that stays data inside ``<script type='application/json'>``: every ``<``, ``>``, ``&`` and
+    U+2028/2029 written as a \\u escape (the same value for JSON.parse), so no kernel name can close the block or
+    open an HTML comment in it (issue 30: ``x<!--<script>`` left the page's timeline undrawn)."""
+    text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return "".join(_SCRIPT_UNSAFE.get(c, c) for c in text) if any(c in text for c in _SCRIPT_UNSAFE) else text
 
 
 def _kernel_names(t: dict[str, Any]) -> dict[str, str]:
