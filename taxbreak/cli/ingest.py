@@ -130,7 +130,7 @@ def _links_skipped(links: list[Path]) -> str:
     if not links:
         return ""
     n = len(links)
-    return (f" ({n} symbolic link{'' if n == 1 else 's'} skipped, e.g. {links[0]}: folders are read without "
+    return (f" ({n} symbolic link{'' if n == 1 else 's'} skipped, e.g. {min(links)}: folders are read without "
             "following links; name a link itself to ingest what it points to)")
 
 
