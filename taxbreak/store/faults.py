@@ -6,7 +6,7 @@ Every writer step that must leave the warehouse in its before or after state cal
 store folder removed while a command runs (``taxbreak.ingest.oserrors.classify`` says which, from the errno or from
 the system's message inside a DuckDB or Arrow error) is no bug: every command prints
 ``taxbreak: <path>: <cause> — <what to do>`` and exits 1 (``taxbreak.cli.main``); the writers' transactions, staged
-files and renames leave what readers see as it was (docs/warehouse.md "Ordinary faults")."""
+files and renames leave what readers see as it was (docs/architecture.md "Ordinary faults")."""
 
 from __future__ import annotations
 

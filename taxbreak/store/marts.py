@@ -6,8 +6,10 @@ publication).  What readers open is built from it after each write, and only for
 Layout of ``<warehouse dir>/marts/`` (the per-trace tables: a ``trace_id`` column, SQL file not
 ``-- scope: cross_trace``):
 
-- ``<table>/trace_id=<id>/part-0.parquet``: a *loose* partition, the rows of one trace written since the last
-  compaction.  A write for some traces writes those traces' partitions only.
+- ``<table>/trace_id=<id>/part-<random>.parquet``: a *loose* partition, the rows of one trace written since the
+  last compaction, under a new name at each write (``Manifest.parts``; layouts before issue 30 named it
+  ``part-0.parquet`` and renamed over it, so an open reader's query could return one value and then another).  A
+  write for some traces writes those traces' partitions only.
 - ``<table>/seg-<segment>.parquet``: a *segment*, the rows of many traces in one file sorted by ``trace_id``.
   When the loose traces reach ``marts.compact_loose`` (taxbreak.config) they are compacted into one segment;
   when ``marts.compact_fanout`` segments of one tier accumulate they are merged into one of the next tier (tiered,
@@ -26,9 +28,9 @@ Layout of ``<warehouse dir>/marts/`` (the per-trace tables: a ``trace_id`` colum
 - ``_manifest.json``: the writers' record of the layout: the per-trace tables and their columns, every segment
   (tier, traces, files), for every trace where its rows are (a segment, loose, or a segment but some tables
   loose) and in which tables, and the files the layout no longer uses with the time they were replaced.
-  Replaced files stay for ``marts.keep_replaced_s`` (a reader of the previous snapshot may still read them), then
-  a writer deletes them (a write for some traces at most ``COLLECT_PER_WRITE``; those of a forgotten trace: at
-  once).
+  Replaced files stay for ``marts.keep_replaced_s`` (a reader of the previous snapshot may still read them), and
+  while a reader that opened before the replacement is still open (``pin_reader``), then a writer deletes them
+  (a write for some traces at most ``COLLECT_PER_WRITE``; those of a forgotten trace: at once).
 - ``<table>/_empty.parquet``: no rows, the columns (readers of a table no trace has rows in);
   ``<table>.parquet``: a cross-trace table (sweeps, fits; small), written whole.
 
@@ -46,14 +48,14 @@ absolute path: a moved warehouse folder gets a working snapshot at its next writ
 The marts may be elsewhere: the ``paths.marts`` setting (``TAXBREAK_MARTS``) names a folder (``LocalMarts``) or
 ``s3://bucket/prefix`` (``ObjectMarts``, the same interface; default ``marts/`` beside the DuckDB file).  On S3
 nothing is renamed: files are staged in the local ``marts/`` folder (which also keeps the pending markers) and
-uploaded whole; a loose partition is a new object ``part-<random>.parquet`` at each write (``Manifest.parts`` names
-it, and ``live_files`` and ``replaced`` then name that file, not its folder), so a reader of the previous manifest
-still reads the objects it names; the manifest, one PUT after every other upload, is the commit point; a write that
-fails before it deletes what it uploaded.  The snapshot stays local, its views name ``s3://`` URLs, and every
-connection that reads them registers the store's filesystem first (``register_filesystem``: ``taxbreak.store.query``,
-``build_snapshot``, ``export``).  Before its uploads a writer lists the new objects in a local journal
-(``marts/.uploads-*.json``); the next writer deletes those of a writer killed before its manifest that no manifest
-names.
+uploaded whole; a loose partition is a new object ``part-<random>.parquet`` at each write, as locally
+(``Manifest.parts`` names it, and ``live_files`` and ``replaced`` then name that file, not its folder), so a reader
+of the previous manifest still reads the objects it names; the manifest, one PUT after every other upload, is the
+commit point; a write that fails before it deletes what it uploaded.  The snapshot stays local, its views name
+``s3://`` URLs, and every connection that reads them registers the store's filesystem first
+(``register_filesystem``: ``taxbreak.store.query``, ``build_snapshot``, ``export``).  Before its uploads a writer
+lists the new objects in a local journal (``marts/.uploads-*.json``); the next writer deletes those of a writer
+killed before its manifest that no manifest names.
 """
 
 from __future__ import annotations
@@ -441,8 +443,9 @@ class Manifest:
     longer the trace's (a write of some tables since: those rows are a loose partition, or none), 0 when loose].
     ``segments``: id -> {"tier", "seq", "traces" (sorted), "files" (table -> file name)}.  ``replaced``: [path
     relative to the marts folder, unix time replaced (0: delete at once)].  ``parts``: loose partition folder
-    (``<table>/trace_id=<id>``) -> its file's name where it is not ``part-0.parquet`` (on S3 every write of a
-    partition is a new object; there ``live_files`` and ``replaced`` name the file, not the folder); absent locally."""
+    (``<table>/trace_id=<id>``) -> its file's name where it is not ``part-0.parquet`` (every write of a
+    partition is a new file, locally too; ``live_files`` and ``replaced`` then name the file, not the folder);
+    absent in a layout written before versioned names (every partition ``PART``)."""
 
     tables: list[str]
     columns: dict[str, list[list[str]]]
