@@ -42,7 +42,6 @@ import pyarrow as pa
 from taxbreak.engine.plan import SQL_DIR, SqlFile, _ordered, plan_tables, release_after, sql_files
 from taxbreak.engine.rules import RunConfig, settings_arrow, settings_tables
 from taxbreak.ingest.lake import Lake
-from taxbreak.ingest.objects import is_s3_url
 from taxbreak.ingest.sidecar import find_meta
 from taxbreak.store.faults import fault_point
 from taxbreak.store.marts import register_filesystem
@@ -523,9 +522,9 @@ def materialize(
                 progress("prepare", 0, len(names), None)
             params = prepare(con, lake_root, trace_ids, config, tables=names)
             if not params["trace_ids"]:
-                if not is_s3_url(str(lake_root)) and not Path(lake_root).is_dir():
+                if _lake_gone(lake_root):
                     # the lake removed while the run read it (issue 30): an error, so that nothing is published
-                    raise FileNotFoundError(errno.ENOENT, "the lake folder vanished", str(lake_root))
+                    raise FileNotFoundError(errno.ENOENT, "the lake folder vanished", str(_lake(lake_root).root))
                 return {}
             files = {f.name: f for f in sql_files()}
             state = {**_run_state(con), "private": private}
@@ -703,8 +702,9 @@ def compute_run(
                 # a `taxbreak forget` removed a trace's lake partition while the run read it: compute the traces
                 # still ingested again (forget holds no lock a computing run waits for; publish_run would leave
                 # the forgotten trace out anyway); anything else is a real read error
-                if not is_s3_url(str(lake_root)) and not Path(lake_root).is_dir():  # the whole lake gone (issue 30)
-                    raise FileNotFoundError(errno.ENOENT, "the lake folder vanished", str(lake_root)) from exc
+                if _lake_gone(lake_root):  # the whole lake gone (issue 30)
+                    gone = str(_lake(lake_root).root)
+                    raise FileNotFoundError(errno.ENOENT, "the lake folder vanished", gone) from exc
                 left = still_ingested(lake_root, ids)
                 if left == ids:
                     raise
@@ -722,6 +722,16 @@ def compute_run(
         yield run
     finally:
         discard()
+
+
+def _lake(lake_root: str | os.PathLike[str] | Lake) -> Lake:
+    return lake_root if isinstance(lake_root, Lake) else Lake(lake_root)
+
+
+def _lake_gone(lake_root: str | os.PathLike[str] | Lake) -> bool:
+    """A local lake whose folder is not there (removed while a run read it)."""
+    lake = _lake(lake_root)
+    return not lake.is_object_store and not Path(lake.root).is_dir()
 
 
 def still_ingested(lake_root: str | os.PathLike[str], trace_ids: list[str]) -> list[str]:
