@@ -30,6 +30,7 @@ import json
 import re
 import sys
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +78,14 @@ class Opened:
     path: Path
     note: str | None = None  # why an older copy is read (the warehouse held by a writer, or missing)
     sandbox: bool = False  # the user's statements are checked (``check_statements``) before they run
+    release: Callable[[], None] | None = None  # drops the reader's pin (marts.pin_reader); also when ``con`` is gone
+
+    def close(self) -> None:
+        """Close the connection and drop the reader's pin at once (``con.close()`` alone drops it when the
+        connection object is gone)."""
+        self.con.close()
+        if self.release is not None:
+            self.release()
 
 
 def _sq(text: str) -> str:
@@ -198,8 +207,8 @@ def open_readonly(
     if pin is not None:
         if opened.source == "warehouse":  # the file itself: DuckDB's own transactions, no marts files read
             unpin_reader(pin)
-        else:  # the marts files this connection's views name stay until it is gone (marts.collect)
-            weakref.finalize(opened.con, unpin_reader, pin)
+        else:  # the marts files this connection's views name stay until it is closed or gone (marts.collect)
+            opened.release = weakref.finalize(opened.con, unpin_reader, pin)
     if sandbox:
         restrict(opened.con, opened.path, Path(warehouse), lake)
         opened.sandbox = True

@@ -103,8 +103,7 @@ def test_an_open_reader_keeps_its_snapshot_while_a_writer_republishes(home: Path
     assert collect(db, keep_s=0) == []
     assert old.con.execute(query).fetchall() == [("toy",)]
     # ... and once they are closed, deletes it
-    old.con.close()
-    del old
+    old.close()
     folder = f"trace_meta/trace_id={MIXED_ID}"
     assert f"{folder}/{first}" in collect(db, keep_s=0)
     assert sorted(p.name for p in (marts_dir(db) / folder).iterdir()) == [second]

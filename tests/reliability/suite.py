@@ -929,7 +929,7 @@ def _session_across_a_republish(home: Path) -> tuple[str, str]:
         collect(db, keep_s=0)  # a writer past the grace period: still nothing an open reader reads goes
         again = opened.con.execute(query).fetchall()
     finally:
-        opened.con.close()
+        opened.close()
     fresh = _run_cli(home, ["sql", "--format", "csv", query]).stdout.split()
     if again != seen:
         return "silent wrong", f"one session read {seen} then {again}"
