@@ -4,6 +4,7 @@ hand-made two-kernel trace dispatches wheel, mouse and menu events and writes wh
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -106,7 +107,8 @@ def test_the_timeline_draws_whatever_the_kernels_are_named(chromium: str, tmp_pa
                            f"--user-data-dir={tmp_path / 'p'}", "--window-size=1000,600", "--dump-dom",
                            page.as_uri()], capture_output=True, text=True, timeout=120)
     assert "<title>timeline test</title>" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
-    body = dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', re.search(r"<body([^>]*)>", proc.stdout).group(1)))
+    body = {k: html.unescape(v) for k, v in re.findall(r'(data-[a-z-]+)="([^"]*)"',
+                                                        re.search(r"<body([^>]*)>", proc.stdout).group(1))}
     assert body["data-drawn-start"] == "2"  # both kernels drawn
     shown, text = body["data-tip"].split("|", 1)
     assert shown == "block" and HOSTILE[0] in text  # the name shown as text in the tooltip, no markup run
