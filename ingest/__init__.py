@@ -58,6 +58,7 @@ from taxbreak.ingest.base import (
     starts_with,
 )
 from taxbreak.ingest.lake import Lake
+from taxbreak.ingest.oserrors import WRITE_SIDE, classify
 from taxbreak.ingest.sidecar import (
     SIDECAR_CHECKED_KEY,
     SIDECAR_KEYS,
@@ -115,6 +116,7 @@ class IngestResult:
     status: str  # "ingested", "unchanged" (already in the lake), "failed", or "not_a_trace"
     row: dict | None
     error: str | None = None
+    replayed: bool = False  # the outcome an earlier attempt on these bytes recorded (at ``row``'s time), not read now
 
 
 def _sha256_of(fh: BinaryIO) -> str:
@@ -165,15 +167,20 @@ def is_trace_file(path: Path) -> bool:
             and not name.endswith(SIDECAR_SUFFIX) and name.endswith(trace_suffixes()))
 
 
-def iter_trace_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
+def iter_trace_files(paths: list[str | os.PathLike[str]], links: list[Path] | None = None) -> list[Path]:
     """Expand files and folders into trace files (folders recursively without following links, sidecars,
-    FIFOs, devices and links left out); a file named explicitly is kept (``ingest_file`` says what it is)."""
+    FIFOs, devices and links left out); a file named explicitly is kept (``ingest_file`` says what it is).
+    ``links``: when given, the symbolic links met in the folders (to files or folders) are appended to it, so a
+    caller can say they were skipped (issue 30: a folder of links only said "no trace files found")."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
             found = []
             for dirpath, dirnames, filenames in os.walk(p):  # os.walk does not descend into linked folders
+                if links is not None:
+                    links.extend(q for n in (*dirnames, *filenames) if not n.startswith(".")
+                                 and (q := Path(dirpath) / n).is_symlink())
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
                 found.extend(q for f in filenames if is_trace_file(q := Path(dirpath) / f))
             out.extend(sorted(found))
@@ -438,7 +445,7 @@ def _ingest_once(
         return IngestResult(shown, trace_id, "unchanged", _refresh_sidecar(lake, existing, sidecar, shown))
     if existing is not None and existing["status"] in ("failed", "not_a_trace"):
         # Failed content is retried only when it changes (a new hash) or on explicit request.
-        return IngestResult(shown, trace_id, existing["status"], existing, existing["error"])
+        return IngestResult(shown, trace_id, existing["status"], existing, existing["error"], replayed=True)
     fmt: str | None = None
     status = "failed"
     work: Path | None = None
@@ -470,6 +477,9 @@ def _ingest_once(
     except RecursionError:
         message = f"{p}: nested too deeply to be read"
     except Exception as exc:  # noqa: BLE001 - an adapter bug must not stop the other files; record it verbatim
+        fault = classify(exc)
+        if fault is not None and fault.kind in WRITE_SIDE:
+            raise  # a full or read-only lake or workdir, not the file's fault: nothing recorded against its bytes
         message = f"{p}: unexpected {type(exc).__name__} while ingesting: {exc}"
     finally:
         if work is not None:

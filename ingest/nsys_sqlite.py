@@ -375,7 +375,7 @@ class _Cols:
         """An integer column as int64 (all NULL when this export has no such column)."""
         if name not in self._names:
             return pa.nulls(self.n, pa.int64())
-        return self.batch.column(name).cast(pa.int64())
+        return _int_ids(self.batch.column(name), None, self.table, name)
 
     def text(self, name: str) -> pa.Array:
         return self.batch.column(name).cast(pa.string())
@@ -786,13 +786,38 @@ def _lookup(pairs: dict[int, str]) -> Lookup:
     return Lookup(pa.array(list(pairs), pa.int64()), pa.array(list(pairs.values()), pa.string()))
 
 
+class _NotAnId(IngestError):
+    """An id column holding text that is no integer; the reader prefixes the file's name."""
+
+
+def _int_ids(ids: pa.Array, name: str | None, table: str, column: str) -> pa.Array:
+    """An id column as int64, or an IngestError naming the file (``name``; None: ``_NotAnId``, named by the
+    reader), the table, the column and a value that is no integer (issue 30: text ids in StringIds surfaced as
+    "unexpected ArrowInvalid")."""
+    try:
+        return ids.cast(pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        bad = next((v for v in ids.to_pylist() if v is not None and not _is_int(v)), None)
+        what = (f"{table}.{column} holds {str(bad)[:40]!r}, not an integer (Nsight writes integer ids; was the "
+                "export rewritten by another tool?)")
+        raise (_NotAnId(what) if name is None else IngestError(f"{name}: {what}")) from None
+
+
+def _is_int(value: object) -> bool:
+    try:
+        int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, float) or value.is_integer()
+
+
 def _build_lookups(db: NsysDb, tables: set[str]) -> dict[str, Lookup]:
     """id -> text maps resolved in Arrow per batch (a DuckDB join would buffer the whole stream)."""
     out: dict[str, Lookup] = {}
     if "StringIds" in tables:
         ids = db.stream("StringIds").read_all()
         ids = ids.filter(pc.equal(ids.column("__s"), 1))
-        keys = ids.column("id").combine_chunks().cast(pa.int64())
+        keys = _int_ids(ids.column("id").combine_chunks(), db.name, "StringIds", "id")
         values, bad = _utf8(ids.column("value").combine_chunks())
         db.repairs.add("StringIds.value", bad)
         values = values.cast(pa.string())
@@ -1075,6 +1100,8 @@ def _batches(
                                                      rdb.repairs, dangling)
                                     if events.num_rows:
                                         put(events)
+                        except _NotAnId as exc:
+                            raise IngestError(f"{path}: {exc}") from None
                         except (adbc.Error, pa.ArrowException, duckdb.Error) as exc:
                             raise IngestError(f"{path}: cannot read table {t}: {exc}") from None
                 finally:

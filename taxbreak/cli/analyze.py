@@ -31,6 +31,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         emit(f"taxbreak analyze: {exc}", err=True)
         return 2
     config = RunConfig.from_settings(t_sys_ns=args.t_sys_ns)
+    # no lake folder at all: nothing to analyse (one that vanishes during the run is an error: analysis.materialize)
+    no_lake = not Lake(paths.lake).is_object_store and not Path(paths.lake).is_dir()
     trace_ids = None
     if args.trace:
         rows = Lake(paths.lake).catalogue().to_pylist()
@@ -79,8 +81,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:  # every trace: written whole under the writer lock; some: computed without it, published under it
-        counts = runner.run(paths, traces=trace_ids, tables=args.table or None, config=config, hooks=progress,
-                            on_wait=lambda m: note(args, m)).counts
+        counts = {} if no_lake else runner.run(paths, traces=trace_ids, tables=args.table or None, config=config,
+                                               hooks=progress, on_wait=lambda m: note(args, m)).counts
     except WarehouseBusy as exc:
         emit(f"taxbreak analyze: {exc}", err=True)
         return EXIT_BUSY

@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,14 +111,40 @@ def catalogue_json(row: dict) -> dict:
     return out
 
 
+def _earlier(res: Any) -> str:
+    """When the recorded outcome a replayed result repeats was written (UTC, to the second)."""
+    ns = (res.row or {}).get("ingested_at_ns")
+    if ns is None:
+        return "at an unknown time"
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def replayed_failure(res: Any) -> str:
+    """A failure recorded by an earlier ingest of the same bytes, said to be that (issue 30: after a full disk was
+    freed, the old "No space left" read as new), with how to try again."""
+    name = (res.row or {}).get("file_name") or Path(res.path).name
+    return (f"FAILED earlier ({_earlier(res)}; the content is unchanged, so it was not read again): {res.error} — "
+            f"`taxbreak retry {name}` tries it again (or `taxbreak ingest --force {res.path}`)")
+
+
+def _links_skipped(links: list[Path]) -> str:
+    """What a folder listing left out as links, said (empty when none)."""
+    if not links:
+        return ""
+    n = len(links)
+    return (f" ({n} symbolic link{'' if n == 1 else 's'} skipped, e.g. {min(links)}: folders are read without "
+            "following links; name a link itself to ingest what it points to)")
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     paths = Paths.from_args(args)
     lake = Lake(paths.lake)
-    files = iter_trace_files(args.paths)
+    links: list[Path] = []
+    files = iter_trace_files(args.paths, links)
     if not files:
-        emit("no trace files found in: " + " ".join(args.paths), err=True)
+        emit("no trace files found in: " + " ".join(args.paths) + _links_skipped(links), err=True)
         return 2
-    note(args, f"ingesting {len(files)} file(s) into the lake {paths.lake}")
+    note(args, f"ingesting {len(files)} file(s) into the lake {paths.lake}{_links_skipped(links)}")
     failed = 0
     results = []
     for i, f in enumerate(files, 1):
@@ -131,12 +158,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - t0
         if args.json:
             results.append({"file": str(f), "trace_id": res.trace_id, "status": res.status, "error": res.error,
-                            "seconds": round(seconds, 3),
+                            "earlier": _earlier(res) if res.replayed else None, "seconds": round(seconds, 3),
                             "catalogue": catalogue_json(res.row) if res.row is not None else None})
         if res.status == "failed":
             failed += 1
             if not args.json:
-                emit(f"FAILED {res.error}", err=True)
+                emit(replayed_failure(res) if res.replayed else f"FAILED {res.error}", err=True)
             continue
         if res.status == "not_a_trace":  # recorded as such, never analysed; not a failure of the run
             if not args.json:

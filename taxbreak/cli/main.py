@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from taxbreak.capture.cli import add_capture_parser
 from taxbreak.cli.analyze import add_analyze, add_summary
@@ -29,7 +30,7 @@ from taxbreak.cli.common import (
 from taxbreak.cli.forget import add_forget
 from taxbreak.cli.ingest import add_ingest, add_traces
 from taxbreak.cli.whatif import add_whatif_parser
-from taxbreak.config import ConfigError, add_path_args
+from taxbreak.config import ConfigError, Paths, add_path_args
 from taxbreak.engine.checks import InvariantBroken
 from taxbreak.features.nsys_check import cmd_nsys_check
 from taxbreak.features.requests import add_requests_parser
@@ -38,8 +39,10 @@ from taxbreak.read.compare import add_compare_parser
 from taxbreak.read.export import add_export_parser
 from taxbreak.read.report import add_report_parser
 from taxbreak.read.trend import add_trend_parser
+from taxbreak.store.faults import OrdinaryFault, ordinary_fault
+from taxbreak.store.marts import marts_dir
 from taxbreak.store.query import add_sql_parser
-from taxbreak.store.warehouse import WarehouseBusy
+from taxbreak.store.warehouse import WarehouseBusy, exports_dir
 
 
 def _add_nsys_check(sub: argparse._SubParsersAction) -> None:
@@ -113,6 +116,18 @@ def _silence_stdout() -> None:
         pass
 
 
+def _fault_line(args: argparse.Namespace, exc: BaseException) -> OrdinaryFault | None:
+    """The one line for an ordinary fault of the machine (``taxbreak.store.faults``), naming the command's stores'
+    folders rather than their temporary files; None for any other error."""
+    try:
+        paths = Paths.from_args(args)
+        roots = [paths.lake, exports_dir(paths.warehouse), marts_dir(paths.warehouse), paths.warehouse.parent]
+        default = paths.lake if args.command == "ingest" else paths.warehouse
+    except (ConfigError, OSError):  # the paths themselves unreadable: the fault names its own
+        roots, default = [], Path(".")
+    return ordinary_fault(exc, roots=[r.absolute() for r in roots], default=default, command=args.command)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.quiet and args.verbose:
@@ -129,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         emit(f"taxbreak: {exc}", err=True)
         return 2
     except Exception as exc:
+        fault = _fault_line(args, exc)
+        if fault is not None:  # no space, read-only, permission, a vanished store folder: no bug (issue 30)
+            emit(f"taxbreak: {fault}", err=True)
+            return 1
         if isinstance(exc, InvariantBroken):  # any writer (retry, ...) whose computed rows break an invariant
             emit(f"taxbreak {args.command}: {exc}", err=True)
             return EXIT_INVARIANT_BROKEN

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import re
@@ -473,9 +474,15 @@ def publication(con: duckdb.DuckDBPyConnection, faults: bool = True) -> Iterator
             con.execute("ROLLBACK")
         raise
     _IN_PUBLICATION.discard(key)
-    if faults:
-        fault_point("before_commit")
-    con.execute("COMMIT")
+    try:
+        if faults:
+            fault_point("before_commit", lambda: con.execute(
+                "SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()[0])
+        con.execute("COMMIT")
+    except BaseException:  # a COMMIT that could not write (a full disk): nothing of the run stays
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
     if faults:
         fault_point("after_commit")
 
@@ -510,6 +517,9 @@ def materialize(
                 progress("prepare", 0, len(names), None)
             params = prepare(con, lake_root, trace_ids, config, tables=names)
             if not params["trace_ids"]:
+                if _lake_gone(lake_root):
+                    # the lake removed while the run read it (issue 30): an error, so that nothing is published
+                    raise FileNotFoundError(errno.ENOENT, "the lake folder vanished", str(_lake(lake_root).root))
                 return {}
             files = {f.name: f for f in sql_files()}
             state = {**_run_state(con), "private": private}
@@ -683,10 +693,13 @@ def compute_run(
             try:
                 con = compute(ids)
                 break
-            except duckdb.IOException:
+            except duckdb.IOException as exc:
                 # a `taxbreak forget` removed a trace's lake partition while the run read it: compute the traces
                 # still ingested again (forget holds no lock a computing run waits for; publish_run would leave
                 # the forgotten trace out anyway); anything else is a real read error
+                if _lake_gone(lake_root):  # the whole lake gone (issue 30)
+                    gone = str(_lake(lake_root).root)
+                    raise FileNotFoundError(errno.ENOENT, "the lake folder vanished", gone) from exc
                 left = still_ingested(lake_root, ids)
                 if left == ids:
                     raise
@@ -704,6 +717,16 @@ def compute_run(
         yield run
     finally:
         discard()
+
+
+def _lake(lake_root: str | os.PathLike[str] | Lake) -> Lake:
+    return lake_root if isinstance(lake_root, Lake) else Lake(lake_root)
+
+
+def _lake_gone(lake_root: str | os.PathLike[str] | Lake) -> bool:
+    """A local lake whose folder is not there (removed while a run read it)."""
+    lake = _lake(lake_root)
+    return not lake.is_object_store and not Path(lake.root).is_dir()
 
 
 def still_ingested(lake_root: str | os.PathLike[str], trace_ids: list[str]) -> list[str]:

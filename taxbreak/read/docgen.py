@@ -73,13 +73,14 @@ def generate() -> str:
         "Parquet marts), else the marts themselves. The lake is there too, as views `events` and `catalogue`.",
         "- Any Parquet engine without this project: the per-trace tables below are in `warehouse/marts/<table>/`, "
         "a few segment files `seg-*.parquet` holding many traces each (sorted by trace_id) plus one "
-        "`trace_id=<id>/part-0.parquet` per trace written since their last compaction; "
+        "`trace_id=<id>/part-<random>.parquet` per trace written since their last compaction (a new name at each "
+        "write; the previous one stays a while for open readers); "
         "`warehouse/marts/_manifest.json` names the current files and the traces a segment holds that a newer "
         "file supersedes (read the files it names, or the snapshot's views, not a glob). The cross-trace tables "
         "are `warehouse/marts/<table>.parquet`; raw events in the common schema "
         "`warehouse/lake/events/trace_id=*/part-0.parquet`. With `TAXBREAK_MARTS` (`[paths] marts`) the marts are "
-        "that folder or `s3://bucket/prefix` instead (on S3 a loose partition is a new `part-<random>.parquet` at "
-        "each write, named in the manifest's `parts`).",
+        "that folder or `s3://bucket/prefix` instead (the loose partitions' names are in the manifest's "
+        "`parts`).",
         "- Times are int64 nanoseconds on each trace's own clock (0 = the trace's first event); every column name "
         "that holds a quantity ends in its unit.",
         "",

@@ -25,6 +25,7 @@ from typing import Any
 import duckdb
 
 from taxbreak.config import Paths, add_path_args
+from taxbreak.ingest.oserrors import classify
 from taxbreak.store.query import open_for_cli
 from taxbreak.store.tracenames import resolve_for_cli
 
@@ -156,9 +157,14 @@ def write_chrome(con: duckdb.DuckDBPyConnection, trace_id: str, out_path: str | 
     doc = chrome_trace(con, trace_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, separators=(",", ":"), allow_nan=False)
-    tmp.replace(out)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, separators=(",", ":"), allow_nan=False)
+        tmp.replace(out)
+    except OSError as exc:  # (a full disk): no half-written file, and the error names the file asked for
+        raise OSError(exc.errno, exc.strerror, str(out.absolute())) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -172,6 +178,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             return 2
         out = write_chrome(opened.con, tid, args.output or f"{tid[:12]}.chrome.json")
     except (OSError, duckdb.Error) as exc:
+        if classify(exc) is not None:  # no space, read-only, permission: the one line of taxbreak.cli.main
+            raise
         print(f"taxbreak export: {exc}", file=sys.stderr)
         return 2
     finally:

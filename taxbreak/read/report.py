@@ -820,8 +820,15 @@ def _timeline_script() -> str:
     return (ASSETS / "timeline.js").read_text(encoding="utf-8")
 
 
+_SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
 def _json_for_script(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    """``obj`` as JSON that stays data inside ``<script type='application/json'>``: every ``<``, ``>``, ``&`` and
+    U+2028/2029 written as a \\u escape (the same value for JSON.parse), so no kernel name can close the block or
+    open an HTML comment in it (issue 30: ``x<!--<script>`` left the page's timeline undrawn)."""
+    text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return "".join(_SCRIPT_UNSAFE.get(c, c) for c in text) if any(c in text for c in _SCRIPT_UNSAFE) else text
 
 
 def _kernel_names(t: dict[str, Any]) -> dict[str, str]:
@@ -1034,8 +1041,13 @@ def _content_hash(t: dict[str, Any], version: str) -> str:
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:  # (a full disk): no half-written page, and the error names the page, not its .tmp
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_report(

@@ -6,8 +6,10 @@ publication).  What readers open is built from it after each write, and only for
 Layout of ``<warehouse dir>/marts/`` (the per-trace tables: a ``trace_id`` column, SQL file not
 ``-- scope: cross_trace``):
 
-- ``<table>/trace_id=<id>/part-0.parquet``: a *loose* partition, the rows of one trace written since the last
-  compaction.  A write for some traces writes those traces' partitions only.
+- ``<table>/trace_id=<id>/part-<random>.parquet``: a *loose* partition, the rows of one trace written since the
+  last compaction, under a new name at each write (``Manifest.parts``; layouts before issue 30 named it
+  ``part-0.parquet`` and renamed over it, so an open reader's query could return one value and then another).  A
+  write for some traces writes those traces' partitions only.
 - ``<table>/seg-<segment>.parquet``: a *segment*, the rows of many traces in one file sorted by ``trace_id``.
   When the loose traces reach ``marts.compact_loose`` (taxbreak.config) they are compacted into one segment;
   when ``marts.compact_fanout`` segments of one tier accumulate they are merged into one of the next tier (tiered,
@@ -26,9 +28,9 @@ Layout of ``<warehouse dir>/marts/`` (the per-trace tables: a ``trace_id`` colum
 - ``_manifest.json``: the writers' record of the layout: the per-trace tables and their columns, every segment
   (tier, traces, files), for every trace where its rows are (a segment, loose, or a segment but some tables
   loose) and in which tables, and the files the layout no longer uses with the time they were replaced.
-  Replaced files stay for ``marts.keep_replaced_s`` (a reader of the previous snapshot may still read them), then
-  a writer deletes them (a write for some traces at most ``COLLECT_PER_WRITE``; those of a forgotten trace: at
-  once).
+  Replaced files stay for ``marts.keep_replaced_s`` (a reader of the previous snapshot may still read them), and
+  while a reader that opened before the replacement is still open (``pin_reader``), then a writer deletes them
+  (a write for some traces at most ``COLLECT_PER_WRITE``; those of a forgotten trace: at once).
 - ``<table>/_empty.parquet``: no rows, the columns (readers of a table no trace has rows in);
   ``<table>.parquet``: a cross-trace table (sweeps, fits; small), written whole.
 
@@ -46,20 +48,22 @@ absolute path: a moved warehouse folder gets a working snapshot at its next writ
 The marts may be elsewhere: the ``paths.marts`` setting (``TAXBREAK_MARTS``) names a folder (``LocalMarts``) or
 ``s3://bucket/prefix`` (``ObjectMarts``, the same interface; default ``marts/`` beside the DuckDB file).  On S3
 nothing is renamed: files are staged in the local ``marts/`` folder (which also keeps the pending markers) and
-uploaded whole; a loose partition is a new object ``part-<random>.parquet`` at each write (``Manifest.parts`` names
-it, and ``live_files`` and ``replaced`` then name that file, not its folder), so a reader of the previous manifest
-still reads the objects it names; the manifest, one PUT after every other upload, is the commit point; a write that
-fails before it deletes what it uploaded.  The snapshot stays local, its views name ``s3://`` URLs, and every
-connection that reads them registers the store's filesystem first (``register_filesystem``: ``taxbreak.store.query``,
-``build_snapshot``, ``export``).  Before its uploads a writer lists the new objects in a local journal
-(``marts/.uploads-*.json``); the next writer deletes those of a writer killed before its manifest that no manifest
-names.
+uploaded whole; a loose partition is a new object ``part-<random>.parquet`` at each write, as locally
+(``Manifest.parts`` names it, and ``live_files`` and ``replaced`` then name that file, not its folder), so a reader
+of the previous manifest still reads the objects it names; the manifest, one PUT after every other upload, is the
+commit point; a write that fails before it deletes what it uploaded.  The snapshot stays local, its views name
+``s3://`` URLs, and every connection that reads them registers the store's filesystem first
+(``register_filesystem``: ``taxbreak.store.query``, ``build_snapshot``, ``export``).  Before its uploads a writer
+lists the new objects in a local journal (``marts/.uploads-*.json``); the next writer deletes those of a writer
+killed before its manifest that no manifest names.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -67,6 +71,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import duckdb
 
@@ -82,6 +87,7 @@ EMPTY = "_empty.parquet"  # no rows, the columns
 LEGACY_COLUMNS = "_columns.json"  # written by the layout before the manifest; removed when met
 UPLOADS = ".uploads-"  # <local marts>/.uploads-<random>.json: the new objects an S3 write is about to upload
 _ID = re.compile(r"[A-Za-z0-9_.:-]+")  # a trace id as a partition folder name (sha256 hex in practice)
+log = logging.getLogger("taxbreak.marts")
 _VERSION = 2  # 2: a trace's tables may be placed apart (``Manifest.traces``' third field); 1 is read too
 
 
@@ -102,8 +108,9 @@ def _local(warehouse: str | os.PathLike[str], where: str | None) -> Path:
 class LocalMarts(LocalStore):
     """The marts in a local folder (``marts/`` beside the DuckDB file, or the folder ``paths.marts`` names), on the
     lake's object store (``taxbreak.ingest.objects.LocalStore``: reads, listings, puts) with the marts' own
-    policy.  Files are staged in the folder itself and put in place by one rename each; a loose partition keeps its
-    name (``PART``, renamed over the previous one); the manifest is replaced by a rename too."""
+    policy.  Files are staged in the folder itself and put in place by one rename each; a loose partition gets a new
+    name at each write (``part_name``), so a file an open reader's snapshot names is never replaced under it (issue
+    30); the manifest is replaced by a rename."""
 
     def absolute(self) -> LocalMarts:
         """The store as readers name its files (the snapshot's views): its absolute folder."""
@@ -129,17 +136,15 @@ class LocalMarts(LocalStore):
         return sorted(d for d in self.dir.iterdir() if d.is_dir() and d.name[0] not in "._")
 
     def part_name(self) -> str:
-        """The file name of a loose partition a write puts: always ``PART``, renamed over the previous one."""
-        return PART
+        """The file name of a loose partition a write puts: a new one each time (``Manifest.parts`` records it); the
+        previous version stays, replaced, for the readers of the previous snapshot (``collect``).  Layouts written
+        before this named every partition ``PART``; their files are read and replaced the same way."""
+        return f"part-{uuid.uuid4().hex[:16]}.parquet"
 
     def upload(self, local: Path, rel: str) -> None:
-        """Put the staged file ``local`` in place: one rename (a loose partition's folder keeps that one file)."""
+        """Put the staged file ``local`` in place: one rename, under a name no reader reads yet."""
         place = self.dir / rel
         place.parent.mkdir(parents=True, exist_ok=True)
-        if place.parent.name.startswith("trace_id="):
-            for extra in place.parent.glob("*.parquet"):  # a partition is one file
-                if extra.name != place.name:
-                    extra.unlink(missing_ok=True)
         os.replace(local, place)
 
     def delete(self, rels: list[str]) -> None:
@@ -148,14 +153,32 @@ class LocalMarts(LocalStore):
         for rel in rels:
             if confined(rel):
                 _remove(self.dir / rel)
+                if (self.dir / rel).parent.name.startswith("trace_id="):  # a partition's last version gone
+                    with contextlib.suppress(OSError):
+                        (self.dir / rel).parent.rmdir()
 
     def journal(self, local: Path, rels: list[str]) -> None:
         """No journal: renamed files need none (a segment a killed writer renamed into place but never recorded is
         deleted by ``collect``; a loose partition it renamed is its trace's, exported again from its marker)."""
         return None
 
-    def delete_orphans(self, local: Path, manifest: Manifest) -> None:
-        """Nothing: no journals here (``journal``)."""
+    def delete_orphans(self, local: Path, manifest: Manifest, traces: list[str] | None = None) -> None:
+        """Delete the loose partition files of ``traces`` (None: every trace) that ``manifest`` neither reads nor
+        keeps for readers: those a writer renamed into place and was killed before its manifest named them (its
+        pending marker lists the traces, so they are the ones the next writer exports again).  Call it holding the
+        writer lock."""
+        known = manifest.live_files() | {rel for rel, _ in manifest.replaced}
+        for table in manifest.tables:
+            if traces is None:
+                folders = [d.name for d in _subdirs(self.dir / table) if d.name.startswith("trace_id=")]
+            else:
+                folders = [f"trace_id={t}" for t in traces]
+            for folder in folders:
+                rel = f"{table}/{folder}"
+                for name in self.names(rel):
+                    if name.endswith(".parquet") and f"{rel}/{name}" not in known and not (
+                            name == PART and rel in known):
+                        (self.dir / rel / name).unlink(missing_ok=True)
 
 
 class ObjectMarts(S3Store):
@@ -204,7 +227,7 @@ class ObjectMarts(S3Store):
         path.write_text(json.dumps(rels), encoding="utf-8")
         return path
 
-    def delete_orphans(self, local: Path, manifest: Manifest) -> None:
+    def delete_orphans(self, local: Path, manifest: Manifest, traces: list[str] | None = None) -> None:
         """Delete the objects of writers that died before their manifest (their journals in ``local``): those the
         manifest neither reads nor keeps for the previous snapshot's readers.  Call it holding the writer lock."""
         keep = manifest.live_files() | {rel for rel, _ in manifest.replaced}
@@ -218,6 +241,14 @@ class ObjectMarts(S3Store):
 
 
 Root = LocalMarts | ObjectMarts
+
+
+def _subdirs(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _store(root: Root | Path) -> Root:
@@ -332,8 +363,9 @@ class Manifest:
     longer the trace's (a write of some tables since: those rows are a loose partition, or none), 0 when loose].
     ``segments``: id -> {"tier", "seq", "traces" (sorted), "files" (table -> file name)}.  ``replaced``: [path
     relative to the marts folder, unix time replaced (0: delete at once)].  ``parts``: loose partition folder
-    (``<table>/trace_id=<id>``) -> its file's name where it is not ``part-0.parquet`` (on S3 every write of a
-    partition is a new object; there ``live_files`` and ``replaced`` name the file, not the folder); absent locally."""
+    (``<table>/trace_id=<id>``) -> its file's name where it is not ``part-0.parquet`` (every write of a
+    partition is a new file, locally too; ``live_files`` and ``replaced`` then name the file, not the folder);
+    absent in a layout written before versioned names (every partition ``PART``)."""
 
     tables: list[str]
     columns: dict[str, list[list[str]]]
@@ -464,21 +496,48 @@ def load_manifest(root: Root | Path) -> Manifest | None:
     """The manifest of the marts ``root`` (a store, or a local marts folder); None when there is none (or it cannot
     be read, or ``manifest_problem`` finds a path in it outside the marts folder: the next writer then rewrites the
     marts whole, deleting only what it finds in the folder itself)."""
+    return _load(root)[0]
+
+
+def _load(root: Root | Path) -> tuple[Manifest | None, str | None]:
+    """(the manifest, or None; why a manifest that exists is not acted on, or None)."""
     try:
         text = _store(root).read_text(MANIFEST)
         if text is None:
-            return None
+            return None, None
         data = json.loads(text)
         if data.get("version") not in (1, _VERSION):
-            return None
+            return None, f"version {data.get('version')!r} is not one this taxbreak writes"
         # version 1 (one place per trace for every table): [where, mask]
         traces = {t: [e[0], int(e[1]), int(e[2]) if len(e) > 2 else 0] for t, e in data["traces"].items()}
         m = Manifest(tables=list(data["tables"]), columns=dict(data["columns"]), segments=dict(data["segments"]),
                      traces=traces, replaced=list(data["replaced"]), seq=int(data["seq"]),
                      parts=dict(data.get("parts", {})))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
-        return None
-    return None if manifest_problem(m) is not None else m
+    except OSError as exc:
+        return None, f"cannot be read ({exc})"
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        return None, f"is not a manifest this taxbreak writes ({type(exc).__name__}: {exc})"
+    problem = manifest_problem(m)
+    return (None, problem) if problem is not None else (m, None)
+
+
+REFUSED_SUFFIX = ".refused"  # <marts>/_manifest.json.refused: the last manifest a writer would not act on
+
+
+def refuse_manifest(root: Root, local: Path, problem: str) -> str:
+    """Say (``log``: a warning on stderr, in the Dagster step's log) that the manifest of ``root`` is not acted on
+    and why; a local one is kept as ``_manifest.json.refused`` for whoever looks into it.  Returns the message.
+    The write then rewrites the marts whole from the warehouse, deleting nothing the refused manifest names (issue
+    30: a forged manifest was ignored in silence)."""
+    kept = ""
+    if isinstance(root, LocalMarts):
+        with contextlib.suppress(OSError):
+            os.replace(root.dir / MANIFEST, root.dir / (MANIFEST + REFUSED_SUFFIX))
+            kept = f"; kept as {root.dir / (MANIFEST + REFUSED_SUFFIX)}"
+    message = (f"taxbreak: {root.path(MANIFEST)}: refused, not acted on: {problem} — the marts are rewritten whole "
+               f"from the warehouse, deleting nothing it names{kept}")
+    log.warning(message)
+    return message
 
 
 def _save_manifest(root: Root, manifest: Manifest) -> None:
@@ -538,8 +597,11 @@ def mark_pending(warehouse: str | os.PathLike[str], traces: list[str] | None, ta
     d.mkdir(parents=True, exist_ok=True)
     path = d / f".pending-{uuid.uuid4().hex}.json"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"traces": traces, "tables": tables}), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps({"traces": traces, "tables": tables}), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # (a full disk leaves no half-written marker)
     return path
 
 
@@ -636,9 +698,11 @@ def export(
         shutil.rmtree(stale, ignore_errors=True)
     for stale in local.glob(f".{MANIFEST}.*.tmp"):
         stale.unlink(missing_ok=True)
-    old = load_manifest(root)
+    old, problem = _load(root)
+    if problem is not None:
+        refuse_manifest(root, local, problem)
     if old is not None:
-        root.delete_orphans(local, old)  # (on S3)
+        root.delete_orphans(local, old, traces)  # (on S3: journals; locally: partition files no manifest names)
     w = _Write(con, root, local)
     now = time.time()
     fresh: list[str] = []  # on S3: the new objects this write puts, deleted again if it fails before its manifest
@@ -678,10 +742,14 @@ def export(
         # of it deleted after this write's snapshot when a trace was forgotten (it may be in any of them)
         before = old.live_files() if old is not None else _legacy_files(root)
         after = new.live_files()
+        # a partition folder of the layout before versioned names (one ``PART`` file) whose trace now has a new
+        # file in that folder: only the old file is replaced, never the folder
+        folders = {rel.rsplit("/", 1)[0] for rel in after if rel.rsplit("/", 1)[-1].startswith("part-")}
+        before = {f"{rel}/{PART}" if rel in folders else rel for rel in before}
         new.replaced += [[rel, now] for rel in sorted(before - after)]
         if old is not None and set(old.traces) - set(new.traces):  # a trace forgotten: no copy of it stays
             new.replaced = [[rel, 0] for rel, _ in new.replaced]
-        fault_point("marts_staged")
+        fault_point("marts_staged", w.stage)
         # every file of the write is staged: put them in place, one rename each (on S3 one upload each, under
         # names no reader reads yet, but for the columns and cross-trace files, after a local journal of those new
         # names for the next writer should this one be killed), then the manifest
@@ -922,12 +990,13 @@ def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None, limi
     the layout before it: 22 per trace when its traces were loose; deleting 1,604 replaced files took 1.6 s on 2
     loaded cores); a write for one trace replaces a few tens of files on average (its loose partitions, later its
     share of the merged segments), so ``COLLECT_PER_WRITE`` per write still deletes them faster than they come."""
-    root = marts_root(warehouse)
+    root, local = _roots(warehouse)
     manifest = load_manifest(root)
     if manifest is None:
         return []
     keep_s = _keep_replaced_s() if keep_s is None else keep_s
     now = time.time()
+    oldest = oldest_reader(local)
     live = manifest.live_files()
     kept: list[list] = []
     deleted: list[str] = []
@@ -935,7 +1004,10 @@ def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None, limi
     for rel, since in manifest.replaced:
         if rel in live:
             continue  # in use again (a trace written loose again after its partition was compacted)
-        if since and (now - since < keep_s or budget == 0):
+        # a reader that opened before the snapshot without this file was published may still read it: kept while
+        # one is open (its pin is older than the replacement plus the grace that covers the writer's own time)
+        held = oldest is not None and oldest < since + keep_s
+        if since and (now - since < keep_s or budget == 0 or held):
             kept.append([rel, since])
             continue
         deleted.append(rel)
@@ -952,6 +1024,66 @@ def collect(warehouse: str | os.PathLike[str], keep_s: float | None = None, limi
         manifest.replaced = kept
         _save_manifest(root, manifest)
     return deleted
+
+
+# -- readers' pins ---------------------------------------------------------------------------------------------------
+READERS_DIR = ".readers"  # <local marts>/.readers/<random>.pin: one per open reader of the snapshot or the marts
+
+
+def pin_reader(warehouse: str | os.PathLike[str]) -> IO[str] | None:
+    """Say that a reader is about to open the snapshot (or the marts) of ``warehouse``: a pin file in the local
+    marts folder, locked while the returned file is open (``unpin_reader`` when the reader's connection closes), named
+    with the time it was taken.  ``collect`` deletes no replaced file such a reader may hold while the pin is held
+    (issue 30: a ``sql`` session saw one query return one value, then another).  None when the folder cannot be
+    written (a reader without write access to it): such a reader is covered by ``marts.keep_replaced_s`` only."""
+    folder = marts_dir(warehouse) / READERS_DIR
+    if not folder.parent.is_dir():  # no marts yet: nothing a writer could delete under the reader
+        return None
+    try:
+        folder.mkdir(exist_ok=True)
+        fh = open(folder / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}.pin", "w")  # noqa: SIM115 - held open
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return None
+    return fh
+
+
+def unpin_reader(pin: IO[str]) -> None:
+    """The reader of ``pin_reader`` closed: its pin file removed and its lock released."""
+    with contextlib.suppress(OSError):
+        os.unlink(pin.name)
+    pin.close()
+
+
+def oldest_reader(local: Path) -> float | None:
+    """The time (unix seconds) the oldest reader still open took its pin (``pin_reader``), or None; the pins of
+    readers gone (their lock released) are removed.  Call it holding the writer lock."""
+    oldest: float | None = None
+    folder = local / READERS_DIR
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    for name in names:
+        path = folder / name
+        try:
+            taken = int(name.split("-", 1)[0]) / 1e9
+            fh = open(path, "a")  # noqa: SIM115
+        except (ValueError, OSError):
+            continue
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a reader still open
+            oldest = taken if oldest is None else min(oldest, taken)
+        else:
+            path.unlink(missing_ok=True)  # its reader closed (or died)
+        finally:
+            fh.close()
+    return oldest
 
 
 def _remove(path: Path) -> None:

@@ -29,6 +29,8 @@ import csv
 import json
 import re
 import sys
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +39,7 @@ import duckdb
 from taxbreak.config import Paths, add_path_args, setting
 from taxbreak.ingest.lake import EVENTS_DIR, Lake
 from taxbreak.ingest.objects import is_s3_url, normalise_s3_url
-from taxbreak.store.marts import marts_location, reader_sources, register_filesystem
+from taxbreak.store.marts import marts_location, pin_reader, reader_sources, register_filesystem, unpin_reader
 from taxbreak.store.warehouse import SNAPSHOT_NAME, _is_lock_error, exports_dir, snapshot_is_current
 
 __all__ = ["SNAPSHOT_NAME", "Opened", "WarehouseUnavailable", "exports_dir", "open_readonly", "printable"]
@@ -76,6 +78,14 @@ class Opened:
     path: Path
     note: str | None = None  # why an older copy is read (the warehouse held by a writer, or missing)
     sandbox: bool = False  # the user's statements are checked (``check_statements``) before they run
+    release: Callable[[], None] | None = None  # drops the reader's pin (marts.pin_reader); also when ``con`` is gone
+
+    def close(self) -> None:
+        """Close the connection and drop the reader's pin at once (``con.close()`` alone drops it when the
+        connection object is gone)."""
+        self.con.close()
+        if self.release is not None:
+            self.release()
 
 
 def _sq(text: str) -> str:
@@ -188,7 +198,18 @@ def open_readonly(
 
     ``prefer``: 'auto' (that order), 'warehouse', 'snapshot' or 'exports' (only that source).
     ``sandbox``: restrict the connection to the warehouse, lake and exports (``restrict``)."""
-    opened = _open_readonly(Path(warehouse), lake, prefer, sandbox)
+    pin = pin_reader(warehouse) if prefer != "warehouse" else None  # taken before the snapshot is opened
+    try:
+        opened = _open_readonly(Path(warehouse), lake, prefer, sandbox)
+    except BaseException:
+        if pin is not None:
+            unpin_reader(pin)
+        raise
+    if pin is not None:
+        if opened.source == "warehouse":  # the file itself: DuckDB's own transactions, no marts files read
+            unpin_reader(pin)
+        else:  # the marts files this connection's views name stay until it is closed or gone (marts.collect)
+            opened.release = weakref.finalize(opened.con, unpin_reader, pin)
     if sandbox:
         restrict(opened.con, opened.path, Path(warehouse), lake)
         opened.sandbox = True

@@ -32,7 +32,7 @@ def assert_snapshot_is_the_warehouse(db: Path) -> set[str]:
 
 
 def _partitions(db: Path) -> dict[Path, int]:
-    return {p: p.stat().st_mtime_ns for p in marts_dir(db).glob("*/trace_id=*/part-0.parquet")}
+    return {p: p.stat().st_mtime_ns for p in marts_dir(db).glob("*/trace_id=*/part-*.parquet")}
 
 
 def test_a_write_exports_only_its_traces(home: Path, run: Run) -> None:
@@ -71,3 +71,42 @@ def test_a_writer_killed_after_its_commit_is_caught_up_by_the_next(home: Path, r
     assert pending(db) == ([], [])
     assert any(p.parent.name == f"trace_id={FUSION_ID}" for p in _partitions(db))
     assert_snapshot_is_the_warehouse(db)
+
+
+def test_an_open_reader_keeps_its_snapshot_while_a_writer_republishes(home: Path, run: Run) -> None:
+    """Issue 30 item 6: a trace's loose partition gets a new file name at each write, so a reader's session (the
+    snapshot it opened, whose views name the files) returns the same value for its whole life; a new reader gets
+    the new value; the old file goes once no reader holds it (its pin: marts.pin_reader)."""
+    from taxbreak.engine.runner import publish
+    from taxbreak.store.marts import collect, load_manifest
+    from taxbreak.store.query import open_readonly
+
+    db = home / "taxbreak.duckdb"
+    assert run("analyze", "-q").returncode == 0
+    query = "SELECT model FROM trace_meta"
+    old = open_readonly(db, home / "lake")
+    assert old.source == "snapshot"
+    assert old.con.execute(query).fetchall() == [("toy",)]
+    first = load_manifest(marts_dir(db)).part("trace_meta", MIXED_ID)
+
+    def rename(model: str) -> None:
+        publish(db, lambda con: con.execute("UPDATE trace_meta SET model = ?", [model]), traces=[MIXED_ID],
+                tables=["trace_meta"])
+
+    rename("m1")
+    second = load_manifest(marts_dir(db)).part("trace_meta", MIXED_ID)
+    assert second != first and (marts_dir(db) / "trace_meta" / f"trace_id={MIXED_ID}" / first).exists()
+    assert old.con.execute(query).fetchall() == [("toy",)]  # the open session: its snapshot, all its life
+    sql = run("sql", "--format", "csv", query)  # a new reader (another process: this one's DuckDB instance of
+    assert sql.stdout.split() == ["model", "m1"], sql.stderr  # the old snapshot file would be shared)
+    # past the grace period, a writer still keeps what the open readers may read ...
+    assert collect(db, keep_s=0) == []
+    assert old.con.execute(query).fetchall() == [("toy",)]
+    # ... and once they are closed, deletes it
+    old.close()
+    folder = f"trace_meta/trace_id={MIXED_ID}"
+    assert f"{folder}/{first}" in collect(db, keep_s=0)
+    assert sorted(p.name for p in (marts_dir(db) / folder).iterdir()) == [second]
+    assert not list((marts_dir(db) / ".readers").iterdir())  # every pin removed with its reader
+    sql = run("sql", "--format", "csv", query)
+    assert sql.stdout.split() == ["model", "m1"], sql.stderr

@@ -128,7 +128,7 @@ def test_marts_on_s3(home: Path, run: Run, s3: dict[str, str]) -> None:
     try:
         assert opened.source == "exports" and opened.con.execute(PER_TRACE).fetchall() == expected
     finally:
-        opened.con.close()
+        opened.close()  # (and its pin: collect below keeps no replaced object for it)
 
     # the fusion trace analysed again: new objects for it, the mixed trace's untouched, the old ones kept a while
     again = run("analyze", "-q", "--trace", FUSION_ID[:12], env=s3)

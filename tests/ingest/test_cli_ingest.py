@@ -36,3 +36,18 @@ def test_directory_with_one_good_and_one_bad_file(tmp_path, monkeypatch, capsys)
     out, _ = capsys.readouterr()
     assert "already in the lake" in out
     assert len(list((lake_dir / "events").iterdir())) == 1
+
+
+def test_a_folder_of_links_says_they_were_skipped(tmp_path, capsys):
+    """Issue 30 item 6: a folder holding only symbolic links said "no trace files found", no more."""
+    (tmp_path / "real.json").write_bytes(GOOD)
+    folder = tmp_path / "links"
+    folder.mkdir()
+    (folder / "a.json").symlink_to(tmp_path / "real.json")
+    (folder / "sub").symlink_to(tmp_path)
+    assert main(["ingest", str(folder), "--lake", str(tmp_path / "lake")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"no trace files found in: {folder} (2 symbolic links skipped, e.g. {folder / 'a.json'}: folders are read "
+        "without following links; name a link itself to ingest what it points to)")
+    # named itself, a link is read
+    assert main(["ingest", str(folder / "a.json"), "-q", "--lake", str(tmp_path / "lake")]) == 0

@@ -104,3 +104,31 @@ def test_a_kernel_table_stored_as_a_view_is_read(tmp_path: Path) -> None:
     assert res.status == "ingested"
     assert json.loads(res.row["event_counts_json"])["kernel"] == 4
     assert res.row["event_counts_json"] == want
+
+
+def test_text_ids_fail_naming_the_file_table_and_column(tmp_path: Path) -> None:
+    """Issue 30 item 6: text where Nsight writes integer ids surfaced as "unexpected ArrowInvalid ...".  Text that
+    reads as an integer ('7') is still read; any other text fails naming the file, the table and the column."""
+    path = build_tiny_export(tmp_path / "text_ids.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE s2 (id TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("INSERT INTO s2 SELECT CAST(id AS TEXT), value FROM StringIds")
+    con.execute("DROP TABLE StringIds")
+    con.execute("ALTER TABLE s2 RENAME TO StringIds")
+    con.commit()
+    assert ingest_file(path, Lake(tmp_path / "lake1")).status == "ingested"  # '1', '2': integers as text
+    con.execute("UPDATE StringIds SET id = 'x' || id WHERE rowid = (SELECT max(rowid) FROM StringIds)")
+    con.commit()
+    (bad,) = [r for (r,) in con.execute("SELECT id FROM StringIds WHERE id LIKE 'x%'")]
+    con.close()
+    res = ingest_file(path, Lake(tmp_path / "lake2"))
+    assert (res.status, res.error) == ("failed", f"{path}: StringIds.id holds {bad!r}, not an integer (Nsight writes "
+                                                 "integer ids; was the export rewritten by another tool?)")
+    path = build_tiny_export(tmp_path / "text_kernel.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = 'gemm'")
+    con.commit()
+    con.close()
+    res = ingest_file(path, Lake(tmp_path / "lake3"))
+    assert res.status == "failed" and res.error.startswith(
+        f"{path}: CUPTI_ACTIVITY_KIND_KERNEL.shortName holds 'gemm', not an integer"), res.error

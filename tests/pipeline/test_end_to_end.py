@@ -12,6 +12,7 @@ import pytest
 
 from taxbreak.ingest import Lake
 from taxbreak.pipeline.local import load_defs, tick
+from taxbreak.store.marts import load_manifest
 
 from .conftest import NSIGHT_EVENTS, NSIGHT_KERNELS, write_kineto, write_nsight
 
@@ -70,7 +71,7 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     # the readers' copy: one Parquet partition per trace and table (taxbreak.store.marts), and the snapshot's views
     marts = env["warehouse"].parent / "marts" / "kernel_taxbreak"
     assert sorted(p.name for p in marts.glob("trace_id=*")) == sorted(f"trace_id={_sha(f)}" for f in (good, nsight))
-    parquet = str(marts / "trace_id=*" / "part-0.parquet")
+    parquet = [str(marts.parent / rel) for rel in load_manifest(marts.parent).sources("kernel_taxbreak")[0]]
     assert duckdb.execute("SELECT count(*) FROM read_parquet($p)", {"p": parquet}).fetchall() == [(3 + NSIGHT_KERNELS,)]
     snap = duckdb.connect(str(env["warehouse"].parent / "exports" / "snapshot.duckdb"), read_only=True)
     assert snap.execute("SELECT count(*) FROM kernel_taxbreak").fetchall() == [(3 + NSIGHT_KERNELS,)]
@@ -97,7 +98,7 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
 
     # a fourth file: only its partition runs, and the tables are rebuilt for it alone
     fourth = write_kineto(inbox / "fourth.json", 2, base_us=50.0)
-    before = {p: p.stat().st_mtime_ns for p in marts.parent.glob("*/trace_id=*/part-0.parquet")}
+    before = {p: p.stat().st_mtime_ns for p in marts.parent.glob("*/trace_id=*/part-*.parquet")}
     t4 = tick(defs, instance, t3.cursor)
     assert t4.trace_ids == [_sha(fourth)] and t4.partition_keys == [f"fourth-{_sha(fourth)[:12]}"]
     run = t4.runs[0]
@@ -111,7 +112,7 @@ def test_inbox_to_tables(env: dict[str, Path], instance: dg.DagsterInstance) -> 
     # the marts' trace counts come from the manifest: every trace with kernel rows in the warehouse, no other
     assert exp.materialization.metadata["traces_kernel_taxbreak"].value == len(final)
     # its run wrote its own partitions and left every other trace's untouched
-    after = {p: p.stat().st_mtime_ns for p in marts.parent.glob("*/trace_id=*/part-0.parquet")}
+    after = {p: p.stat().st_mtime_ns for p in marts.parent.glob("*/trace_id=*/part-*.parquet")}
     assert {p for p in after if p not in before} == {p for p in after if p.parent.name == f"trace_id={_sha(fourth)}"}
     assert all(after[p] == t for p, t in before.items() if p in after)
     assert len(instance.get_dynamic_partitions("traces")) == 5

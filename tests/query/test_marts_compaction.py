@@ -21,7 +21,6 @@ import pytest
 
 from taxbreak.store import marts
 from taxbreak.store.faults import FAULT_ENV
-from taxbreak.store.marts import PART
 from taxbreak.store.warehouse import snapshot_path, writer
 
 TABLES = ("tiny_kernels", "tiny_meta", "tiny_models")
@@ -115,7 +114,7 @@ def test_tiers_by_hand_and_rows_identical_at_every_step(db: Path) -> None:
     assert marts.load_manifest(root).seq == 3
     # the view reads exactly two files: the segment and t7's partition, no glob, no hive partitioning
     sql = view_sql(db, "tiny_kernels")
-    assert f"{root.resolve()}/tiny_kernels/seg-{seg}.parquet" in sql and "trace_id=t7/part-0.parquet" in sql
+    assert f"{root.resolve()}/tiny_kernels/seg-{seg}.parquet" in sql and "trace_id=t7/part-" in sql
     assert "*" not in sql and "hive_partitioning = false" in sql and "trace_id IN" not in sql
     # only the HUGEINT column is cast (Parquet holds it as DOUBLE): the others are read as stored
     assert "CAST(wall_ns AS HUGEINT)" in sql and "CAST(dur_ns" not in sql
@@ -126,12 +125,12 @@ def test_tiers_by_hand_and_rows_identical_at_every_step(db: Path) -> None:
     assert marts.trace_counts(db) == {"tiny_kernels": 7, "tiny_meta": 7}
     assert marts.partitions(root / "tiny_meta")["t2"] == seg_file.parent.parent / "tiny_meta" / seg_file.name
     # the compacted partitions and merged segments stay for readers of older snapshots, then go
-    replaced = {rel for rel, _ in marts.load_manifest(root).replaced}
+    replaced = {rel.rsplit("/part-", 1)[0] for rel, _ in marts.load_manifest(root).replaced}  # (versioned names)
     # (the partitions of t1, t2, t4, t5 and the first segment: t3 and t6, staged and compacted by the same write,
     # were never put in place)
     assert replaced == {f"{t}/{f}" for t in ("tiny_kernels", "tiny_meta") for f in (
         "trace_id=t1", "trace_id=t2", "trace_id=t4", "trace_id=t5", f"seg-{first_segment}.parquet")}
-    assert (root / "tiny_kernels" / "trace_id=t1" / "part-0.parquet").exists()
+    assert list((root / "tiny_kernels" / "trace_id=t1").glob("part-*.parquet"))
     assert not (root / "tiny_kernels" / "trace_id=t3").exists() and not (root / "tiny_kernels" / "trace_id=t6").exists()
     assert len(marts.collect(db, keep_s=0)) == 10
     assert sorted(p.name for p in (root / "tiny_kernels").iterdir()) == ["_empty.parquet", seg_file.name,
@@ -202,7 +201,7 @@ def test_a_writer_killed_while_compacting_loses_nothing(db: Path, point: str) ->
         assert (root / marts.MANIFEST).read_text() == manifest and len(segments) == 1
     else:  # the manifest names the segment; the partitions it replaced are still there for the old snapshot
         assert layout(db) == ([(0, ["t1", "t2", "t3"])], [])
-        assert (root / "tiny_kernels" / "trace_id=t1" / "part-0.parquet").exists()
+        assert list((root / "tiny_kernels" / "trace_id=t1").glob("part-*.parquet"))
     markers, todo = marts.pending(db)
     assert len(markers) == 1 and todo == ["t3"]
     # the next writer (no traces of its own) catches t3 up; a segment the dead writer never recorded is deleted
@@ -277,9 +276,10 @@ def test_a_write_of_some_tables_rewrites_only_those(db: Path) -> None:
         _fill_kernels(con, 2, 5)
     # t2's kernels are a loose partition; its meta row is still read from the segment (no partition written)
     assert layout(db) == ([(0, ["t1", "t2", "t3"])], ["t2"])
-    live = marts.load_manifest(root).live_files()
+    m = marts.load_manifest(root)
+    live = {rel.rsplit("/part-", 1)[0] for rel in m.live_files()}  # (a loose partition's file: a versioned name)
     assert "tiny_kernels/trace_id=t2" in live and "tiny_meta/trace_id=t2" not in live
-    assert (root / "tiny_kernels" / "trace_id=t2" / PART).exists()
+    assert (root / "tiny_kernels" / "trace_id=t2" / m.part("tiny_kernels", "t2")).exists()
     assert "NOT (trace_id IN ('t2'))" in view_sql(db, "tiny_kernels") and "trace_id IN" not in view_sql(db, "tiny_meta")
     assert marts.partitions(root / "tiny_kernels")["t2"] == root / "tiny_kernels" / "trace_id=t2"
     assert marts.partitions(root / "tiny_meta")["t2"] == root / "tiny_meta" / f"seg-{seg}.parquet"

@@ -86,9 +86,10 @@ def _dev_zero(folder: Path) -> Path:
     return path
 
 
-def _nsys(name: str, *, view: bool = False, dangling: bool = False) -> Callable[[Path], Path]:
+def _nsys(name: str, *, view: bool = False, dangling: bool = False, text_ids: str = "") -> Callable[[Path], Path]:
     """A tiny Nsight export (StringIds, one runtime launch, its kernel: 2 events); ``view``: the kernel table is a
-    view of another table; ``dangling``: the kernel names string ids StringIds lacks."""
+    view of another table; ``dangling``: the kernel names string ids StringIds lacks; ``text_ids``: 'strings' (a
+    StringIds whose id column is TEXT holding 's1', 's2') or 'kernel' (the kernel's name id the text 'gemm')."""
     def make(folder: Path) -> Path:
         import sqlite3
 
@@ -105,11 +106,16 @@ def _nsys(name: str, *, view: bool = False, dangling: bool = False) -> Callable[
         con.execute(kernel_ddl.replace("CUPTI_ACTIVITY_KIND_KERNEL", "kernels_raw", 1) if view else kernel_ddl)
         if view:
             con.execute("CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM kernels_raw")
-        con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, "cudaLaunchKernel_v7000"), (2, "gemm")])
+        if text_ids == "strings":
+            con.execute("DROP TABLE StringIds")
+            con.execute("CREATE TABLE StringIds (id TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            con.executemany("INSERT INTO StringIds VALUES (?, ?)", [("s1", "cudaLaunchKernel_v7000"), ("s2", "gemm")])
+        else:
+            con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, "cudaLaunchKernel_v7000"), (2, "gemm")])
         gpid, gtid = (1 << 48) | (100 << 24), (1 << 48) | (100 << 24) | 101
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, "
                     "nameId, returnValue) VALUES (1000, 2000, 0, ?, 11, 1, 0)", (gtid,))
-        name_id = 77 if dangling else 2
+        name_id = 77 if dangling else "gemm" if text_ids == "kernel" else 2
         row = dict(start=3000, end=4000, deviceId=0, contextId=1, greenContextId=0, streamId=7, correlationId=11,
                    globalPid=gpid, demangledName=name_id, shortName=name_id, mangledName=None, launchType=1,
                    cacheConfig=1, registersPerThread=32, gridX=1, gridY=1, gridZ=1, blockX=32, blockY=1, blockZ=1,
@@ -241,4 +247,9 @@ def cases() -> list[Case]:
                     "ingested", events=4, metadata_phrase="sweep.batch_size must be a positive integer, got -8"))
     out.append(Case("tokens_1e30.json", _with_sidecar("tokens_1e30.json", {"output_tokens": 10**30}), "ingested",
                     events=4, metadata_phrase=f"output_tokens must be at most {2**53 - 1}, got {10**30}"))
+    # issue 30 item 6: text where Nsight writes integer ids ("unexpected ArrowInvalid" before): the table and column
+    out.append(Case("text_string_ids.sqlite", _nsys("text_string_ids.sqlite", text_ids="strings"), "failed",
+                    phrase="StringIds.id holds 's1', not an integer", fast=True))
+    out.append(Case("text_kernel_id.sqlite", _nsys("text_kernel_id.sqlite", text_ids="kernel"), "failed",
+                    phrase="CUPTI_ACTIVITY_KIND_KERNEL.demangledName holds 'gemm', not an integer"))
     return out

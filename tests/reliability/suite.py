@@ -14,7 +14,15 @@ Outcomes, per input or run:
 - ``secrets kept``: a planted secret found anywhere in the catalogue row or the events (names and args);
 - ``data lost``: a good file next to the hostile one not stored, or after a kill and a re-run the lake differs
   from a clean run's (checksum of every catalogue row and events file);
-- ``leftover``: temporary files or staging folders of a dead process still there after the next run.
+- ``leftover``: temporary files or staging folders of a dead process still there after the next run;
+- ``escapes``: something hostile got out of its room: a kernel name read as markup by the report's page (its
+  timeline left undrawn), a reader's query that wrote a file a writer reads, a forged manifest a writer acted on
+  outside the marts folder.
+
+Ordinary faults (issue 30 item 4: a full disk, a read-only or refused folder, the lake removed during a run) are
+``clear error`` when the command prints one line naming the path, the cause and what to do, exits 1 and leaves
+what a reader sees as it was, and the command goes through once the fault is gone; ``data lost`` when the failed
+command changed that state; ``unclear error`` for any other message (a traceback is a ``crash``).
 
 Crash targets are pluggable (``CRASH_TARGETS``): each says how to set up inputs, the child command of one run,
 its injection points (Python run in the child before the work: it patches a function to SIGKILL the process),
@@ -41,8 +49,8 @@ from pathlib import Path
 from reliability.corpus import GOOD_EVENTS, Case, cases, trace_bytes
 
 COLUMNS = ("tried", "ok", "clear error", "unclear error", "crash", "hang", "silent wrong", "secrets kept", "data lost",
-           "leftover")
-BAD = ("unclear error", "crash", "hang", "silent wrong", "secrets kept", "data lost", "leftover")
+           "leftover", "escapes")
+BAD = ("unclear error", "crash", "hang", "silent wrong", "secrets kept", "data lost", "leftover", "escapes")
 CASE_TIMEOUT_S = 60
 
 
@@ -668,6 +676,345 @@ def run_analysis_flags(work: Path, log: Callable[[str], None] = lambda s: None) 
     return tally
 
 
+# -- ordinary faults and readers (issue 30 items 4 and 6) ----------------------------------------------------------
+_CLI_CHILD = r"""
+import json, sys
+exec(sys.argv[1])  # the fault: a patch of the one write the command makes ('' for none)
+from taxbreak.cli.main import main
+sys.exit(main(json.loads(sys.argv[2])))
+"""
+
+_FULL = "raise OSError(28, 'No space left on device'{where})"
+# patches (Python run in the child first): the write points a test without root cannot make a disk fail at
+_LAKE_FULL = ("import pyarrow.parquet as pq\ndef _f(*a, **k):\n    " + _FULL.format(where="") + "\n"
+              "pq.ParquetWriter.write_batch = _f\n")
+_LAKE_READ_ONLY = ("import pyarrow.parquet as pq\ndef _f(*a, **k):\n    raise OSError(30, 'Read-only file system')\n"
+                   "pq.ParquetWriter.write_batch = _f\n")
+_LAKE_VANISHES = ("import os, shutil, taxbreak.engine.analysis as a\n_o = a.prepare\ndef _p(*x, **k):\n"
+                  "    shutil.rmtree(os.path.join(os.environ['TAXBREAK_HOME'], 'lake'))\n    return _o(*x, **k)\n"
+                  "a.prepare = _p\n")
+_REPORT_READ_ONLY = ("import pathlib\ndef _w(self, *a, **k):\n"
+                     "    raise OSError(30, 'Read-only file system', str(self))\npathlib.Path.write_text = _w\n")
+_EXPORT_FULL = ("import builtins, taxbreak.read.export as e\n_o = builtins.open\n"
+                "def _op(p, mode='r', *a, **k):\n    if 'w' in mode:\n        " + _FULL.format(where=", str(p)") +
+                "\n    return _o(p, mode, *a, **k)\ne.open = _op\n")
+
+
+def _run_cli(home: Path, argv: list[str], patch: str = "", env: dict[str, str] | None = None,
+             timeout: float = 300) -> subprocess.CompletedProcess:
+    full = _child_env(home, {"TAXBREAK_HOME": str(home), **(env or {})})
+    return subprocess.run([sys.executable, "-c", _CLI_CHILD, patch, json.dumps(argv)], env=full, cwd=home,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def home_digest(home: Path) -> dict[str, str]:
+    """What a reader of ``home`` sees: every warehouse table's rows (count and a hash of every row), the lake
+    (``lake_checksum``), and every file of the marts and exports by content (the writers' pending markers and
+    the readers' pins left out)."""
+    import duckdb
+
+    out: dict[str, str] = {}
+    db = home / "taxbreak.duckdb"
+    if db.exists():
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            for (t,) in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall():
+                out[f"table {t}"] = str(con.execute(f'SELECT count(*), sum(hash(x)) FROM "{t}" x').fetchone())
+        finally:
+            con.close()
+    if (home / "lake").exists():
+        out["lake"] = lake_checksum(home / "lake")
+    for folder in ("marts", "exports"):
+        for p in sorted((home / folder).rglob("*")):
+            if p.is_file() and ".pending-" not in p.name and p.parent.name != ".readers":
+                out[str(p.relative_to(home))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _analysed_home(base: Path) -> Path:
+    """A home (lake, analysed warehouse, marts, snapshot) of the mixed scenario trace (tests/sql/scenarios.py)."""
+    from sql.scenarios import build_mixed
+
+    home = base / "template"
+    if not (home / "taxbreak.duckdb").exists():
+        shutil.rmtree(home, ignore_errors=True)
+        build_mixed(home / "lake")
+        proc = _run_cli(home, ["analyze", "-q"])
+        if proc.returncode != 0:
+            raise RuntimeError(f"the faults' template home did not build: {proc.stderr[-2000:]}")
+    return home
+
+
+@dataclass
+class FaultCase:
+    """One ordinary fault: the command, how the fault is made (``env``: an injected fault point; ``patch``), the
+    path and the cause its line must name, and what to do before the command is run again without it."""
+
+    name: str
+    argv: list[str]
+    path: str  # relative to the home; the line must name it (a prefix: a report page under reports/)
+    cause: str
+    env: dict[str, str] = field(default_factory=dict)
+    patch: str = ""
+    restore: Callable[[Path, Path], None] | None = None  # (home, template) before the re-run
+    setup: Callable[[Path], None] | None = None
+
+
+def _restore_lake(home: Path, template: Path) -> None:
+    if not (home / "lake").exists():
+        shutil.copytree(template / "lake", home / "lake")
+
+
+def _new_trace(home: Path) -> None:
+    (home / "in").mkdir(exist_ok=True)
+    (home / "in" / "t.json").write_bytes(trace_bytes(_kineto_events(20, 5)))
+
+
+def fault_cases() -> list[FaultCase]:
+    from sql.scenarios import MIXED_ID
+
+    space, ro = "no space left on the device", "the file system is read-only"
+    return [
+        FaultCase("analyze: warehouse disk full at COMMIT", ["analyze", "-q"], "taxbreak.duckdb", space,
+                  env={"TAXBREAK_FAULT_POINT": "before_commit=no_space"}),
+        FaultCase("analyze: marts disk full", ["analyze", "-q"], "marts", space,
+                  env={"TAXBREAK_FAULT_POINT": "marts_staged=no_space"}),
+        FaultCase("analyze: read-only warehouse", ["analyze", "-q"], "taxbreak.duckdb", ro,
+                  env={"TAXBREAK_FAULT_POINT": "before_commit=read_only"}),
+        FaultCase("analyze: marts folder refused", ["analyze", "-q"], "marts", "permission denied",
+                  env={"TAXBREAK_FAULT_POINT": "marts_staged=permission"}),
+        FaultCase("analyze: lake removed during it", ["analyze", "-q"], "lake",
+                  "it was removed or moved while the command ran", patch=_LAKE_VANISHES, restore=_restore_lake),
+        FaultCase("ingest: lake disk full", ["ingest", "-q", "in"], "lake", space, patch=_LAKE_FULL,
+                  setup=_new_trace),
+        FaultCase("ingest: read-only lake", ["ingest", "-q", "in"], "lake", ro, patch=_LAKE_READ_ONLY,
+                  setup=_new_trace),
+        FaultCase("forget: warehouse disk full", ["forget", MIXED_ID[:12]], "taxbreak.duckdb", space,
+                  env={"TAXBREAK_FAULT_POINT": "before_commit=no_space"}),
+        FaultCase("whatif --save: warehouse disk full", ["whatif", MIXED_ID[:12], "--host-speedup", "2", "--save",
+                                                         "-q"], "taxbreak.duckdb", space,
+                  env={"TAXBREAK_FAULT_POINT": "before_commit=no_space"}),
+        FaultCase("report: read-only folder", ["report"], "reports/", ro, patch=_REPORT_READ_ONLY),
+        FaultCase("export: disk full", ["export", MIXED_ID[:12], "-o", "x.chrome.json"], "x.chrome.json", space,
+                  patch=_EXPORT_FULL),
+    ]
+
+
+def run_faults(work: Path, *, fast: bool = False, log: Callable[[str], None] = lambda s: None) -> Tally:
+    """Each ``fault_cases`` command on a copy of an analysed home with its fault, then again without it."""
+    tally = Tally("ordinary faults")
+    base = work / "faults"
+    base.mkdir(parents=True, exist_ok=True)
+    template = _analysed_home(base)
+    for i, case in enumerate(fault_cases()):
+        home = base / f"case{i}"
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.copytree(template, home, ignore=shutil.ignore_patterns(".readers", "*.lock"))
+        if case.setup is not None:
+            case.setup(home)
+        before = home_digest(home)
+        proc = _run_cli(home, case.argv, case.patch, case.env)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        want = f"taxbreak: {home / case.path}" if not case.path.endswith("/") else f"taxbreak: {home}/{case.path}"
+        if "Traceback" in proc.stderr or proc.returncode not in (0, 1):
+            outcome, note = "crash", f"exit {proc.returncode}: {proc.stderr[-300:]}"
+        elif proc.returncode == 0:
+            outcome, note = "silent wrong", "exit 0 under the fault"
+        elif len(lines) != 1 or not lines[0].startswith(want) or f": {case.cause} — " not in lines[0] \
+                or f"then run `taxbreak {case.argv[0]}` again" not in lines[0]:
+            outcome, note = "unclear error", " | ".join(lines)[-300:]
+        elif (case.restore(home, template) if case.restore is not None else None) or home_digest(home) != before:
+            after = home_digest(home)  # (the fault undone first: a lake the fault removed is put back)
+            changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+            outcome, note = "data lost", f"the failed command changed {changed[:3]}"
+        else:
+            again = _run_cli(home, case.argv)
+            outcome, note = ("clear error", "") if again.returncode == 0 else (
+                "data lost", f"without the fault it still fails: {again.stderr[-300:]}")
+        tally.add(outcome, case.name, note)
+        log(f"  {case.name:40s} {outcome:14s} {(lines or [''])[-1][:140]}")
+    tally_replay(base, template, tally, log)
+    return tally
+
+
+def tally_replay(base: Path, template: Path, tally: Tally, log: Callable[[str], None]) -> None:
+    """A failure recorded by an earlier ingest (a full disk, before this rule kept such failures out of the
+    catalogue), replayed by the next ingest of the same bytes: said to be earlier, with the retry that works."""
+    from taxbreak.ingest import Lake, file_sha256
+
+    home = base / "replay"
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.copytree(template, home, ignore=shutil.ignore_patterns(".readers", "*.lock"))
+    _new_trace(home)
+    trace = home / "in" / "t.json"
+    Lake(home / "lake").record_failure(
+        file_sha256(trace), file_name="t.json", source_path=str(trace), file_bytes=trace.stat().st_size,
+        error=f"{trace}: unexpected OSError while ingesting: [Errno 28] No space left on device",
+        source_format="kineto", status="failed")
+    proc = _run_cli(home, ["ingest", "-q", "in"])
+    first = (proc.stderr.splitlines() or [""])[0]
+    name = "ingest: a failure recorded earlier"
+    if "Traceback" in proc.stderr:
+        tally.add("crash", name, proc.stderr[-300:])
+    elif not (first.startswith("FAILED earlier (") and " UTC; " in first and "`taxbreak retry t.json`" in first):
+        tally.add("unclear error", name, first[:300])
+    else:
+        retry = _run_cli(home, ["retry", "t.json", "-q"])
+        row = [r for r in Lake(home / "lake").catalogue().to_pylist() if r["file_name"] == "t.json"]
+        ok = retry.returncode == 0 and row and row[0]["status"] == "ingested"
+        tally.add("clear error" if ok else "unclear error", name,
+                  "" if ok else f"the retry it names did not store it: {retry.stderr[-300:]}")
+    log(f"  {name:40s} {first[:140]}")
+
+
+def _hostile_kernel_trace() -> bytes:
+    """A small Kineto trace whose kernels carry names that are markup."""
+    events = _kineto_events(12, 3)
+    names = ["x<!--<script>", "</script><script>document.title='owned'</script>", "a\"b'c&amp;d", "l\u2028s\u2029"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    for i, e in enumerate(kernels):
+        e["name"] = names[i % len(names)]
+    return trace_bytes(events)
+
+
+def _timeline_block(page: str) -> str | None:
+    """The timeline's data block as an HTML parser ends it (at the first ``</script``), or None without one."""
+    start = page.find("id='tl-data'>")
+    if start < 0:
+        return None
+    start += len("id='tl-data'>")
+    return page[start:page.lower().find("</script", start)]
+
+
+def run_readers(work: Path, log: Callable[[str], None] = lambda s: None) -> Tally:
+    """What readers are owed (issue 30 item 6 and item 1's sandbox): one snapshot for a session's whole life, a
+    timeline whatever the kernels are named, a folder of links said to be links, a forged manifest refused aloud,
+    no reader's statement that writes a file a writer reads."""
+    tally = Tally("readers")
+    base = work / "readers"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    template = _analysed_home(work / "faults")
+    for name, check in (("a session across a republish", _session_across_a_republish),
+                        ("kernels named as markup", _hostile_timeline),
+                        ("a folder of symbolic links", _links_only),
+                        ("a forged marts manifest", _forged_manifest),
+                        ("sandbox: statements that write", _sandbox_writes)):
+        home = base / name.split(":")[0].replace(" ", "_")
+        shutil.copytree(template, home, ignore=shutil.ignore_patterns(".readers", "*.lock"))
+        try:
+            outcome, note = check(home)
+        except Exception as exc:  # noqa: BLE001 - the finding
+            outcome, note = "crash", f"{type(exc).__name__}: {exc}"
+        tally.add(outcome, name, note)
+        log(f"  {name:40s} {outcome:14s} {note[:140]}")
+    return tally
+
+
+def _session_across_a_republish(home: Path) -> tuple[str, str]:
+    from sql.scenarios import MIXED_ID
+
+    from taxbreak.engine.runner import publish
+    from taxbreak.store.marts import collect
+    from taxbreak.store.query import open_readonly
+
+    db, query = home / "taxbreak.duckdb", "SELECT model FROM trace_meta"
+    if _run_cli(home, ["analyze", "-q"]).returncode != 0:  # (the copied home's snapshot names the template's marts)
+        return "crash", "analyze failed"
+    opened = open_readonly(db, home / "lake", prefer="snapshot")  # (the copied home's file times may differ)
+    try:
+        seen = opened.con.execute(query).fetchall()
+        publish(db, lambda con: con.execute("UPDATE trace_meta SET model = 'republished'"), traces=[MIXED_ID],
+                tables=["trace_meta"])
+        collect(db, keep_s=0)  # a writer past the grace period: still nothing an open reader reads goes
+        again = opened.con.execute(query).fetchall()
+    finally:
+        opened.close()
+    fresh = _run_cli(home, ["sql", "--format", "csv", query]).stdout.split()
+    if again != seen:
+        return "silent wrong", f"one session read {seen} then {again}"
+    if fresh != ["model", "republished"]:
+        return "silent wrong", f"a new reader read {fresh}"
+    return "ok", ""
+
+
+def _hostile_timeline(home: Path) -> tuple[str, str]:
+    (home / "in").mkdir()
+    (home / "in" / "markup.json").write_bytes(_hostile_kernel_trace())
+    for argv in (["ingest", "-q", "in"], ["analyze", "-q"], ["report", "-q", "-o", str(home / "rep")]):
+        proc = _run_cli(home, argv)
+        if proc.returncode != 0:
+            return "crash", f"{argv[0]}: {proc.stderr[-300:]}"
+    pages = [p for p in (home / "rep" / "traces").glob("*.html") if "x&lt;!--&lt;script&gt;" in p.read_text()
+             or "x\\u003c!--" in p.read_text()]
+    if not pages:
+        return "silent wrong", "no trace page lists the kernels"
+    return judge_timeline(pages[0].read_text(encoding="utf-8"), "x<!--<script>")
+
+
+def judge_timeline(page: str, name: str) -> tuple[str, str]:
+    """ok when the page's timeline data block is data a browser hands whole to JSON.parse and holds ``name``."""
+    block = _timeline_block(page)
+    if block is None:
+        return "silent wrong", "the page has no timeline"
+    if "<!--" in block or "<script" in block.lower():  # a browser's parser runs past the block's end
+        return "escapes", "a kernel name is markup inside the timeline's data block"
+    try:
+        names = json.loads(block)["names"]
+    except ValueError as exc:
+        return "escapes", f"the timeline's data is cut short ({exc})"
+    if name not in names:
+        return "silent wrong", "the hostile name is not in the timeline's data"
+    return "ok", ""
+
+
+def _links_only(home: Path) -> tuple[str, str]:
+    folder = home / "links"
+    folder.mkdir()
+    (folder / "a.json").symlink_to(home / "lake")
+    (folder / "b.json").symlink_to("/etc/hostname")
+    proc = _run_cli(home, ["ingest", str(folder)])
+    if "Traceback" in proc.stderr:
+        return "crash", proc.stderr[-300:]
+    if proc.returncode == 2 and "2 symbolic links skipped" in proc.stderr and str(folder) in proc.stderr:
+        return "clear error", ""
+    return "unclear error", proc.stderr.strip()[-300:]
+
+
+def _forged_manifest(home: Path) -> tuple[str, str]:
+    victim = home / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    path = home / "marts" / "_manifest.json"
+    data = json.loads(path.read_text())
+    data["replaced"].append(["../victim", 0])
+    path.write_text(json.dumps(data))
+    proc = _run_cli(home, ["analyze", "-q"])
+    if not (victim / "keep.txt").exists():
+        return "escapes", "a writer deleted a folder outside the marts"
+    if proc.returncode != 0:
+        return "crash", proc.stderr[-300:]
+    if f"taxbreak: {path}: refused, not acted on: replaced: ['../victim', 0]" not in proc.stderr:
+        return "unclear error", f"refused in silence: {proc.stderr[-200:]!r}"
+    return "clear error", ""
+
+
+def _sandbox_writes(home: Path) -> tuple[str, str]:
+    (part,) = (home / "lake" / "events").glob("trace_id=*/part-0.parquet")
+    before = home_digest(home)
+    refused = 0
+    queries = [f"COPY (SELECT * FROM events LIMIT 1) TO '{part}' (FORMAT parquet)",
+               f"COPY (SELECT 1 AS x) TO '{home / 'marts' / '_manifest.json'}'",
+               f"EXPORT DATABASE '{home / 'exports' / 'dump'}'",
+               f"PREPARE p AS COPY (SELECT 1 AS x) TO '{home / 'marts' / 'x.csv'}'"]
+    for q in queries:
+        proc = _run_cli(home, ["sql", q])
+        refused += proc.returncode == 1 and "statements are not run by the sandbox" in proc.stderr
+    if home_digest(home) != before:
+        return "escapes", "a reader's statement changed the lake, marts or exports"
+    return ("clear error", "") if refused == len(queries) else ("unclear error", f"{refused} of 4 refused aloud")
+
+
 # -- everything -------------------------------------------------------------------------------------------------
 def run_all(work: Path, *, fast: bool = False, random_kills: int = 10, processes: int = 4, rounds: int = 2,
             log: Callable[[str], None] = lambda s: None) -> list[Tally]:
@@ -678,6 +1025,8 @@ def run_all(work: Path, *, fast: bool = False, random_kills: int = 10, processes
     out.append(run_replaced_file(work, log=log))
     out.append(run_s3(work, log=log))
     out.append(run_analysis_flags(work, log=log))
+    out.append(run_faults(work, fast=fast, log=log))
+    out.append(run_readers(work, log=log))
     return out
 
 

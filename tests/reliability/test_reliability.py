@@ -55,6 +55,31 @@ def test_analyses_flag_shared_correlation_ids_and_impossible_durations(tmp_path:
     assert tally.counts["ok"] == 2
 
 
+def test_ordinary_faults_give_one_clear_line_and_change_nothing(tmp_path: Path) -> None:
+    tally = suite.run_faults(tmp_path)
+    _assert_clean(tally)
+    assert tally.counts["clear error"] == len(suite.fault_cases()) + 1  # and the replayed failure
+
+
+def test_readers_see_one_snapshot_and_nothing_escapes(tmp_path: Path) -> None:
+    tally = suite.run_readers(tmp_path)
+    _assert_clean(tally)
+    assert (tally.counts["ok"], tally.counts["clear error"]) == (2, 3)
+
+
+def test_the_timeline_check_sees_markup_in_the_data() -> None:
+    """The readers' timeline check on the data block as the report wrote it before issue 30 (only ``</`` escaped)
+    and as it writes it now."""
+    from taxbreak.read.report import _json_for_script
+
+    data = {"names": ["", "x<!--<script>"]}
+    before = json.dumps(data).replace("</", "<\\/")
+    page = "<script type='application/json' id='tl-data'>{}</script><script>draw()</script>"
+    assert suite.judge_timeline(page.format(before), "x<!--<script>")[0] == "escapes"
+    assert suite.judge_timeline(page.format(_json_for_script(data)), "x<!--<script>") == ("ok", "")
+    assert suite.judge_timeline(page.format(json.dumps({"names": []})), "x<!--<script>")[0] == "silent wrong"
+
+
 def test_odd_s3_keys(tmp_path: Path) -> None:
     tally = suite.run_s3(tmp_path)
     _assert_clean(tally)

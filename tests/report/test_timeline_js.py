@@ -4,12 +4,13 @@ hand-made two-kernel trace dispatches wheel, mouse and menu events and writes wh
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
 from pathlib import Path
 
-from taxbreak.read.report import ASSETS, IDLE_CAUSE_COLORS, _page
+from taxbreak.read.report import ASSETS, IDLE_CAUSE_COLORS, _json_for_script, _page
 
 # lanes 0 ops, 1 launches, 2 GPU 0 idle gaps, 3 GPU 0 stream 7. k: [lane, start, dur, name, colour, launch start,
 # launch dur, ΔFT, ΔCT, ΔKT, t_launch_obs, t_dispatch, op name]; times in ns.
@@ -72,3 +73,42 @@ def test_timeline_script_hover_zoom_and_step_menu(chromium: str, tmp_path: Path)
     assert body["data-drawn-zoomed"] == "1"  # zoomed in on the big kernel: the tiny one left the view
     assert body["data-drawn-step"] == "1"  # the step window [900, 940) holds only the tiny kernel
     assert "1 of 2 kernels in view" in body["data-info"]
+
+
+HOSTILE = ["x<!--<script>", "</script><script>document.title='owned'</script>", "a\"b'c&amp;d", "line\u2028sep\u2029x",
+           "<!-- open", "]]>", "\\u003c"]
+
+
+def _hostile_page(tmp_path: Path) -> tuple[Path, str]:
+    """The page of ``DATA`` with hostile kernel names, its data written as the report writes it."""
+    data = {**DATA, "names": ["", HOSTILE[0], HOSTILE[1], " ".join(HOSTILE[2:])]}
+    payload = _json_for_script(data)
+    script = (ASSETS / "timeline.js").read_text(encoding="utf-8")
+    page = tmp_path / "hostile.html"
+    page.write_text(_page("timeline test", ["<div id='timeline'></div>"],
+                          f"<script type='application/json' id='tl-data'>{payload}</script>"
+                          f"<script>{script}</script><script>{DRIVER}</script>"), encoding="utf-8")
+    return page, payload
+
+
+def test_kernel_names_reach_the_page_as_data_never_as_markup(tmp_path: Path) -> None:
+    """Issue 30 item 6: a kernel named ``x<!--<script>`` left the timeline undrawn (an HTML comment opened inside
+    the data block swallows its ``</script>``).  The block now holds no ``<``, ``>`` or ``&`` and no raw line
+    separator at all, and JSON.parse (json.loads) reads back every name exactly."""
+    _page_path, payload = _hostile_page(tmp_path)
+    assert not set(payload) & {"<", ">", "&", "\u2028", "\u2029"}
+    assert json.loads(payload)["names"] == ["", HOSTILE[0], HOSTILE[1], " ".join(HOSTILE[2:])]
+    assert "\\u003c!--\\u003cscript\\u003e" in payload
+
+
+def test_the_timeline_draws_whatever_the_kernels_are_named(chromium: str, tmp_path: Path) -> None:
+    page, _ = _hostile_page(tmp_path)
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={tmp_path / 'p'}", "--window-size=1000,600", "--dump-dom",
+                           page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert "<title>timeline test</title>" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    body = {k: html.unescape(v) for k, v in re.findall(r'(data-[a-z-]+)="([^"]*)"',
+                                                        re.search(r"<body([^>]*)>", proc.stdout).group(1))}
+    assert body["data-drawn-start"] == "2"  # both kernels drawn
+    shown, text = body["data-tip"].split("|", 1)
+    assert shown == "block" and HOSTILE[0] in text  # the name shown as text in the tooltip, no markup run
