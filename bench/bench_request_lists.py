@@ -11,8 +11,7 @@ Kineto trace (one ``serve_step#N`` annotation per step, no kernels: the request 
 ``taxbreak ingest`` (the trace and its request list into the lake), ``taxbreak analyze`` (serving_steps and
 serving_step_requests among every table), ``taxbreak requests --refit`` (the fit and the attribution SQL). Then
 the fit against the known truth per step kind, and PASS/FAIL for the issue's target: every stage within 1 GB peak
-RSS. ``--ingest-only`` stops after the ingest: at 10^6 steps the analysis is not yet linear in the steps
-(int_steps and serving_steps pair overlapping ranges per process; docs/sidecar.md has the figures).
+RSS. ``--ingest-only`` stops after the ingest (the request list's stage alone). docs/sidecar.md has the figures.
 """
 
 from __future__ import annotations

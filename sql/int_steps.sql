@@ -23,40 +23,68 @@ annotations AS (
     FROM stg_events WHERE kind IN ('user_annotation', 'nvtx_range') AND dur_ns > 0
 ),
 -- each distinct name against the patterns, not each range: a pattern read from a table is compiled for every pair
--- it is matched on (14,000 NVTX ranges x 10 patterns took 7 s of CPU on the public traces)
--- A pattern's literal head (`^serve_step#\d+$` -> serve_step#; '' when it has none, or a '|' anywhere, or the head
--- is followed by a quantifier) is tested first: a name that does not start with it cannot match, and the regex is
--- compiled only for the pairs left (ours, issue 26: 10^4 distinct step names x 13 patterns took 2.4 s).
-heads AS (
-    SELECT *, CASE WHEN contains(pattern, '|') THEN ''
-                   ELSE lower(regexp_extract(pattern, '^\^([A-Za-z_#]+)([^?*{A-Za-z_#]|$)', 1)) END AS head
+-- it is matched on (14,000 NVTX ranges x 10 patterns took 7 s of CPU on the public traces; 10^5 distinct step names
+-- took 12 s, issue 26). So a pattern's regex runs only where a literal check cannot decide (ours, issue 26):
+-- - its literal head (`^serve_step#\d+$` -> serve_step#, `^\[param\|` -> [param|; escaped punctuation counts as
+--   literal) must start the name (case-folded); the head is '' (no test) when the pattern has none, when the head is
+--   followed by a quantifier, or when a '|' or parenthesis is left at the top level once escapes, bracket classes
+--   and up to four levels of groups are taken out (an alternation, or too deep to tell);
+-- - a pattern that is its head alone (`^step\[extend`), its head and '$', or its head and '\d+$' is decided for an
+--   ASCII name by comparing strings: for ASCII text the case-insensitive regex and lower() agree, and \d is [0-9].
+pats AS (
+    SELECT *, regexp_extract(pattern, '^\^((?:[A-Za-z0-9_#]|\\[!-/:-@\[-`{-~])+)([^?*{A-Za-z0-9_#]|$)', 1) AS raw_head,
+           regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(pattern,
+               '\\.', '', 'g'), '\[\^?\]?[^\]]*\]', '', 'g'),
+               '\([^()]*\)', '', 'g'), '\([^()]*\)', '', 'g'), '\([^()]*\)', '', 'g'), '\([^()]*\)', '', 'g')
+               AS top_level
     FROM step_patterns
+),
+heads AS (
+    SELECT *, CASE WHEN head = '' THEN 'regex' WHEN tail = '' THEN 'prefix' WHEN tail = '$' THEN 'exact'
+                   WHEN tail = '\d+$' THEN 'digits' ELSE 'regex' END AS test
+    FROM (SELECT *, CASE WHEN raw_head = '' OR regexp_matches(top_level, '[|()]') THEN ''
+                         ELSE lower(regexp_replace(raw_head, '\\(.)', '\1', 'g')) END AS head,
+                    substr(pattern, strlen(raw_head) + 2) AS tail
+          FROM pats)
+),
+names AS (
+    SELECT name, lower(name) AS lname, regexp_full_match(name, '[\x00-\x7F]*') AS ascii
+    FROM (SELECT DISTINCT name FROM annotations)
 ),
 name_rule AS (
     SELECT n.name, p.rule, p.phase
-    FROM (SELECT DISTINCT name FROM annotations) n JOIN heads p
-      ON (p.head = '' OR starts_with(lower(n.name), p.head)) AND regexp_matches(n.name, p.pattern, 'i')
+    FROM names n JOIN heads p
+      ON (p.head = '' OR starts_with(n.lname, p.head))
+     AND CASE WHEN NOT n.ascii OR p.test = 'regex' THEN regexp_matches(n.name, p.pattern, 'i')
+              WHEN p.test = 'prefix' THEN true
+              WHEN p.test = 'exact' THEN n.lname = p.head
+              ELSE regexp_full_match(substr(n.name, strlen(p.head) + 1), '[0-9]+') END
     QUALIFY row_number() OVER (PARTITION BY n.name ORDER BY p.priority) = 1
 ),
 matched AS (
     SELECT a.trace_id, a.event_id, a.name, a.pid, a.tid, a.ts_ns, a.end_ns, a.dur_ns, r.rule, r.phase
     FROM annotations a JOIN name_rule r USING (name)
 ),
--- (a, b): b contains a (b.ts <= a.ts and a.end <= b.end) on the same trace and process, a itself included. Each
--- (trace, process) is moved to a time range of its own (grp * width), so the pairs come from a join on two
--- inequalities alone. (Over this CTE DuckDB plans it as a piecewise merge join, which still compares a range with
--- every earlier one: quadratic at worst, as the hash join on (trace, pid) it replaced; over a table it picks an
--- IEJoin, O(n log n). Ranges without a pid never matched the join on pid and stay out; ours, issue 26.)
+-- (a, b): b contains a (b.ts <= a.ts and a.end <= b.end) on the same trace and process, a itself included. A range
+-- containing another overlaps it, so the pairs are looked for only inside a cluster: the ranges of a (trace,
+-- process) sorted by start, a new cluster where a range starts at or after the end of every earlier one. The join
+-- on (trace, pid, cluster) costs the sum of the clusters' squared sizes: linear in the steps where steps do not
+-- nest (a serving run: 10^5 steps paired by inequalities alone took 80 s), the nested ranges of one step where
+-- they do (ours, issue 26). Ranges without a pid never matched the join on pid and stay out.
 spans AS (
-    SELECT m.event_id, m.ts_ns, m.end_ns,
-           (dense_rank() OVER (ORDER BY m.trace_id, m.pid) - 1) * w.width + (m.ts_ns - w.t0) AS g_ts,
-           (dense_rank() OVER (ORDER BY m.trace_id, m.pid) - 1) * w.width + (m.end_ns - w.t0) AS g_end
-    FROM matched m, (SELECT min(ts_ns) AS t0, max(end_ns) - min(ts_ns) + 1 AS width FROM matched) w
-    WHERE m.pid IS NOT NULL
+    SELECT event_id, trace_id, pid, ts_ns, end_ns,
+           sum(CASE WHEN prev_end_ns IS NULL OR ts_ns >= prev_end_ns THEN 1 ELSE 0 END)
+               OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, event_id ROWS UNBOUNDED PRECEDING) AS cluster
+    FROM (SELECT event_id, trace_id, pid, ts_ns, end_ns,
+                 max(end_ns) OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, event_id
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+          FROM matched WHERE pid IS NOT NULL)
 ),
 contains AS (
     SELECT a.event_id, b.event_id AS b_event_id, b.ts_ns = a.ts_ns AND b.end_ns = a.end_ns AS same_span
-    FROM spans a JOIN spans b ON b.g_ts <= a.g_ts AND a.g_end <= b.g_end
+    FROM spans a JOIN spans b
+      ON b.trace_id = a.trace_id AND b.pid = a.pid AND b.cluster = a.cluster
+     AND b.ts_ns <= a.ts_ns AND a.end_ns <= b.end_ns
 ),
 levels AS (
     SELECT event_id, count(*) FILTER (WHERE NOT same_span OR b_event_id <= event_id) AS step_level
