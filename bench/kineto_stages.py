@@ -108,9 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         parse_row = next(r for r in rows if r[0] == "DuckDB parse")
         rows.append(("per-event SQL + stage write", wall - parse_row[1], cpu - parse_row[2]))
         con.close()
-        con = kineto._connect(work)
-        batches = timed("stage read-back", lambda: list(kineto._read_stage(con, staged, "t" * 64)))
-        con.close()
+        batches = timed("stage read-back", lambda: list(kineto._read_stage(work, staged, "t" * 64)))
         lake = Lake(work / "lake")
         info = TraceInfo(source_format="kineto")
         held = [batches]
