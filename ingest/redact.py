@@ -9,7 +9,8 @@ Where: ``lake.catalogue_row`` (every adapter's trace metadata) and ``Lake.publis
 event ``args_json``, through ``redact_args``: a vectorised pre-filter, run over the bytes of groups of rows at
 once and then over each row of a group it matched, so rows without anything secret-looking cost one
 regular-expression scan of their bytes), and every event ``name`` / ``raw_name`` through ``redact_names``
-(the same pre-filter; ``redact_text`` then runs once per distinct suspect name, never per row).
+(the same pre-filter over the distinct names; ``redact_text`` then runs once per distinct suspect name, never per
+row).
 
 What is redacted (the list docs/architecture.md repeats):
 
