@@ -10,7 +10,13 @@ Stages (each one's input made by the stage before it, its output kept for the ne
 - stage read-back: the staged rows made relative and given their launching process (``_read_stage``), all held
   for the next stage (so fresh memory for each batch: more than inside an ingest, which frees each batch written);
 - lake write: those batches through ``Lake.publish_events`` (checks, redaction, Parquet), from memory;
-- end to end: ``ingest_file`` of the file (the stages overlap on their prefetch threads, so it is less than the sum).
+- end to end: ``ingest_file`` of the file (the stages overlap on their prefetch threads, so it is less than the sum);
+- parts of those stages, alone (issue 27): the staged rows written to an Arrow IPC file and read back (the most a
+  single pass instead of stage + read-back could save), the secret pre-filters of the lake write (args_json's over
+  every row's bytes, the names' over their distinct values), the file's sha256 (the trace id);
+- process start-up: a fresh Python importing what an ingest imports (pyarrow, DuckDB, the lake's Parquet, the
+  adapters) plus pyarrow's pandas import on its first conversion of a Python value, beside the plain route's
+  ``import duckdb``; both are paid once per ingest process (``bench/run_all.py`` runs each ingest in its own).
 
 With ``msgspec`` importable (it is not a dependency), two more rows try issue 27's first lever on the same pieces:
 the pieces turned into newline-delimited JSON at C speed (``msgspec`` splits each piece into its elements' raw
@@ -24,6 +30,8 @@ ingest's before issue 27) and ISA-L's (``isal.igzip``, the ingest's now), 1 MiB 
 from __future__ import annotations
 
 import argparse
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", type=Path, default=HERE / "out", help="where the trace is generated and kept")
     ap.add_argument("--gzip", action="store_true", help="also time the inflate of the trace gzipped")
     args = ap.parse_args(argv)
-    from taxbreak.ingest import Lake, ingest_file, kineto
+    import pyarrow as pa
+
+    from taxbreak.ingest import Lake, file_sha256, ingest_file, kineto, redact
     from taxbreak.ingest.base import IngestLimits, TraceInfo
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -108,9 +118,22 @@ def main(argv: list[str] | None = None) -> int:
         parse_row = next(r for r in rows if r[0] == "DuckDB parse")
         rows.append(("per-event SQL + stage write", wall - parse_row[1], cpu - parse_row[2]))
         con.close()
-        con = kineto._connect(work)
-        batches = timed("stage read-back", lambda: list(kineto._read_stage(con, staged, "t" * 64)))
-        con.close()
+        batches = timed("stage read-back", lambda: list(kineto._read_stage(work, staged, "t" * 64)))
+
+        def stage_round_trip(batches: list) -> int:  # what one pass instead of stage + read-back could save at most
+            with pa.OSFile(str(work / "again.arrows"), "wb") as sink, \
+                    pa.ipc.new_stream(sink, batches[0].schema) as w:
+                for b in batches:
+                    w.write_batch(b)
+            with kineto._open_stage(work / "again.arrows") as r:
+                return sum(b.num_rows for b in r)
+
+        timed("  of which: IPC write + read alone", lambda held=batches: stage_round_trip(held))
+        (work / "again.arrows").unlink()
+        timed("  in lake write: secret pre-filters", lambda held=batches: [
+            redact._prefilter(b.column(c)) if c == "args_json" else redact.redact_names(b.column(c))
+            for b in held for c in ("args_json", "name", "raw_name")])
+        timed("  in ingest_file: sha256 of the file", lambda: file_sha256(trace))
         lake = Lake(work / "lake")
         info = TraceInfo(source_format="kineto")
         held = [batches]
@@ -122,6 +145,19 @@ def main(argv: list[str] | None = None) -> int:
         del batches
         timed("lake write", write)
         timed("end to end (ingest_file)", lambda: ingest_file(trace, Lake(work / "lake2"), tmp_dir=work))
+
+        def process_start() -> None:  # what each ingest process pays before its first byte (the plain route: duckdb)
+            code = ("import pyarrow as pa; from taxbreak.ingest import Lake, ingest_file; pa.array([0])"
+                    if label == "ours" else "import duckdb")
+            subprocess.run([sys.executable, "-c", code], check=True)
+
+        for label in ("ours", "plain"):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            process_start()
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            rows.append((f"process start + imports ({'ours, with pandas' if label == 'ours' else 'plain route'})",
+                         time.perf_counter() - t0, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime))
     if args.gzip:
         import gzip
         import shutil
@@ -146,9 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
     mb = trace.stat().st_size / 1e6
     print(f"{trace.name}: {mb:,.0f} MB of JSON, {n:,} events, pieces {len(pieces)} ({fmt})")
-    print(f"{'stage':<34} {'wall s':>8} {'CPU s':>8}")
+    print(f"{'stage':<48} {'wall s':>8} {'CPU s':>8}")
     for label, wall, cpu in rows:
-        print(f"{label:<34} {wall:>8.2f} {cpu:>8.2f}")
+        print(f"{label:<48} {wall:>8.2f} {cpu:>8.2f}")
     return 0
 
 

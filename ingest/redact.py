@@ -9,7 +9,8 @@ Where: ``lake.catalogue_row`` (every adapter's trace metadata) and ``Lake.publis
 event ``args_json``, through ``redact_args``: a vectorised pre-filter, run over the bytes of groups of rows at
 once and then over each row of a group it matched, so rows without anything secret-looking cost one
 regular-expression scan of their bytes), and every event ``name`` / ``raw_name`` through ``redact_names``
-(the same pre-filter; ``redact_text`` then runs once per distinct suspect name, never per row).
+(the same pre-filter over the distinct names; ``redact_text`` then runs once per distinct suspect name, never per
+row).
 
 What is redacted (the list docs/architecture.md repeats):
 
@@ -179,15 +180,17 @@ def redact_args(args: pa.Array) -> pa.Array:
 def redact_names(names: pa.Array) -> pa.Array:
     """Event names (``name``, ``raw_name``) with secrets redacted; ``names`` itself when nothing needed it.
 
-    Names repeat (a few hundred distinct in millions of rows), so after the pre-filter ``redact_text`` runs once
-    per distinct suspect name and the results are put back by lookup, never once per row."""
+    Names repeat (a few hundred distinct in millions of rows), so the pre-filter reads each distinct name once (a
+    hash pass over the rows instead of a regular-expression scan of every row's bytes: on 1 M Nsight rows 0.05 ->
+    0.01 CPU-s per column), ``redact_text`` runs once per distinct suspect name and the results are put back by
+    lookup, never once per row."""
     if len(names) == 0 or names.null_count == len(names):
         return names
-    suspect = _prefilter(names)
-    if not pc.any(suspect).as_py():
+    distinct = pc.unique(names).drop_null()
+    suspect = pc.filter(distinct, _prefilter(distinct))
+    if len(suspect) == 0:
         return names
-    distinct = pc.unique(pc.filter(names, suspect)).drop_null().to_pylist()
-    changed = [(t, c) for t in distinct if (c := redact_text(t)) != t]
+    changed = [(t, c) for t in suspect.to_pylist() if (c := redact_text(t)) != t]
     if not changed:
         return names
     where = pc.index_in(names, value_set=pa.array([t for t, _ in changed], names.type))
