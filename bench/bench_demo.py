@@ -58,35 +58,45 @@ def _timed(name: str, cmd: list[str], cwd: Path, env: dict[str, str], mark: str 
     return {"wall_s": wall_s, "cpu_s": usage.ru_utime + usage.ru_stime, "first_s": first_s, "log": str(log)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--keep", type=Path, help="clone into this (new) folder and keep it")
-    args = ap.parse_args(argv)
+def measure_demo(keep: Path | None = None) -> dict:
+    """Clone HEAD, time its set-up and its ``make demo``; returns both steps' figures (``bench/run_all.py`` calls
+    this too: its ``demo`` section)."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
-    base = args.keep or Path(tempfile.mkdtemp(prefix="taxbreak-fresh-"))
+    base = keep or Path(tempfile.mkdtemp(prefix="taxbreak-fresh-"))
     base.mkdir(parents=True, exist_ok=True)
     clone = base / "taxbreak"
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], check=True)
     # a clean environment for make: no venv of ours active, the demo writes under the clone's own warehouse/
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "TAXBREAK_HOME", "PYTHONPATH")}
+    try:
+        print(f"fresh clone of {head} in {clone}; set-up ...", file=sys.stderr)
+        setup = _timed("setup", ["make", ".venv/.taxbreak-installed"], clone, env)
+        print("make demo ...", file=sys.stderr)
+        demo = _timed("demo", ["make", "demo"], clone, env, mark=FIRST_SUMMARY_MARK)
+        if demo["first_s"] is None:
+            raise SystemExit(f"make demo printed no {FIRST_SUMMARY_MARK} line (log {demo['log']})")
+    finally:
+        if keep is None:
+            subprocess.run(["rm", "-rf", str(base)], check=False)
+    return {"commit": head, "setup": setup, "demo": demo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--keep", type=Path, help="clone into this (new) folder and keep it")
+    args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
-    print(f"fresh clone of {head} in {clone}; set-up ...", file=sys.stderr)
-    setup = _timed("setup", ["make", ".venv/.taxbreak-installed"], clone, env)
-    print("make demo ...", file=sys.stderr)
-    demo = _timed("demo", ["make", "demo"], clone, env, mark=FIRST_SUMMARY_MARK)
-    if demo["first_s"] is None:
-        raise SystemExit(f"make demo printed no {FIRST_SUMMARY_MARK} line (log {demo['log']})")
+    res = measure_demo(args.keep)
+    setup, demo = res["setup"], res["demo"]
     load1 = os.getloadavg()[0]
     print(f"machine: {machine()}")
-    print(f"load average {load0:.1f} before, {load1:.1f} after; fresh clone of {head}, no ../shared beside it")
+    print(f"load average {load0:.1f} before, {load1:.1f} after; fresh clone of {res['commit']}, no ../shared beside it")
     print(f"set-up (make .venv/.taxbreak-installed: venv + pip install, warm pip cache): "
           f"{setup['wall_s']:.1f} s (CPU {setup['cpu_s']:.1f} s)")
     print(f"make demo to its first summary line ({FIRST_SUMMARY_MARK}): {demo['first_s']:.1f} s = "
           f"{demo['first_s'] / setup['wall_s']:.2f}x the set-up")
     print(f"make demo in all: {demo['wall_s']:.1f} s (CPU {demo['cpu_s']:.1f} s)")
-    if args.keep is None:
-        subprocess.run(["rm", "-rf", str(base)], check=False)
     return 0
 
 

@@ -22,6 +22,8 @@ same invocation is the figure.  The references:
 - Nsight SQLite ingest vs a plain ADBC copy of every table of the export into Parquet, and vs ``nsys stats``
   (kernel and CUDA API summaries) where an nsys is found ($TAXBREAK_NSYS, PATH, or .venv/nsys from
   tests/ingest/setup_nsys.sh).
+- ``make demo`` on a fresh clone of HEAD (no ``../shared`` beside it): the time to its first summary line vs the
+  time of its own set-up, the venv and ``pip install`` of the pinned files (bench/bench_demo.py; ``--only demo``).
 
 Ratios are "how many times the reference's time ours takes" turned so that higher is better for throughput
 (reference wall / our wall); CPU ratios (reference CPU-s / our CPU-s, all threads) are printed beside them
@@ -328,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--size-mib", type=int, default=64, help="Kineto trace size (MiB of JSON); default 64")
     ap.add_argument("--launches", type=int, default=500_000, help="Nsight export launches (2 rows each); 500 k")
-    ap.add_argument("--only", nargs="+", choices=("kineto", "peers", "analysis", "nsys"),
+    ap.add_argument("--only", nargs="+", choices=("kineto", "peers", "analysis", "nsys", "demo"),
                     help="sections to run (default: all; peers and analysis need kineto's ingest)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each measured thing (fastest kept)")
     ap.add_argument("--peer-timeout-s", type=float, default=3600, help="give up a peer's run after this long")
@@ -338,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(TASKS[args.task[0]](*args.task[1:])))
         return 0
 
-    sections = set(args.only or ("kineto", "peers", "analysis", "nsys"))
+    sections = set(args.only or ("kineto", "peers", "analysis", "nsys", "demo"))
     if sections & {"peers", "analysis"}:
         sections.add("kineto")
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -489,6 +491,20 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("nsys stats: skipped (no nsys: tests/ingest/setup_nsys.sh installs one into .venv/nsys)",
                   file=sys.stderr)
+
+    if "demo" in sections:
+        # issue 27: a newcomer's first minute, `make demo` on a fresh clone beside its own set-up (bench_demo.py)
+        from bench_demo import FIRST_SUMMARY_MARK, measure_demo
+
+        d = measure_demo()
+        setup = Run("set-up", d["setup"]["wall_s"], d["setup"]["cpu_s"])
+        first = Run("make demo", d["demo"]["first_s"], d["demo"]["cpu_s"])
+        results["demo"] = d
+        rows.append(Row(
+            f"make demo on a fresh clone of {d['commit']}: time to its first summary line ({FIRST_SUMMARY_MARK})",
+            first, setup, setup.wall_s / first.wall_s, None, "-", None,
+            f"{first.wall_s:,.1f} s (the whole demo {d['demo']['wall_s']:,.1f} s, CPU {d['demo']['cpu_s']:,.1f} s)",
+            f"its set-up, venv + pip install (warm pip cache) {_fmt_s(setup.wall_s)} (CPU {_fmt_s(setup.cpu_s)})"))
 
     load1 = os.getloadavg()[0]
     head = [f"machine: {machine()}",
