@@ -536,7 +536,8 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
     for key in pairs:
         tbl = con.execute(
             f"SELECT phase, latency_ns, trace_id, {', '.join(part_cols)} FROM serving_steps "
-            "WHERE fit_ready AND model_name = $m AND gpu_name = $g", {"m": key[0], "g": key[1]}).fetchnumpy()
+            "WHERE fit_ready AND model_name = $m AND gpu_name = $g ORDER BY trace_id, step_id",
+            {"m": key[0], "g": key[1]}).fetchnumpy()  # in a fixed order: the same steps give the same bits
         n = len(tbl["latency_ns"])
         if n < 2:
             skipped.append(f"{'/'.join(key)}: {n} fit-ready step(s)")
