@@ -187,10 +187,12 @@ kern AS (
      AND coalesce(k.launch_ts_ns, k.kernel_ts_ns) < s.step_end_ns
     GROUP BY ALL
 ),
--- A trace's model and GPU names, once per trace: the GPU name's fallback parses the trace's metadata JSON (a
--- sidecar's, steps[].requests[] included: up to 1 MiB). Parsed per step row, beside the steps' other columns, it ran
--- the public traces + synthetic serving traces + a 10^5-step request list out of the default 512 MB memory_limit
--- here ('could not allocate block'), while each trace alone passed (issue 26).
+-- A trace's model and GPU names, once per trace: the GPU name's fallback reads the trace's metadata JSON (a
+-- sidecar's, steps[].requests[] included: up to 1 MiB). Read in base, it made every step row carry its trace's
+-- meta_json into base's window (row_number), which holds its input: two synthetic serving traces' ~450 steps x
+-- 234 KB beside a 10^5-step request list and the public traces ran out of the default 512 MB memory_limit here
+-- ('could not allocate block'; length(meta_json) in its place fails the same way), while each trace alone passed
+-- (issue 26).
 trace_names AS (
     SELECT trace_id, coalesce(model, 'unknown') AS model_name,
            coalesce(gpu_name, CASE WHEN starts_with(json_extract_string(meta_json, '$.device'), 'cpu') THEN 'cpu' END,
