@@ -14,6 +14,9 @@ simulates a workload of about --steps steps (SYNTHETIC: step latency = the sum o
 - per phase: R2 and p50/p90/p99 relative step-latency error of the model and of the token-count baseline;
 - per request (over its life) and per request per step: the relative error of the attributed cost against the
   known cost, and the same for a baseline attribution (gamma * p_i + alpha / |B|, the baseline's own additive split);
+- per phase fitted on its pure steps, whether the true breakpoint is within reach of section 8's minimum of
+  max(5, 5% of the phase's steps) per side, and when it is not, the largest breakpoint allowed and, for
+  comparison only, the same fit with 5 steps per side (the decode phase of the chunked workloads: issue 26);
 - PASS/FAIL for the issue's targets: per-request shares within 5% of the known costs (p99 over requests), the fit
   beating the baseline on p90 and p99 error in every phase with at least 1,000 steps, 100,000 steps in seconds.
 """
@@ -36,7 +39,14 @@ from taxbreak.capture.synthetic_serving import (  # noqa: E402
     simulate_serving,
     step_truth_table,
 )
-from taxbreak.features.requests import GRID_POINTS, design, fit_phase, refit, segment_min_steps  # noqa: E402
+from taxbreak.features.requests import (  # noqa: E402
+    GRID_POINTS,
+    SEGMENT_MIN_STEPS,
+    design,
+    fit_phase,
+    refit,
+    segment_min_steps,
+)
 
 STEPS_PER_REQUEST = 3.3  # steps per request of the default workload at arrivals 0.3 (measured, for sizing)
 
@@ -97,6 +107,34 @@ WORKLOADS = (  # (label, policy, prefill_only_every)
     ("chunked", "chunked", 0),  # vLLM-like chunked prefill: mixed steps, almost no pure prefill step
     ("chunked+prefill-first", "chunked", 8),  # every 8th step with prompts prefills them alone
 )
+
+
+def reach(con: duckdb.DuckDBPyConnection, phase: str, true_bp: int) -> None:
+    """Whether the true breakpoint is one docs/method.md section 8 lets a pure fit choose: the steps of the phase on
+    each side of it against the minimum max(5, 5% of the phase's steps); when it is not, the largest one allowed and,
+    for comparison only (not section 8), the same fit with 5 steps per side."""
+    a = con.execute("SELECT s.tokens_sum, s.context_sum, s.tokens_sq_sum, s.batch_requests, s.latency_ns, t.cost "
+                    "FROM serving_steps s JOIN (SELECT trace_id, step_id, sum(true_cost_ns) AS cost FROM truth "
+                    "GROUP BY ALL) t USING (trace_id, step_id) WHERE s.phase = $p AND s.fit_ready ORDER BY s.step_id",
+                    {"p": phase}).fetchnumpy()
+    x = design(*(np.asarray(a[c], dtype=float) for c in ("tokens_sum", "context_sum", "tokens_sq_sum",
+                                                          "batch_requests")))
+    y, t = np.asarray(a["latency_ns"], dtype=float), np.asarray(a["cost"], dtype=float)
+    need = segment_min_steps(len(y))
+    above = int((x[:, 1] > true_bp).sum())
+    side = min(above, len(y) - above)
+    if side >= need:
+        print(f"    true breakpoint {true_bp:,} within reach: {above:,} of {len(y):,} steps above it (section 8 "
+              f"minimum {need:,} per side)")
+        return
+    allowed = np.unique(x[:, 1])
+    allowed = allowed[[need <= int((x[:, 1] <= v).sum()) <= len(y) - need for v in allowed]]
+    free = fit_phase(x, y, min_segment_steps=SEGMENT_MIN_STEPS)
+    largest = f"{allowed.max():,.0f}" if len(allowed) else "none"
+    print(f"    true breakpoint {true_bp:,} out of reach under section 8: {above:,} of {len(y):,} steps above it, "
+          f"fewer than max(5, 5%) = {need:,} per side; the largest breakpoint allowed is "
+          f"{largest}. Not section 8, for comparison: {SEGMENT_MIN_STEPS} steps per side -> breakpoint "
+          f"{free.breakpoint_tokens:,.0f}, R2 vs truth {r2(free.predict(x), t):.4f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                            (s90 <= 5.0, f"split within 5 points at p90 ({s90:.2f})")]
             else:
                 checks.append((r2t >= 0.999, f"R2 vs truth {r2t:.4f} >= 0.999"))
+                if basis == "pure":
+                    reach(con, ph, cfg.truth[ph].breakpoint_tokens)
             for good, what in checks:
                 ok &= good
                 print(f"    {'PASS' if good else 'FAIL'}: {what}")

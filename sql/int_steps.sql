@@ -31,6 +31,12 @@ annotations AS (
 --   and up to four levels of groups are taken out (an alternation, or too deep to tell);
 -- - a pattern that is its head alone (`^step\[extend`), its head and '$', or its head and '\d+$' is decided for an
 --   ASCII name by comparing strings: for ASCII text the case-insensitive regex and lower() agree, and \d is [0-9].
+-- - so is one whose tail after the head is a sequence of literals, '\d+' and at most one '.*' (test 'seq': vLLM's
+--   `^execute_\d+_context_\d+\(.*\)_generation_0\(`), as a list of codes walked over the rest of the name: D a run
+--   of digits (not before a literal that starts with a digit or another \d+, where the regex could give digits
+--   back), L<text> that text next, C<text> '.*' then that text as the pattern's end (its first place in the rest,
+--   before any newline: RE2's '.' stops at '\n'), A '.*' at the end, $ the end of the name; any other shape (a '.*'
+--   elsewhere, '.*$', quantifiers, classes, groups) goes to the regex.
 pats AS (
     SELECT *, regexp_extract(pattern, '^\^((?:[A-Za-z0-9_#]|\\[!-/:-@\[-`{-~])+)([^?*{A-Za-z0-9_#]|$)', 1) AS raw_head,
            regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(pattern,
@@ -39,13 +45,32 @@ pats AS (
                AS top_level
     FROM step_patterns
 ),
-heads AS (
-    SELECT *, CASE WHEN head = '' THEN 'regex' WHEN tail = '' THEN 'prefix' WHEN tail = '$' THEN 'exact'
-                   WHEN tail = '\d+$' THEN 'digits' ELSE 'regex' END AS test
+tails AS (
+    SELECT *, regexp_extract_all(tail, '\\d\+|\.\*|\$|(?:[A-Za-z0-9_#]|\\[!-/:-@\[-`{-~])+') AS toks
     FROM (SELECT *, CASE WHEN raw_head = '' OR regexp_matches(top_level, '[|()]') THEN ''
                          ELSE lower(regexp_replace(raw_head, '\\(.)', '\1', 'g')) END AS head,
                     substr(pattern, strlen(raw_head) + 2) AS tail
           FROM pats)
+),
+seqs AS (
+    SELECT *, list_filter(list_transform(range(1, len(toks) + 1), lambda i: CASE
+                  WHEN toks[i] = '\d+' THEN CASE WHEN i > 1 AND toks[i - 1] = '\d+' THEN 'X' ELSE 'D' END
+                  WHEN toks[i] = '.*' THEN CASE WHEN i = len(toks) THEN 'A'
+                      WHEN i = len(toks) - 1 AND toks[i + 1] NOT IN ('\d+', '.*', '$')
+                          THEN 'C' || lower(regexp_replace(toks[i + 1], '\\(.)', '\1', 'g'))
+                      ELSE 'X' END
+                  WHEN toks[i] = '$' THEN CASE WHEN i = len(toks) THEN '$' ELSE 'X' END
+                  WHEN i > 1 AND toks[i - 1] = '.*' THEN ''
+                  WHEN i > 1 AND toks[i - 1] = '\d+' AND regexp_matches(toks[i], '^[0-9]') THEN 'X'
+                  ELSE 'L' || lower(regexp_replace(toks[i], '\\(.)', '\1', 'g')) END), lambda c: c <> '') AS codes
+    FROM tails
+),
+heads AS (
+    SELECT *, CASE WHEN head = '' THEN 'regex' WHEN tail = '' THEN 'prefix' WHEN tail = '$' THEN 'exact'
+                   WHEN tail = '\d+$' THEN 'digits'
+                   WHEN array_to_string(toks, '') = tail AND NOT list_contains(codes, 'X') THEN 'seq'
+                   ELSE 'regex' END AS test
+    FROM seqs
 ),
 names AS (
     SELECT name, lower(name) AS lname, regexp_full_match(name, '[\x00-\x7F]*') AS ascii
@@ -58,6 +83,15 @@ name_rule AS (
      AND CASE WHEN NOT n.ascii OR p.test = 'regex' THEN regexp_matches(n.name, p.pattern, 'i')
               WHEN p.test = 'prefix' THEN true
               WHEN p.test = 'exact' THEN n.lname = p.head
+              WHEN p.test = 'seq' THEN list_reduce(p.codes, lambda rest, c: CASE
+                  WHEN rest IS NULL THEN NULL
+                  WHEN c = 'D' THEN CASE WHEN ltrim(rest, '0123456789') <> rest THEN ltrim(rest, '0123456789') END
+                  WHEN c[1] = 'L' THEN CASE WHEN starts_with(rest, c[2:]) THEN rest[strlen(c):] END
+                  WHEN c = 'A' THEN ''
+                  WHEN c[1] = 'C' THEN CASE WHEN position(c[2:] IN rest) > 0 AND (position(chr(10) IN rest) = 0
+                                                  OR position(c[2:] IN rest) < position(chr(10) IN rest)) THEN '' END
+                  WHEN c = '$' THEN CASE WHEN rest = '' THEN '' END END,
+                  substr(n.lname, strlen(p.head) + 1)) IS NOT NULL
               ELSE regexp_full_match(substr(n.name, strlen(p.head) + 1), '[0-9]+') END
     QUALIFY row_number() OVER (PARTITION BY n.name ORDER BY p.priority) = 1
 ),

@@ -187,6 +187,18 @@ kern AS (
      AND coalesce(k.launch_ts_ns, k.kernel_ts_ns) < s.step_end_ns
     GROUP BY ALL
 ),
+-- A trace's model and GPU names, once per trace: the GPU name's fallback reads the trace's metadata JSON (a
+-- sidecar's, steps[].requests[] included: up to 1 MiB). Read in base, it made every step row carry its trace's
+-- meta_json into base's window (row_number), which holds its input: two synthetic serving traces' ~450 steps x
+-- 234 KB beside a 10^5-step request list and the public traces ran out of the default 512 MB memory_limit here
+-- ('could not allocate block'; length(meta_json) in its place fails the same way), while each trace alone passed
+-- (issue 26).
+trace_names AS (
+    SELECT trace_id, coalesce(model, 'unknown') AS model_name,
+           coalesce(gpu_name, CASE WHEN starts_with(json_extract_string(meta_json, '$.device'), 'cpu') THEN 'cpu' END,
+                    'unknown') AS gpu_name
+    FROM trace_meta
+),
 base AS (
 SELECT
     s.trace_id,
@@ -194,9 +206,8 @@ SELECT
     s.name AS step_name,
     s.source AS composition_source,
     s.detail AS has_request_detail,
-    coalesce(tm.model, 'unknown') AS model_name,
-    coalesce(tm.gpu_name, CASE WHEN starts_with(json_extract_string(tm.meta_json, '$.device'), 'cpu') THEN 'cpu' END,
-             'unknown') AS gpu_name,
+    tm.model_name,
+    tm.gpu_name,
     CASE WHEN s.decode_requests = 0 THEN 'prefill' WHEN s.prefill_requests = 0 THEN 'decode' ELSE 'mixed' END AS phase,
     s.pid,
     s.step_ts_ns,
@@ -218,7 +229,7 @@ SELECT
     CAST(coalesce(k.t_orchestrate_ns, 0) AS BIGINT) AS t_orchestrate_ns,
     greatest(s.step_end_ns, coalesce(k.last_kernel_end_ns, s.step_end_ns)) - s.step_ts_ns AS latency_ns
 FROM steps s
-JOIN trace_meta tm USING (trace_id)
+JOIN trace_names tm USING (trace_id)
 LEFT JOIN kern k USING (trace_id, event_id)
 ),
 reasoned AS (

@@ -290,7 +290,7 @@ def fit_group(xp: np.ndarray, xd: np.ndarray, y: np.ndarray, phase: np.ndarray, 
     step at all: its intercept and delta are then one constant, kept in the intercept)."""
     t0 = time.perf_counter()
     y = np.asarray(y, dtype=np.float64)
-    phase = np.asarray(phase, dtype=object)
+    phase = np.asarray(phase).astype(str)  # fixed-width strings: no Python object per step
     rows = {"prefill": phase == "prefill", "decode": phase == "decode"}
     mixed = phase == "mixed"
     n_mixed = int(mixed.sum())
@@ -518,6 +518,37 @@ PART_COLUMNS = {ph: (f"{ph}_tokens_sum", f"{ph}_context_sum", f"{ph}_tokens_sq_s
                 for ph in PHASES}
 
 
+STEP_KINDS = ("prefill", "decode", "mixed")  # a fit-ready step's serving_steps.phase, fetched as its place (1-based)
+
+
+def _fit_pair(con: Any, key: tuple[str, str], now: datetime, skipped: list[str], grid_points: int,
+              min_segment_steps: int | None) -> list[dict[str, Any]]:
+    """The request_model_fit rows of one (model, GPU) from its fit-ready steps (appends to ``skipped`` what it could
+    not fit). A function of its own so that the steps' arrays are gone before the SQL that follows the fit runs: at
+    10^6 steps they held ~400 MB beside DuckDB's memory_limit (issue 26); the phase comes as a small code and the
+    traces are counted in SQL, not as 10^6 Python strings each."""
+    part_cols = [c for ph in PHASES for c in PART_COLUMNS[ph]]
+    where = "WHERE fit_ready AND model_name = $m AND gpu_name = $g"
+    params = {"m": key[0], "g": key[1]}
+    tbl = con.execute(
+        f"SELECT coalesce(list_position($k, phase), 0)::TINYINT AS kind, latency_ns, {', '.join(part_cols)} "
+        f"FROM serving_steps {where} ORDER BY trace_id, step_id",  # a fixed order: the same steps give the same bits
+        {**params, "k": list(STEP_KINDS)}).fetchnumpy()
+    n = len(tbl["latency_ns"])
+    if n < 2:
+        skipped.append(f"{'/'.join(key)}: {n} fit-ready step(s)")
+        return []
+    xd = {ph: design(*(np.asarray(tbl.pop(c), dtype=np.float64) for c in PART_COLUMNS[ph])) for ph in PHASES}
+    phase = np.array(("", *STEP_KINDS))[np.asarray(tbl.pop("kind"), dtype=np.int64)]
+    gf = fit_group(xd["prefill"], xd["decode"], np.asarray(tbl.pop("latency_ns"), dtype=np.float64), phase,
+                   grid_points, min_segment_steps)
+    for ph in PHASES:
+        if ph not in gf.phases and gf.pure_steps[ph]:
+            skipped.append(f"{'/'.join(key)}/{ph}: {gf.pure_steps[ph]} fit-ready step(s)")
+    traces = con.execute(f"SELECT count(DISTINCT trace_id) FROM serving_steps {where}", params).fetchall()[0][0]
+    return _group_rows(key, gf, traces, now)
+
+
 def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points: int = GRID_POINTS,
           min_segment_steps: int | None = None) -> dict[str, Any]:
     """Fit the model for the (model, GPU) pairs of ``groups`` ((model, GPU) or (model, GPU, phase) tuples;
@@ -532,24 +563,8 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
     fitted: list[dict[str, Any]] = []
     now = datetime.now(UTC)
     skipped: list[str] = []
-    part_cols = [c for ph in PHASES for c in PART_COLUMNS[ph]]
     for key in pairs:
-        tbl = con.execute(
-            f"SELECT phase, latency_ns, trace_id, {', '.join(part_cols)} FROM serving_steps "
-            "WHERE fit_ready AND model_name = $m AND gpu_name = $g", {"m": key[0], "g": key[1]}).fetchnumpy()
-        n = len(tbl["latency_ns"])
-        if n < 2:
-            skipped.append(f"{'/'.join(key)}: {n} fit-ready step(s)")
-            continue
-        xd = {ph: design(*(np.asarray(tbl[c], dtype=np.float64) for c in PART_COLUMNS[ph])) for ph in PHASES}
-        phase = np.asarray(tbl["phase"], dtype=object)
-        gf = fit_group(xd["prefill"], xd["decode"], np.asarray(tbl["latency_ns"], dtype=np.float64), phase,
-                       grid_points, min_segment_steps)
-        for ph in PHASES:
-            if ph not in gf.phases and gf.pure_steps[ph]:
-                skipped.append(f"{'/'.join(key)}/{ph}: {gf.pure_steps[ph]} fit-ready step(s)")
-        traces = len(np.unique(np.asarray(tbl["trace_id"], dtype=object)))
-        fitted.extend(_group_rows(key, gf, traces, now))
+        fitted.extend(_fit_pair(con, key, now, skipped, grid_points, min_segment_steps))
     rows = pa.Table.from_pylist(fitted, schema=FIT_SCHEMA)
     files = request_sql_files()
     counts: dict[str, int] = {}

@@ -25,6 +25,9 @@ PATTERNS = [
     (60, r"^opt_stepx?$", None, "quantified"),  # the head's last letter optional: no head
     (70, r"^cls[|]z\d+$", None, "bracket_pipe"),  # '|' inside a bracket class
     (80, r"^kv#\d+$", None, "kelvin"),  # a non-ASCII name goes to the regex
+    (90, r"^exq_\d+_ctx_0\(", None, "seq_digits"),  # literals and \d+: the 'seq' codes (vLLM's execute_<n>_context_)
+    (91, r"^exr_\d+_ctx_\d+\(.*\)_gen_0\(", None, "seq_star"),  # and '.*' before the last literal
+    (92, r"^exs_\d+0x", None, "seq_backtrack"),  # a literal starting with a digit after \d+: the regex decides
 ]
 
 
@@ -54,6 +57,12 @@ def test_step_patterns_literal_tests_agree_with_the_regex(tmp_path: Path) -> Non
         "opt_step": "quantified", "opt_stepx": "quantified",
         "cls|z9": "bracket_pipe", "clsz9": None,
         "\u212av#5": "kelvin",  # KELVIN SIGN: lower() gives 'k', RE2's case folding matches it to k
+        "exq_12_ctx_0(": "seq_digits", "EXQ_3_CTX_0(abc": "seq_digits", "exq__ctx_0(": None, "exq_12_ctx_00(": None,
+        "exr_1_ctx_3(a)_gen_0(": "seq_star", "exr_1_ctx_3()_gen_0(\n": "seq_star",
+        "exr_1_ctx_3(a)_gen_1()_gen_0(": "seq_star",  # '.*' reaches the text's later place
+        "exr_1_ctx_3(a\n)_gen_0(": None,  # RE2's '.' does not match a newline
+        "exr_1_ctx_3(a)_gen_1(": None, "exr_x_ctx_3()_gen_0(": None,
+        "exs_120x": "seq_backtrack", "exs_12x": None,
     }
     assert _names_rules(tmp_path, list(names)) == list(names.items())
 
