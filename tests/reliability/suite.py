@@ -987,23 +987,19 @@ def run_faults(work: Path, *, fast: bool = False, log: Callable[[str], None] = l
         tally.add(outcome, case.name, note)
         log(f"  {case.name:40s} {outcome:14s} {(lines or [''])[-1][:140]}")
     tally_replay(base, template, tally, log)
+    tally_retry_tables(base, template, tally, log)
     return tally
 
 
 def tally_replay(base: Path, template: Path, tally: Tally, log: Callable[[str], None]) -> None:
     """A failure recorded by an earlier ingest (a full disk, before this rule kept such failures out of the
     catalogue), replayed by the next ingest of the same bytes: said to be earlier, with the retry that works."""
-    from taxbreak.ingest import Lake, file_sha256
+    from taxbreak.ingest import Lake
 
     home = base / "replay"
     shutil.rmtree(home, ignore_errors=True)
     shutil.copytree(template, home, ignore=shutil.ignore_patterns(".readers", "*.lock"))
-    _new_trace(home)
-    trace = home / "in" / "t.json"
-    Lake(home / "lake").record_failure(
-        file_sha256(trace), file_name="t.json", source_path=str(trace), file_bytes=trace.stat().st_size,
-        error=f"{trace}: unexpected OSError while ingesting: [Errno 28] No space left on device",
-        source_format="kineto", status="failed")
+    _failed_trace(home)
     proc = _run_cli(home, ["ingest", "-q", "in"])
     first = (proc.stderr.splitlines() or [""])[0]
     name = "ingest: a failure recorded earlier"
@@ -1018,6 +1014,65 @@ def tally_replay(base: Path, template: Path, tally: Tally, log: Callable[[str], 
         tally.add("clear error" if ok else "unclear error", name,
                   "" if ok else f"the retry it names did not store it: {retry.stderr[-300:]}")
     log(f"  {name:40s} {first[:140]}")
+
+
+def _failed_trace(home: Path) -> Path:
+    """t.json in ``home/in``, recorded as failed by an earlier ingest (a full disk, before such failures stayed out
+    of the catalogue)."""
+    from taxbreak.ingest import Lake, file_sha256
+
+    _new_trace(home)
+    trace = home / "in" / "t.json"
+    Lake(home / "lake").record_failure(
+        file_sha256(trace), file_name="t.json", source_path=str(trace), file_bytes=trace.stat().st_size,
+        error=f"{trace}: unexpected OSError while ingesting: [Errno 28] No space left on device",
+        source_format="kineto", status="failed")
+    return trace
+
+
+def tally_retry_tables(base: Path, template: Path, tally: Tally, log: Callable[[str], None]) -> None:
+    """``taxbreak retry`` whose ingest succeeds and whose tables fail at the warehouse's COMMIT (a full disk): one
+    line naming the warehouse and saying to run analyze for the trace (a second retry finds no failed trace), the
+    tables as they were; that analyze builds them without ingesting the trace again, and a second retry does not
+    ingest it again either."""
+    from taxbreak.ingest import Lake
+
+    home = base / "retry-tables"
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.copytree(template, home, ignore=shutil.ignore_patterns(".readers", "*.lock"))
+    _failed_trace(home)
+    tables = {k: v for k, v in home_digest(home).items() if k.startswith("table ")}
+    proc = _run_cli(home, ["retry", "t.json", "-q"], env={"TAXBREAK_FAULT_POINT": "before_commit=no_space"})
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    name = "retry: warehouse disk full at COMMIT"
+    want = f"taxbreak: {home / 'taxbreak.duckdb'}: no space left on the device — free space there, then run `"
+    rows = [r for r in Lake(home / "lake").catalogue().to_pylist() if r["file_name"] == "t.json"]
+    if "Traceback" in proc.stderr or proc.returncode not in (0, 1):
+        outcome, note = "crash", f"exit {proc.returncode}: {proc.stderr[-300:]}"
+    elif proc.returncode == 0:
+        outcome, note = "silent wrong", "exit 0 under the fault"
+    elif len(lines) != 1 or not lines[0].startswith(want + "taxbreak analyze --trace "):
+        outcome, note = "unclear error", " | ".join(lines)[-300:]
+    elif {k: v for k, v in home_digest(home).items() if k.startswith("table ")} != tables:
+        outcome, note = "data lost", "the failed retry changed the warehouse tables"
+    elif not rows or rows[0]["status"] != "ingested":
+        outcome, note = "silent wrong", f"the retried trace is {rows[0]['status'] if rows else 'gone'}"
+    else:
+        stored = lake_checksum(home / "lake")
+        named = lines[0][len(want):].split("`")[0].split()[1:]  # the analyze the line names
+        again = _run_cli(home, named)
+        built = _run_cli(home, ["sql", "--format", "csv", "SELECT count(*) AS n FROM trace_meta"]).stdout.split()
+        second = _run_cli(home, ["retry", "t.json"])
+        if again.returncode != 0 or built != ["n", "2"]:
+            outcome, note = "data lost", f"the analyze it names did not build the tables: {again.stderr[-300:]}"
+        elif lake_checksum(home / "lake") != stored:
+            outcome, note = "silent wrong", "the trace was ingested again"
+        elif second.returncode != 2 or "t.json is ingested" not in second.stderr:
+            outcome, note = "unclear error", f"a second retry: {second.stderr[-300:]}"
+        else:
+            outcome, note = "clear error", ""
+    tally.add(outcome, name, note)
+    log(f"  {name:40s} {outcome:14s} {(lines or [''])[-1][:140]}")
 
 
 def _hostile_kernel_trace() -> bytes:

@@ -83,7 +83,7 @@ def test_analyses_flag_shared_correlation_ids_and_impossible_durations(tmp_path:
 def test_ordinary_faults_give_one_clear_line_and_change_nothing(tmp_path: Path) -> None:
     tally = suite.run_faults(tmp_path)
     _assert_clean(tally)
-    assert tally.counts["clear error"] == len(suite.fault_cases()) + 1  # and the replayed failure
+    assert tally.counts["clear error"] == len(suite.fault_cases()) + 2  # the replayed failure, retry's tables
 
 
 def test_readers_see_one_snapshot_and_nothing_escapes(tmp_path: Path) -> None:
