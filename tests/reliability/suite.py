@@ -1104,6 +1104,7 @@ def run_readers(work: Path, log: Callable[[str], None] = lambda s: None) -> Tall
     base.mkdir(parents=True)
     template = _analysed_home(work / "faults")
     for name, check in (("a session across a republish", _session_across_a_republish),
+                        ("a second session in one process", _second_session_in_process),
                         ("kernels named as markup", _hostile_timeline),
                         ("a folder of symbolic links", _links_only),
                         ("a forged marts manifest", _forged_manifest),
@@ -1143,6 +1144,46 @@ def _session_across_a_republish(home: Path) -> tuple[str, str]:
         return "silent wrong", f"one session read {seen} then {again}"
     if fresh != ["model", "republished"]:
         return "silent wrong", f"a new reader read {fresh}"
+    return "ok", ""
+
+
+def _second_session_in_process(home: Path) -> tuple[str, str]:
+    """A notebook's second `tb.open()` while a writer publishes: the session opened after the republish reads the
+    new snapshot (DuckDB shared the first session's instance of the replaced file), and keeps it while the first
+    session closes and writers collect and publish again."""
+    from sql.scenarios import MIXED_ID
+
+    from taxbreak.engine.runner import publish
+    from taxbreak.store.marts import collect
+    from taxbreak.store.query import open_readonly
+
+    db, query = home / "taxbreak.duckdb", "SELECT model FROM trace_meta"
+    if _run_cli(home, ["analyze", "-q"]).returncode != 0:  # (the copied home's snapshot names the template's marts)
+        return "crash", "analyze failed"
+
+    def rename(model: str) -> None:
+        publish(db, lambda con: con.execute("UPDATE trace_meta SET model = ?", [model]), traces=[MIXED_ID],
+                tables=["trace_meta"])
+
+    first = open_readonly(db, home / "lake", prefer="snapshot")
+    try:
+        first.con.execute(query).fetchall()
+        rename("republished")
+        second = open_readonly(db, home / "lake", prefer="snapshot")
+    finally:
+        first.close()
+    try:
+        seen = second.con.execute(query).fetchall()
+        collect(db, keep_s=0)  # the first session's files may go now, never the second's
+        rename("again")
+        collect(db, keep_s=0)
+        later = second.con.execute(query).fetchall()
+    finally:
+        second.close()
+    if seen != [("republished",)]:
+        return "silent wrong", f"a session opened after the republish read {seen}"
+    if later != seen:
+        return "silent wrong", f"one session read {seen} then {later}"
     return "ok", ""
 
 
