@@ -27,8 +27,12 @@ command changed that state; ``unclear error`` for any other message (a traceback
 Crash targets are pluggable (``CRASH_TARGETS``): each says how to set up inputs, the child command of one run,
 its injection points (Python run in the child before the work: it patches a function to SIGKILL the process),
 a checksum of the stored state and the visible-consistency check.  ``setup(work, fast)``: smaller inputs when
-``fast``.  The ingest target is here; the analysis
-target registers itself with ``register_crash_target`` (its publication is made atomic elsewhere).
+``fast``.  Registered here: ``ingest``, and the writers (issue 30) ``analyze`` (every trace), ``analyze --trace``
+(one trace: computed in its own file, published under the lock) and ``forget``, killed at each fault point of
+their publication (``taxbreak.store.faults.fault_point``) and at random; each of their runs starts from a copy of a
+template home (``prepare``), and a finished re-run must leave no staging folder, pending marker, snapshot copy or
+run file (``leftovers``).  (Until issue 30 the doc said an analysis target registered itself from elsewhere;
+nothing did, and the bench killed only ingest.)
 """
 
 from __future__ import annotations
