@@ -1,5 +1,6 @@
 """The reliability suite (issue 13), whole: every hostile input of the corpus, kills at each injected point and at
-random times, concurrent ingests, a file replaced during its ingest, odd S3 keys (moto), analyses that must flag,
+random times (ingest, analyze, analyze --trace, forget), concurrent ingests, analyze racing forget, a file replaced
+during its ingest, odd S3 keys (moto), analyses that must flag,
 ordinary faults (full disks, read-only or refused folders, a vanished lake, a replayed failure) and what readers
 are owed (one snapshot per session, markup in kernel names, links, a forged manifest, the sandbox) (issue 30).
 Prints one table: inputs tried, stored as expected, clear errors, unclear errors, crashes, hangs, silent wrong

@@ -14,41 +14,17 @@ from pathlib import Path
 import duckdb
 import pytest
 from cli_support import FUSION_ID, MIXED_ID, Run, add_fusion
+from reliability.suite import holders  # every place the trace could still be found (shared with the bench)
 
 from taxbreak.cli import main
 from taxbreak.engine.analysis import compute_run, publish_run
 from taxbreak.ingest import Lake
 from taxbreak.store.faults import FAULT_ENV
-from taxbreak.store.marts import LocalMarts, load_manifest
 from taxbreak.store.warehouse import writer
 
 
 def _paths(home: Path) -> list[str]:
     return ["--lake", str(home / "lake"), "--warehouse", str(home / "taxbreak.duckdb")]
-
-
-def holders(home: Path, trace_id: str) -> list[str]:
-    """Every place a reader or writer could still find ``trace_id``: warehouse tables, the marts' manifest, the
-    readers' snapshot, the lake's catalogue."""
-    out = []
-    for db in (home / "taxbreak.duckdb", home / "exports" / "snapshot.duckdb"):
-        con = duckdb.connect(str(db), read_only=True)
-        try:
-            names = [r[0] for r in con.execute(
-                "SELECT DISTINCT table_name FROM duckdb_columns() WHERE column_name = 'trace_id' "
-                "AND NOT internal").fetchall()]
-            for t in names:
-                (n,) = con.execute(f'SELECT count(*) FROM "{t}" WHERE trace_id = $t', {"t": trace_id}).fetchone()
-                if n:
-                    out.append(f"{db.name}:{t}:{n}")
-        finally:
-            con.close()
-    manifest = load_manifest(LocalMarts(home / "marts"))
-    if manifest is not None and trace_id in manifest.traces:
-        out.append("marts manifest")
-    if Lake(home / "lake").catalogue_row(trace_id) is not None:
-        out.append("catalogue")
-    return out
 
 
 def _kernels(home: Path, trace_id: str) -> int:

@@ -623,6 +623,82 @@ def run_crashes(work: Path, *, random_kills: int = 10, targets: list[str] | None
     return tally
 
 
+# -- analyze racing forget (issue 30 item 2) ------------------------------------------------------------------
+def holders(home: Path, trace_id: str) -> list[str]:
+    """Every place a reader or writer could still find ``trace_id``: warehouse tables, the readers' snapshot (each
+    file in a DuckDB instance of its own), the marts' manifest, the lake's catalogue."""
+    import duckdb
+
+    from taxbreak.ingest import Lake
+    from taxbreak.store.marts import LocalMarts, load_manifest
+
+    out = []
+    for db in (home / "taxbreak.duckdb", home / "exports" / "snapshot.duckdb"):
+        con = duckdb.connect(":memory:")
+        try:
+            con.execute(f"ATTACH '{db}' AS w (READ_ONLY)")
+            names = [r[0] for r in con.execute(
+                "SELECT DISTINCT table_name FROM duckdb_columns() WHERE column_name = 'trace_id' "
+                "AND database_name = 'w' AND NOT internal").fetchall()]
+            for t in names:
+                (n,) = con.execute(f'SELECT count(*) FROM w."{t}" WHERE trace_id = $t', {"t": trace_id}).fetchone()
+                if n:
+                    out.append(f"{db.name}:{t}:{n}")
+        finally:
+            con.close()
+    manifest = load_manifest(LocalMarts(home / "marts"))
+    if manifest is not None and trace_id in manifest.traces:
+        out.append("marts manifest")
+    if Lake(home / "lake").catalogue_row(trace_id) is not None:
+        out.append("catalogue")
+    return out
+
+
+def run_forget_races(work: Path, *, races: int = 6, log: Callable[[str], None] = lambda s: None) -> Tally:
+    """``analyze --trace T`` and ``forget T`` started together (the forget first in every other race) on a home
+    where T is ingested and analysed: whenever forget returns 0, nothing holds T (before issue 30, 3 of 13 such
+    races left thousands of its rows in the tables); analyze ends with 0, or 2 naming a trace gone."""
+    from taxbreak.ingest import file_sha256
+
+    tally = Tally("analyze racing forget")
+    home = work / "forget-races"
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.copytree(_analysed_home(work / "faults"), home, ignore=shutil.ignore_patterns(".readers", "*.lock"))
+    _new_trace(home)
+    tid = file_sha256(home / "in" / "t.json")
+    env = _child_env(home, {"TAXBREAK_HOME": str(home)})
+    for i in range(races):
+        what = f"race {i + 1} ({'forget' if i % 2 else 'analyze'} started first)"
+        for argv in (["ingest", "-q", "in"], ["analyze", "-q", "--trace", "t.json"]):
+            if (setup := _run_cli(home, argv)).returncode != 0:
+                tally.add("crash", what, f"{argv[0]} before the race: {setup.stderr[-300:]}")
+                break
+        else:
+            cmds = {"analyze": ["analyze", "-q", "--trace", tid[:16]], "forget": ["forget", tid[:16]]}
+            order = ["forget", "analyze"] if i % 2 else ["analyze", "forget"]
+            procs = {n: subprocess.Popen([sys.executable, "-c", _CLI_CHILD, "", json.dumps(cmds[n])], env=env,
+                                         cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                     for n in order}
+            try:
+                errs = {n: p.communicate(timeout=300)[1] for n, p in procs.items()}
+            except subprocess.TimeoutExpired:
+                for p in procs.values():
+                    p.kill()
+                tally.add("hang", what, "a racer did not end")
+                continue
+            rcs = {n: p.returncode for n, p in procs.items()}
+            held = holders(home, tid)
+            if any("Traceback" in e for e in errs.values()) or rcs["forget"] != 0 or rcs["analyze"] not in (0, 2):
+                outcome, note = "crash", f"exits {rcs}: {' | '.join(e.strip()[-200:] for e in errs.values())}"
+            elif held:
+                outcome, note = "silent wrong", f"forget returned 0 and {', '.join(held[:3])} still hold the trace"
+            else:
+                outcome, note = "ok", ""
+            tally.add(outcome, what, note)
+            log(f"  {what:40s} {outcome:14s} exits {rcs} {note[:100]}")
+    return tally
+
+
 # -- concurrent writers ------------------------------------------------------------------------------------
 def run_concurrency(work: Path, *, processes: int = 4, rounds: int = 2, fast: bool = False,
                     log: Callable[[str], None] = lambda s: None) -> Tally:
@@ -1275,6 +1351,7 @@ def run_all(work: Path, *, fast: bool = False, random_kills: int = 10, processes
     out = [run_corpus(work, fast=fast, log=log)]
     out.append(run_crashes(work, random_kills=random_kills, fast=fast, log=log))
     out.append(run_concurrency(work, processes=processes, rounds=rounds, fast=fast, log=log))
+    out.append(run_forget_races(work, races=2 if fast else 6, log=log))
     out.append(run_replaced_file(work, log=log))
     out.append(run_s3(work, log=log))
     out.append(run_analysis_flags(work, log=log))

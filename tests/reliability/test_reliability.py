@@ -66,6 +66,12 @@ def test_writers_killed_at_injected_points_and_at_random(tmp_path: Path, name: s
     assert tally.counts["ok"] == 3
 
 
+def test_analyze_racing_forget(tmp_path: Path) -> None:
+    tally = suite.run_forget_races(tmp_path, races=2)
+    _assert_clean(tally)
+    assert tally.counts["ok"] == 2
+
+
 def test_concurrent_ingests_of_one_folder(tmp_path: Path) -> None:
     _assert_clean(suite.run_concurrency(tmp_path, processes=3, rounds=1, fast=True))
 
