@@ -155,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(exc, WarehouseBusy):  # any writer (retry, whatif --save, ...) that found it busy
             raise
         then = getattr(args, "fault_then", None)  # the same command again would not finish the work
-        emit(f"taxbreak {args.command}: {exc}" + (f"; when it is free, {then.removeprefix('then ')}" if then else ""),
-             err=True)
+        emit(f"taxbreak {args.command}: {exc}" + (f"; when it is free, {then}" if then else ""), err=True)
         return EXIT_BUSY
     except KeyboardInterrupt:
         emit("taxbreak: interrupted", err=True)
