@@ -9,7 +9,10 @@ with ``-`` is never taken for an option. Errors name the user's ``.nsys-rep``, n
 
 The export goes into ``cache_dir`` under the report's content
 hash: written to a temporary name in the same folder and renamed only when ``nsys`` succeeded, so an
-interrupted or failed conversion leaves nothing behind, and a re-ingest reuses the finished export.
+interrupted or failed conversion leaves nothing behind, and a re-ingest reuses the finished export.  Without a
+cache folder (``ingest_file(..., cache_dir=None)``, a library call) the export goes into the ingest's own work
+folder and goes with it: never into a shared folder under the system's temporary directory, which outlived every
+ingest (a leftover in the reliability suite) and which another user of the machine could have filled first.
 Also here: ``nsys_check``, the cross-check of our kernel table against ``nsys stats``' kernel summary
 (``cuda_gpu_kern_sum``; ``gpukernsum`` before nsys 2023).
 """
@@ -117,12 +120,12 @@ def _hash(path: Path) -> str:
     return file_sha256(path)
 
 
-def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | None = None,
+def convert_report(path: Path, cache_dir: Path, *, content_hash: str | None = None,
                    timeout_s: float = EXPORT_TIMEOUT_S) -> Path:
     """The SQLite export of ``path`` in ``cache_dir`` (made with nsys now, or reused from an earlier run)."""
     path = Path(path)
     rep_v = report_version(path)
-    cache_root = Path(cache_dir) if cache_dir is not None else Path(tempfile.gettempdir()) / "taxbreak-nsys-cache"
+    cache_root = Path(cache_dir)
     key = content_hash or _hash(path)
     target = cache_root / "nsys-export" / f"{key}.sqlite"
     if target.exists():
@@ -177,9 +180,10 @@ def convert_report(path: Path, cache_dir: Path | None, *, content_hash: str | No
     return target
 
 
-def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None) -> AdapterOutput:
+def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None, workdir: Path) -> AdapterOutput:
+    """``cache_dir`` None: the export is made in ``workdir``, this ingest's temporary folder, and removed with it."""
     path = Path(path)
-    export = convert_report(path, cache_dir, content_hash=trace_id)
+    export = convert_report(path, cache_dir if cache_dir is not None else workdir, content_hash=trace_id)
     out = read_nsys_sqlite(export, trace_id, source_name=str(path))  # errors name the report, not the cache
     out.info.metadata["converted_export"] = str(export)
     rep_v = report_version(path)
@@ -190,7 +194,7 @@ def read_nsys_rep(path: Path, trace_id: str, *, cache_dir: Path | None) -> Adapt
 
 def open_trace(path: Path, trace_id: str, ctx: OpenContext) -> AdapterOutput:
     """The registry's opener (``taxbreak.ingest.ADAPTERS``)."""
-    return read_nsys_rep(path, trace_id, cache_dir=ctx.cache_dir)
+    return read_nsys_rep(path, trace_id, cache_dir=ctx.cache_dir, workdir=ctx.workdir)
 
 
 # -- nsys-check --------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from taxbreak.engine import runner
 from taxbreak.engine.analysis import forget_traces
 from taxbreak.ingest import Lake
 from taxbreak.ingest.lake import EVENTS_DIR
+from taxbreak.store import marts
 from taxbreak.store.tracenames import ambiguity_text, catalogue_candidates, match
 from taxbreak.store.warehouse import WarehouseBusy, warehouse_lock
 
@@ -29,8 +30,13 @@ def cmd_forget(args: argparse.Namespace) -> int:
                 rows.append({"trace_id": tid, "file_name": "(events only)", "status": "orphan"})
 
     ids: list[str] = []
+    unlisted: list[dict] | None = None
     for pattern in args.traces:
         found = match(catalogue_candidates(rows), pattern)
+        if not found and unlisted is None:  # asked only when the catalogue has no such trace
+            unlisted = _held_by_marts(paths, {r["trace_id"] for r in rows})
+            rows += unlisted
+            found = match(catalogue_candidates(rows), pattern)
         hit = [t for t, _f in found]
         if not hit:
             emit(f"forget: no trace matches {pattern!r} in the catalogue at {paths.lake}", err=True)
@@ -77,6 +83,21 @@ def cmd_forget(args: argparse.Namespace) -> int:
         for table, n in out["warehouse_rows_deleted"].items():
             emit(f"    {table:<28} {n:>12,} rows")
     return 0
+
+
+def _held_by_marts(paths: Paths, known: set[str]) -> list[dict]:
+    """Traces out of the catalogue that the marts still hold or that a dead writer's pending marker names: a forget
+    killed after it removed the trace from the lake and before the marts and the snapshot were republished (issue
+    30).  Forgetting one again deletes nothing more and lets the writer catch up the marts and the snapshot; without
+    this, a re-run said "no trace matches" and the marts kept the trace until some other writer ran."""
+    if not Path(paths.warehouse).exists():
+        return []
+    _markers, pending = marts.pending(paths.warehouse)
+    held = set(pending or [])
+    manifest = marts.load_manifest(marts.marts_root(paths.warehouse))
+    if manifest is not None:
+        held |= set(manifest.traces)
+    return [{"trace_id": tid, "file_name": "(marts only)", "status": "orphan"} for tid in sorted(held - known)]
 
 
 # -- parser --------------------------------------------------------------------------------------------------------

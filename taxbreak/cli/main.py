@@ -125,7 +125,8 @@ def _fault_line(args: argparse.Namespace, exc: BaseException) -> OrdinaryFault |
         default = paths.lake if args.command == "ingest" else paths.warehouse
     except (ConfigError, OSError):  # the paths themselves unreadable: the fault names its own
         roots, default = [], Path(".")
-    return ordinary_fault(exc, roots=[r.absolute() for r in roots], default=default, command=args.command)
+    return ordinary_fault(exc, roots=[r.absolute() for r in roots], default=default, command=args.command,
+                          then=getattr(args, "fault_then", None))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INVARIANT_BROKEN
         if not isinstance(exc, WarehouseBusy):  # any writer (retry, whatif --save, ...) that found it busy
             raise
-        emit(f"taxbreak {args.command}: {exc}", err=True)
+        then = getattr(args, "fault_then", None)  # the same command again would not finish the work
+        emit(f"taxbreak {args.command}: {exc}" + (f"; when it is free, {then}" if then else ""), err=True)
         return EXIT_BUSY
     except KeyboardInterrupt:
         emit("taxbreak: interrupted", err=True)

@@ -3,6 +3,8 @@
 A failed file is otherwise never retried while its content is unchanged (the sensor and the sweep skip content
 the catalogue knows).  A retry forces ``ingest_file(..., force=True)`` and, for the traces that now ingest,
 rebuilds the warehouse tables for those traces through the one run every writer takes (``taxbreak.engine.runner.run``).
+Once a trace is ingested it is never retried: when its tables fail (a full disk at the COMMIT), the fault's line says
+to run ``taxbreak analyze --trace <id>`` (issue 30).
 """
 
 from __future__ import annotations
@@ -68,6 +70,23 @@ def rebuild_tables(warehouse: Path, lake_root: Path, trace_ids: list[str], hooks
     return {n: counts[n] for n in plan_tables() if n in counts}
 
 
+def analyze_command(trace_ids: list[str]) -> str:
+    """The command that builds the tables of ``trace_ids`` (ingested; their tables not built)."""
+    return "taxbreak analyze " + " ".join(f"--trace {t[:16]}" for t in trace_ids)
+
+
+def _ingested_hint(lake: Lake, prefix: str) -> str:
+    """For a retry of a trace that is not failed: what to run when it is ingested (its tables are ``analyze``'s)."""
+    try:
+        tid = resolve(catalogue_candidates(lake.catalogue().to_pylist()), prefix, "trace")
+    except (TraceNotFound, TraceAmbiguous):
+        return ""
+    row = lake.catalogue_row(tid)
+    if row is None or row["status"] != "ingested":
+        return ""
+    return f": {row['file_name']} is ingested; `{analyze_command([tid])}` builds its tables"
+
+
 def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.cli
     if not args.prefix and not args.all_failed:
         print("give a TRACE_ID prefix or --all-failed", file=sys.stderr)
@@ -88,7 +107,7 @@ def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.c
         print(f"no failed trace among the {stored} in the catalogue at {paths.lake}: nothing to retry")
         return 0  # nothing to retry is no mistake (a scheduled `retry --all-failed` succeeds)
     if not rows:
-        print(f"no failed trace matches {args.prefix!r}", file=sys.stderr)
+        print(f"no failed trace matches {args.prefix!r}{_ingested_hint(lake, args.prefix)}", file=sys.stderr)
         return 2
     ok: list[str] = []
     still = 0
@@ -102,7 +121,12 @@ def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.c
             still += 1
             print(f"[failed]   {row['trace_id'][:16]}  {row['file_name']}: {out.error}", file=sys.stderr)
     if ok and not args.no_tables:
+        # ingested now: a failure from here on is the tables', and a second retry would find no failed trace to
+        # retry (issue 30): the fault's line says to run analyze for them instead
+        args.fault_then = (f"run `{analyze_command(ok)}`: {'the trace is' if len(ok) == 1 else 'the traces are'} "
+                           "ingested, the tables were not built")
         counts = rebuild_tables(paths.warehouse, paths.lake, ok)
+        args.fault_then = None
         print(f"tables rebuilt for {len(ok)} trace(s): " + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
     print(f"{len(ok)} of {len(rows)} failed trace(s) now ingested")
     return 1 if still else 0

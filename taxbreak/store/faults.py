@@ -101,13 +101,16 @@ def shown_path(path: str, roots: list[Path], vanished: bool = True) -> str:
     return str(p)
 
 
-def ordinary_fault(exc: BaseException, *, roots: list[Path], default: Path, command: str) -> OrdinaryFault | None:
+def ordinary_fault(exc: BaseException, *, roots: list[Path], default: Path, command: str,
+                   then: str | None = None) -> OrdinaryFault | None:
     """The line for ``exc`` when it is an ordinary fault of the machine (``classify``), else None.  ``roots``: the
     stores' folders (for ``shown_path``); ``default``: the path named when the error names none; ``command``: what
-    to run again."""
+    to run again; ``then``: what to do instead, when running the same command again would not finish the work
+    (``taxbreak retry`` whose traces ingested and whose tables failed: ``analyze`` builds them)."""
     found: OSFault | None = classify(exc)
     if found is None:
         return None
     cause, advice = CAUSES[found.kind]
     where = shown_path(found.path, roots, found.kind == "vanished") if found.path else str(default)
-    return OrdinaryFault(where, cause, f"{advice}, then run `taxbreak {command}` again")
+    return OrdinaryFault(where, cause, f"{advice}, then {then}" if then else
+                         f"{advice}, then run `taxbreak {command}` again")

@@ -93,8 +93,13 @@ def _sq(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _ro(path: Path, sandbox: bool = False) -> duckdb.DuckDBPyConnection:
-    if sandbox:  # an instance of its own (the sandbox's settings are the instance's), the file attached read-only
+def _ro(path: Path, sandbox: bool = False, own: bool = False) -> duckdb.DuckDBPyConnection:
+    """``path`` read-only.  ``own``: in a DuckDB instance of its own, for a file replaced by a rename (the readers'
+    snapshot): DuckDB shares an open instance by path, so a second connect in this process would read the replaced
+    file a first reader still holds (issue 30).  The warehouse file itself is written in place, and not while a
+    reader holds it, so its readers may share one."""
+    if sandbox or own:  # an instance of its own (the sandbox's settings are the instance's), the file attached
+        # read-only
         con = duckdb.connect(":memory:")
         name = re.sub(r"\W", "_", path.stem) or "warehouse"
         try:
@@ -220,7 +225,7 @@ def _ro_snapshot(snap: Path, warehouse: Path, sandbox: bool) -> duckdb.DuckDBPyC
     """The snapshot, read-only; None when its views read the marts of another folder (a copied or moved
     warehouse folder whose snapshot was not rebuilt since: taxbreak.store.marts names the marts by absolute path).  With
     the marts on S3 (``paths.marts``), their filesystem is registered on the connection."""
-    con = _ro(snap, sandbox)
+    con = _ro(snap, sandbox, own=True)
     location = marts_location(warehouse)
     prefix = "'" + (location + "/").replace("'", "''")
     views = con.execute("SELECT sql FROM duckdb_views() WHERE NOT internal AND NOT temporary "

@@ -233,3 +233,43 @@ def test_ingest_on_a_full_lake_records_nothing_and_replays_say_earlier(
     assert again.startswith("FAILED earlier (20") and " UTC; the content is unchanged, so it was not read again): " \
         f"{bad}: " in again
     assert again.endswith(f"— `taxbreak retry bad.json` tries it again (or `taxbreak ingest --force {bad}`)")
+
+
+def test_retry_whose_tables_fail_says_to_run_analyze(analyzed: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30: `taxbreak retry` re-ingests a failed trace, then its tables fail at the warehouse's COMMIT (a full
+    disk).  The trace is ingested, so the line says to run `taxbreak analyze --trace ID` (it said to run retry
+    again, which finds no failed trace); that analyze builds the tables without ingesting the trace again, and a
+    second retry ingests nothing and names the same analyze."""
+    from reliability.corpus import GOOD
+
+    home = analyzed
+    lake = Lake(home / "lake")
+    (home / "in").mkdir()
+    trace = home / "in" / "t.json"
+    trace.write_bytes(GOOD)
+    tid = hashlib.sha256(GOOD).hexdigest()
+    lake.record_failure(tid, file_name="t.json", source_path=str(trace), file_bytes=len(GOOD), source_format="kineto",
+                        error=f"{trace}: unexpected OSError while ingesting: [Errno 28] No space left on device",
+                        status="failed")
+    tables = _files(home)["tables"]
+    monkeypatch.setenv(FAULT_ENV, "before_commit=no_space")
+    assert main(["retry", "t.json", "-q", *_paths(home)]) == 1
+    assert _one_line(capsys.readouterr().err) == (
+        f"taxbreak: {home}/taxbreak.duckdb: no space left on the device — free space there, then run "
+        f"`taxbreak analyze --trace {tid[:16]}`: the trace is ingested, the tables were not built")
+    assert _files(home)["tables"] == tables  # the tables as they were
+    row = lake.catalogue_row(tid)
+    assert row["status"] == "ingested"
+    monkeypatch.delenv(FAULT_ENV)
+    assert main(["retry", "t.json", *_paths(home)]) == 2  # nothing failed to retry: not ingested again
+    assert capsys.readouterr().err.strip() == (
+        f"no failed trace matches 't.json': t.json is ingested; `taxbreak analyze --trace {tid[:16]}` builds its "
+        "tables")
+    assert main(["analyze", "-q", "--trace", tid[:16], *_paths(home)]) == 0
+    assert lake.catalogue_row(tid) == row  # the analyze read the lake; the row is the retry's
+    con = duckdb.connect(str(home / "taxbreak.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM trace_meta WHERE trace_id = $t", {"t": tid}).fetchone()[0] == 1
+    finally:
+        con.close()

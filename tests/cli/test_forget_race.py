@@ -13,41 +13,18 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from cli_support import FUSION_ID, MIXED_ID, add_fusion
+from cli_support import FUSION_ID, MIXED_ID, Run, add_fusion
+from reliability.suite import holders  # every place the trace could still be found (shared with the bench)
 
 from taxbreak.cli import main
 from taxbreak.engine.analysis import compute_run, publish_run
 from taxbreak.ingest import Lake
-from taxbreak.store.marts import LocalMarts, load_manifest
+from taxbreak.store.faults import FAULT_ENV
 from taxbreak.store.warehouse import writer
 
 
 def _paths(home: Path) -> list[str]:
     return ["--lake", str(home / "lake"), "--warehouse", str(home / "taxbreak.duckdb")]
-
-
-def holders(home: Path, trace_id: str) -> list[str]:
-    """Every place a reader or writer could still find ``trace_id``: warehouse tables, the marts' manifest, the
-    readers' snapshot, the lake's catalogue."""
-    out = []
-    for db in (home / "taxbreak.duckdb", home / "exports" / "snapshot.duckdb"):
-        con = duckdb.connect(str(db), read_only=True)
-        try:
-            names = [r[0] for r in con.execute(
-                "SELECT DISTINCT table_name FROM duckdb_columns() WHERE column_name = 'trace_id' "
-                "AND NOT internal").fetchall()]
-            for t in names:
-                (n,) = con.execute(f'SELECT count(*) FROM "{t}" WHERE trace_id = $t', {"t": trace_id}).fetchone()
-                if n:
-                    out.append(f"{db.name}:{t}:{n}")
-        finally:
-            con.close()
-    manifest = load_manifest(LocalMarts(home / "marts"))
-    if manifest is not None and trace_id in manifest.traces:
-        out.append("marts manifest")
-    if Lake(home / "lake").catalogue_row(trace_id) is not None:
-        out.append("catalogue")
-    return out
 
 
 def _kernels(home: Path, trace_id: str) -> int:
@@ -144,3 +121,25 @@ def test_analyze_and_forget_racing(home: Path) -> None:
         assert rcs["analyze"] in (0, 2), errs
         assert holders(home, FUSION_ID) == [], (first, errs)
         assert _kernels(home, MIXED_ID) == 9
+
+
+@pytest.mark.parametrize("point", ["marts_staged", "marts_committed", "snapshot_copied"])
+def test_a_forget_killed_after_the_lake_is_finished_by_forgetting_again(home: Path, run: Run, point: str) -> None:
+    """Issue 30: a forget killed after it removed the trace from the lake, before the marts and the snapshot were
+    republished.  Forgetting the trace again by its id finds it (the marts or a dead writer's pending marker still
+    name it), deletes nothing more and lets the writer catch up: nothing holds it, no marker or temporary file
+    stays.  It used to say "no trace matches" and leave the marts holding the trace until another writer ran."""
+    add_fusion(home / "lake")
+    assert run("analyze", "-q").returncode == 0
+    assert run("forget", FUSION_ID[:16], env={FAULT_ENV: point}).returncode == -9
+    assert Lake(home / "lake").catalogue_row(FUSION_ID) is None  # out of the lake already
+    marts = home / "marts"
+    assert list(marts.glob(".pending-*.json"))  # the dead writer's work, still to do
+    again = run("forget", FUSION_ID[:16])
+    assert again.returncode == 0, again.stderr
+    assert holders(home, FUSION_ID) == []
+    assert not list(marts.glob(".pending-*")) and not list(marts.glob(".staging-*"))
+    assert not list((home / "exports").glob(".snapshot*.tmp*"))
+    assert _kernels(home, MIXED_ID) == 9
+    # once gone everywhere, the name is unknown again
+    assert run("forget", FUSION_ID[:16]).returncode == 2

@@ -97,8 +97,8 @@ def test_an_open_reader_keeps_its_snapshot_while_a_writer_republishes(home: Path
     second = load_manifest(marts_dir(db)).part("trace_meta", MIXED_ID)
     assert second != first and (marts_dir(db) / "trace_meta" / f"trace_id={MIXED_ID}" / first).exists()
     assert old.con.execute(query).fetchall() == [("toy",)]  # the open session: its snapshot, all its life
-    sql = run("sql", "--format", "csv", query)  # a new reader (another process: this one's DuckDB instance of
-    assert sql.stdout.split() == ["model", "m1"], sql.stderr  # the old snapshot file would be shared)
+    sql = run("sql", "--format", "csv", query)  # a new reader (another process; in this one: the next test)
+    assert sql.stdout.split() == ["model", "m1"], sql.stderr
     # past the grace period, a writer still keeps what the open readers may read ...
     assert collect(db, keep_s=0) == []
     assert old.con.execute(query).fetchall() == [("toy",)]
@@ -110,3 +110,43 @@ def test_an_open_reader_keeps_its_snapshot_while_a_writer_republishes(home: Path
     assert not list((marts_dir(db) / ".readers").iterdir())  # every pin removed with its reader
     sql = run("sql", "--format", "csv", query)
     assert sql.stdout.split() == ["model", "m1"], sql.stderr
+
+
+def test_a_second_reader_in_the_same_process_gets_the_new_snapshot_for_its_whole_life(home: Path, run: Run) -> None:
+    """Issue 30 item 6, in one process (a notebook's `tb.open()` twice while a writer publishes): DuckDB shares an
+    open database instance by path, so a second read-only open of the snapshot file got the first reader's
+    instance, i.e. the replaced file: the old values, through views naming marts files that its pin (taken after
+    they were replaced) does not keep; once the first reader closed, a writer deleted them under the second reader.
+    Each reader's snapshot is now an instance of its own: the new reader reads the new snapshot, all its life."""
+    from taxbreak.engine.runner import publish
+    from taxbreak.store.marts import collect
+    from taxbreak.store.query import open_readonly
+
+    db = home / "taxbreak.duckdb"
+    assert run("analyze", "-q").returncode == 0
+    query = "SELECT model FROM trace_meta"
+
+    def rename(model: str) -> None:
+        publish(db, lambda con: con.execute("UPDATE trace_meta SET model = ?", [model]), traces=[MIXED_ID],
+                tables=["trace_meta"])
+
+    old = open_readonly(db, home / "lake")
+    assert old.source == "snapshot" and old.con.execute(query).fetchall() == [("toy",)]
+    rename("m1")
+    new = open_readonly(db, home / "lake")
+    try:
+        assert new.source == "snapshot"
+        assert new.con.execute(query).fetchall() == [("m1",)]  # the snapshot published after the first opened
+        assert old.con.execute(query).fetchall() == [("toy",)]  # and the first keeps its own
+        old.close()
+        collect(db, keep_s=0)  # the first reader's files go; the second's stay
+        rename("m2")
+        collect(db, keep_s=0)
+        assert new.con.execute(query).fetchall() == [("m1",)]
+    finally:
+        new.close()
+    again = open_readonly(db, home / "lake")
+    try:
+        assert again.con.execute(query).fetchall() == [("m2",)]
+    finally:
+        again.close()

@@ -147,3 +147,26 @@ def test_errors_about_a_converted_report_name_the_report(tmp_path: Path, monkeyp
     want = "truncated SQLite file" if bad == "truncated" else "lacks required column 'correlationId'"
     assert want in res.error
     assert json.loads(json.dumps(res.row))["source_format"] == "nsys-rep"
+
+
+@pytest.mark.parametrize("works", [True, False])
+def test_without_a_cache_folder_the_export_goes_with_the_ingest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                works: bool) -> None:
+    """A library ingest without ``cache_dir`` (issue 30: the reliability suite's leftover): nothing is left under
+    the temporary directory, whether nsys converted the report or failed on it; it used to leave
+    ``$TMPDIR/taxbreak-nsys-cache``, shared by every user of the machine."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+    if works:
+        nsys = _copying_nsys(tmp_path / "bin", build_tiny_export(tmp_path / "tiny.sqlite"))
+    else:
+        nsys = _fake_nsys(tmp_path / "bin", "echo 'disk full' >&2; exit 3\n")
+    monkeypatch.setenv("TAXBREAK_NSYS", str(nsys))
+    rep = tmp_path / "in" / "r.nsys-rep"
+    rep.parent.mkdir()
+    rep.write_bytes(b"NVIDIA Tegra Profiler Report 2025@1@1@110-xyz\x00binary")
+    res = ingest_file(rep, Lake(tmp_path / "lake"), cache_dir=None)
+    assert res.status == ("ingested" if works else "failed"), res.error
+    assert sorted(p.name for p in tmp.iterdir()) == []

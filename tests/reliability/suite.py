@@ -27,8 +27,12 @@ command changed that state; ``unclear error`` for any other message (a traceback
 Crash targets are pluggable (``CRASH_TARGETS``): each says how to set up inputs, the child command of one run,
 its injection points (Python run in the child before the work: it patches a function to SIGKILL the process),
 a checksum of the stored state and the visible-consistency check.  ``setup(work, fast)``: smaller inputs when
-``fast``.  The ingest target is here; the analysis
-target registers itself with ``register_crash_target`` (its publication is made atomic elsewhere).
+``fast``.  Registered here: ``ingest``, and the writers (issue 30) ``analyze`` (every trace), ``analyze --trace``
+(one trace: computed in its own file, published under the lock) and ``forget``, killed at each fault point of
+their publication (``taxbreak.store.faults.fault_point``) and at random; each of their runs starts from a copy of a
+template home (``prepare``), and a finished re-run must leave no staging folder, pending marker, snapshot copy or
+run file (``leftovers``).  (Until issue 30 the doc said an analysis target registered itself from elsewhere;
+nothing did, and the bench killed only ingest.)
 """
 
 from __future__ import annotations
@@ -283,6 +287,8 @@ class CrashTarget:
     injections: dict[str, str]
     checksum: Callable[[Path], str]
     visible_problems: Callable[[Path], list[str]]
+    prepare: Callable[[Path, Path], None] | None = None  # (work, store): the store as it is before each run
+    leftovers: Callable[[Path, Path], list[str]] | None = None  # (work, store): what a finished re-run left
 
 
 CRASH_TARGETS: dict[str, CrashTarget] = {}
@@ -343,10 +349,10 @@ INGEST_INJECTIONS = {
         "import taxbreak.ingest.lake as m\n_orig = m.Lake.write_catalogue_row\n"
         "def _w(self, row):\n    if row['status'] == 'ingested':\n        _die()\n    return _orig(self, row)\n"
         "m.Lake.write_catalogue_row = _w\n"),
-    "after the catalogue tmp file": _KILL + (
-        "import taxbreak.ingest.lake as m\nimport pyarrow.parquet as pq\n_orig = pq.write_table\n"
-        "def _w(table, where, *a, **k):\n    _orig(table, where, *a, **k)\n    if '.tmp-' in str(where):\n"
-        "        _die()\nm.pq.write_table = _w\n"),
+    "after the catalogue tmp file": _KILL + (  # written whole (the object store's put_bytes), not yet renamed
+        "_orig = os.replace\n"
+        "def _r(src, dst):\n    if os.path.basename(str(src)).startswith('.tmp-') and 'catalogue' in str(dst):\n"
+        "        _die()\n    return _orig(src, dst)\nos.replace = _r\n"),
     "while recording a failure": _KILL + "import taxbreak.ingest.lake as m\nm.Lake.record_failure = _die\n",
 }
 
@@ -400,7 +406,154 @@ def lake_visible_problems(store: Path) -> list[str]:
 
 
 register_crash_target(CrashTarget("ingest", _ingest_setup, _ingest_command, INGEST_INJECTIONS, lake_checksum,
-                                  lake_visible_problems))
+                                  lake_visible_problems, leftovers=lambda base, store: _leftovers(store, base / "tmp")))
+
+
+# -- the writers: analyze (all traces, one trace) and forget (issue 30) ----------------------------------------
+# A home (lake, warehouse, marts, snapshot) copied per run from a template the target's setup builds; the child is
+# the command line itself, each injection the fault point where it SIGKILLs itself
+# (taxbreak.store.faults.fault_point: the warehouse transaction open, before and after its commit, the marts
+# staged / renamed / committed, the snapshot copied / published, a run for one trace computed in its own file).
+_WRITER_CHILD = r"""
+import json, os, sys
+from pathlib import Path
+home = Path(sys.argv[1])
+os.environ["TAXBREAK_HOME"] = str(home)
+argv = json.loads(sys.argv[2])
+from taxbreak.cli.main import main
+if argv[0] == "forget":  # t1.json by its id (the setup wrote it): a re-run finds it wherever a killed run left it
+    import contextlib, io
+    tid = json.loads((home.parent / "forget_id").read_text())
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["forget", tid])
+    sys.stderr.write(err.getvalue())
+    # forgotten whole by an earlier run (a random kill that came too late): nothing holds it, nothing to do
+    sys.exit(0 if rc == 2 and "no trace matches" in err.getvalue() else rc)
+sys.exit(main(argv))
+"""
+
+
+def _fault(point: str) -> str:
+    return f"import os\nos.environ['TAXBREAK_FAULT_POINT'] = {point!r}\n"
+
+
+def _writer_points(kind: str) -> dict[str, str]:
+    from taxbreak.engine.plan import plan_tables, sql_files
+
+    kept = [n for n in plan_tables() if n in {f.name for f in sql_files() if f.materialize != "temp"}]
+    points = [f"publish:{kept[0]}", f"publish:{kept[len(kept) // 2]}", f"publish:{kept[-1]}", "before_commit",
+              "after_commit", "marts_staged", "marts_renamed", "marts_committed", "snapshot_copied",
+              "snapshot_published"]
+    if kind == "one trace":  # computed in its own file first, then copied into the warehouse under the lock
+        points = ["run_computed", *points[1:2], *points[3:]]
+    elif kind == "forget":  # one transaction of deletes: no table-by-table points
+        points = points[3:]
+    return {p: _fault(p) for p in points}
+
+
+def _writer_setup(work: Path, fast: bool, *, forget: bool) -> None:
+    """The template home: three Kineto traces in the lake; analysed all three (forget) or the first two (analyze:
+    the third is new to the run)."""
+    home = work / "template"
+    (home / "in").mkdir(parents=True, exist_ok=True)
+    sizes = (300, 100, 400) if fast else (3_000, 1_000, 4_000)
+    for i, n in enumerate(sizes):
+        (home / "in" / f"t{i}.json").write_bytes(trace_bytes(_kineto_events(n, 20 + i)))
+    steps = [["ingest", "-q", "in/t0.json", "in/t1.json"], ["analyze", "-q"], ["ingest", "-q", "in/t2.json"]]
+    if forget:
+        steps.append(["analyze", "-q"])
+    for argv in steps:
+        proc = _run_cli(home, argv, timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the crash template did not build ({argv}): {proc.stderr[-2000:]}")
+    if forget:
+        from taxbreak.ingest import file_sha256
+
+        (work / "forget_id").write_text(json.dumps(file_sha256(home / "in" / "t1.json")))
+
+
+def _writer_prepare(work: Path, store: Path) -> None:
+    shutil.rmtree(store, ignore_errors=True)
+    shutil.copytree(work / "template", store, ignore=shutil.ignore_patterns(".readers", "*.lock"))
+
+
+def _writer_command(argv: list[str]) -> Callable[[Path, Path], list[str]]:
+    def command(work: Path, store: Path) -> list[str]:
+        return [sys.executable, "-c", _WRITER_CHILD, str(store), json.dumps(argv)]
+
+    return command
+
+
+def _tables_digest(con: object, names: list[str] | None = None) -> dict[str, str]:
+    if names is None:
+        names = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
+    return {t: str(con.execute(f'SELECT count(*), sum(hash(x)) FROM "{t}" x').fetchone()) for t in names}
+
+
+def writer_state(home: Path) -> dict[str, dict[str, str]]:
+    """What a reader of ``home`` sees: every table of the warehouse file (count and a hash of every row) and the
+    same tables as a reader opens them (taxbreak.store.query.open_readonly: the snapshot when it is current,
+    else the file)."""
+    import duckdb
+
+    from taxbreak.store.query import open_readonly
+
+    db = home / "taxbreak.duckdb"
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        file_state = _tables_digest(con)
+    finally:
+        con.close()
+    opened = open_readonly(db)
+    try:
+        have = {r[0] for r in opened.con.execute("SELECT table_name FROM duckdb_tables() UNION ALL "
+                                                 "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        reader = _tables_digest(opened.con, [t for t in file_state if t in have])
+    finally:
+        opened.close()
+    return {"warehouse": file_state, "readers": reader}
+
+
+def writer_checksum(store: Path) -> str:
+    return json.dumps({**writer_state(store), "lake": lake_checksum(store / "lake")}, sort_keys=True)
+
+
+_STATES: dict[Path, dict[str, dict[str, str]]] = {}
+
+
+def writer_visible_problems(store: Path) -> list[str]:
+    """Right after a kill: the warehouse file in the state before the run or after it, never a mix, and a reader
+    reads one of those two whole."""
+    before = _STATES.setdefault(store.parent / "template", writer_state(store.parent / "template"))
+    after = _STATES.setdefault(store.parent / "clean", writer_state(store.parent / "clean"))
+    now = writer_state(store)
+    out = []
+    for part in ("warehouse", "readers"):
+        if now[part] not in (before[part], after[part]):
+            mixed = sorted(t for t in now[part] if now[part][t] != before[part].get(t)
+                           and now[part][t] != after[part].get(t))
+            out.append(f"{part}: neither before nor after the run ({', '.join(mixed[:3]) or 'tables differ'})")
+    return out
+
+
+def writer_leftovers(work: Path, store: Path) -> list[str]:
+    """A writer's temporary things a finished re-run must not leave: marts staging folders, pending markers and
+    manifest temporaries, snapshot copies, runs' own files, spill folders, the lake's staging."""
+    out = []
+    for pattern in ("marts/.staging-*", "marts/.pending-*", "marts/._manifest.json.*.tmp", "exports/.snapshot*.tmp*",
+                    "taxbreak.duckdb.runs/**/run_*", "taxbreak.duckdb.tmp", "lake/_staging/*"):
+        out += [str(p.relative_to(store)) for p in store.glob(pattern)]
+    return out + _leftovers(store / "no-lake", work / "tmp")
+
+
+for _name, _argv, _kind in (("analyze", ["analyze", "-q"], "all"),
+                            ("analyze --trace", ["analyze", "-q", "--trace", "t2.json"], "one trace"),
+                            ("forget", ["forget", "t1.json"], "forget")):
+    register_crash_target(CrashTarget(
+        _name, (lambda f: lambda work, fast=False: _writer_setup(work, fast, forget=f))(_kind == "forget"),
+        _writer_command(_argv), _writer_points(_kind), writer_checksum, writer_visible_problems,
+        prepare=_writer_prepare, leftovers=writer_leftovers))
 
 
 def run_crashes(work: Path, *, random_kills: int = 10, targets: list[str] | None = None, seed: int = 13,
@@ -412,12 +565,14 @@ def run_crashes(work: Path, *, random_kills: int = 10, targets: list[str] | None
     rng = random.Random(seed)
     for tname in targets or list(CRASH_TARGETS):
         t = CRASH_TARGETS[tname]
-        base = work / f"crash-{tname}"
+        base = work / ("crash-" + tname.replace(" --", "-"))
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(parents=True)
         t.setup(base, fast)
         env = _child_env(base)
         clean = base / "clean"
+        if t.prepare is not None:
+            t.prepare(base, clean)
         t0 = time.monotonic()
         subprocess.run(t.command(base, clean), env=env, check=True, capture_output=True, timeout=600)
         clean_s = time.monotonic() - t0
@@ -426,6 +581,8 @@ def run_crashes(work: Path, *, random_kills: int = 10, targets: list[str] | None
         plans += [(f"random kill {i + 1}", None, rng.uniform(0.2, 0.9 * clean_s)) for i in range(random_kills)]
         for i, (label, point, delay) in enumerate(plans):
             store = base / f"run{i}"
+            if t.prepare is not None:
+                t.prepare(base, store)
             cmd = t.command(base, store)
             if point is not None:
                 cmd = [cmd[0], "-c", t.injections[point] + cmd[2], *cmd[3:]]
@@ -451,7 +608,7 @@ def run_crashes(work: Path, *, random_kills: int = 10, targets: list[str] | None
                 tally.add("crash", f"{tname} {label}", f"the re-run failed: {rerun.stderr[-300:]}")
                 continue
             got = t.checksum(store)
-            left = _leftovers(store, base / "tmp") if tname == "ingest" else []
+            left = t.leftovers(base, store) if t.leftovers is not None else []
             if visible:
                 tally.add("silent wrong", f"{tname} {label}", "; ".join(visible))
             elif got != want:
@@ -463,6 +620,82 @@ def run_crashes(work: Path, *, random_kills: int = 10, targets: list[str] | None
             log(f"  {tname} {label:34s} {'killed' if killed else 'finished':8s} "
                 f"{'; '.join(visible) or ('checksum ok' if got == want else 'CHECKSUM DIFFERS')}"
                 + (f"; leftovers {left}" if left else ""))
+    return tally
+
+
+# -- analyze racing forget (issue 30 item 2) ------------------------------------------------------------------
+def holders(home: Path, trace_id: str) -> list[str]:
+    """Every place a reader or writer could still find ``trace_id``: warehouse tables, the readers' snapshot (each
+    file in a DuckDB instance of its own), the marts' manifest, the lake's catalogue."""
+    import duckdb
+
+    from taxbreak.ingest import Lake
+    from taxbreak.store.marts import LocalMarts, load_manifest
+
+    out = []
+    for db in (home / "taxbreak.duckdb", home / "exports" / "snapshot.duckdb"):
+        con = duckdb.connect(":memory:")
+        try:
+            con.execute(f"ATTACH '{db}' AS w (READ_ONLY)")
+            names = [r[0] for r in con.execute(
+                "SELECT DISTINCT table_name FROM duckdb_columns() WHERE column_name = 'trace_id' "
+                "AND database_name = 'w' AND NOT internal").fetchall()]
+            for t in names:
+                (n,) = con.execute(f'SELECT count(*) FROM w."{t}" WHERE trace_id = $t', {"t": trace_id}).fetchone()
+                if n:
+                    out.append(f"{db.name}:{t}:{n}")
+        finally:
+            con.close()
+    manifest = load_manifest(LocalMarts(home / "marts"))
+    if manifest is not None and trace_id in manifest.traces:
+        out.append("marts manifest")
+    if Lake(home / "lake").catalogue_row(trace_id) is not None:
+        out.append("catalogue")
+    return out
+
+
+def run_forget_races(work: Path, *, races: int = 6, log: Callable[[str], None] = lambda s: None) -> Tally:
+    """``analyze --trace T`` and ``forget T`` started together (the forget first in every other race) on a home
+    where T is ingested and analysed: whenever forget returns 0, nothing holds T (before issue 30, 3 of 13 such
+    races left thousands of its rows in the tables); analyze ends with 0, or 2 naming a trace gone."""
+    from taxbreak.ingest import file_sha256
+
+    tally = Tally("analyze racing forget")
+    home = work / "forget-races"
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.copytree(_analysed_home(work / "faults"), home, ignore=shutil.ignore_patterns(".readers", "*.lock"))
+    _new_trace(home)
+    tid = file_sha256(home / "in" / "t.json")
+    env = _child_env(home, {"TAXBREAK_HOME": str(home)})
+    for i in range(races):
+        what = f"race {i + 1} ({'forget' if i % 2 else 'analyze'} started first)"
+        for argv in (["ingest", "-q", "in"], ["analyze", "-q", "--trace", "t.json"]):
+            if (setup := _run_cli(home, argv)).returncode != 0:
+                tally.add("crash", what, f"{argv[0]} before the race: {setup.stderr[-300:]}")
+                break
+        else:
+            cmds = {"analyze": ["analyze", "-q", "--trace", tid[:16]], "forget": ["forget", tid[:16]]}
+            order = ["forget", "analyze"] if i % 2 else ["analyze", "forget"]
+            procs = {n: subprocess.Popen([sys.executable, "-c", _CLI_CHILD, "", json.dumps(cmds[n])], env=env,
+                                         cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                     for n in order}
+            try:
+                errs = {n: p.communicate(timeout=300)[1] for n, p in procs.items()}
+            except subprocess.TimeoutExpired:
+                for p in procs.values():
+                    p.kill()
+                tally.add("hang", what, "a racer did not end")
+                continue
+            rcs = {n: p.returncode for n, p in procs.items()}
+            held = holders(home, tid)
+            if any("Traceback" in e for e in errs.values()) or rcs["forget"] != 0 or rcs["analyze"] not in (0, 2):
+                outcome, note = "crash", f"exits {rcs}: {' | '.join(e.strip()[-200:] for e in errs.values())}"
+            elif held:
+                outcome, note = "silent wrong", f"forget returned 0 and {', '.join(held[:3])} still hold the trace"
+            else:
+                outcome, note = "ok", ""
+            tally.add(outcome, what, note)
+            log(f"  {what:40s} {outcome:14s} exits {rcs} {note[:100]}")
     return tally
 
 
@@ -834,23 +1067,19 @@ def run_faults(work: Path, *, fast: bool = False, log: Callable[[str], None] = l
         tally.add(outcome, case.name, note)
         log(f"  {case.name:40s} {outcome:14s} {(lines or [''])[-1][:140]}")
     tally_replay(base, template, tally, log)
+    tally_retry_tables(base, template, tally, log)
     return tally
 
 
 def tally_replay(base: Path, template: Path, tally: Tally, log: Callable[[str], None]) -> None:
     """A failure recorded by an earlier ingest (a full disk, before this rule kept such failures out of the
     catalogue), replayed by the next ingest of the same bytes: said to be earlier, with the retry that works."""
-    from taxbreak.ingest import Lake, file_sha256
+    from taxbreak.ingest import Lake
 
     home = base / "replay"
     shutil.rmtree(home, ignore_errors=True)
     shutil.copytree(template, home, ignore=shutil.ignore_patterns(".readers", "*.lock"))
-    _new_trace(home)
-    trace = home / "in" / "t.json"
-    Lake(home / "lake").record_failure(
-        file_sha256(trace), file_name="t.json", source_path=str(trace), file_bytes=trace.stat().st_size,
-        error=f"{trace}: unexpected OSError while ingesting: [Errno 28] No space left on device",
-        source_format="kineto", status="failed")
+    _failed_trace(home)
     proc = _run_cli(home, ["ingest", "-q", "in"])
     first = (proc.stderr.splitlines() or [""])[0]
     name = "ingest: a failure recorded earlier"
@@ -865,6 +1094,65 @@ def tally_replay(base: Path, template: Path, tally: Tally, log: Callable[[str], 
         tally.add("clear error" if ok else "unclear error", name,
                   "" if ok else f"the retry it names did not store it: {retry.stderr[-300:]}")
     log(f"  {name:40s} {first[:140]}")
+
+
+def _failed_trace(home: Path) -> Path:
+    """t.json in ``home/in``, recorded as failed by an earlier ingest (a full disk, before such failures stayed out
+    of the catalogue)."""
+    from taxbreak.ingest import Lake, file_sha256
+
+    _new_trace(home)
+    trace = home / "in" / "t.json"
+    Lake(home / "lake").record_failure(
+        file_sha256(trace), file_name="t.json", source_path=str(trace), file_bytes=trace.stat().st_size,
+        error=f"{trace}: unexpected OSError while ingesting: [Errno 28] No space left on device",
+        source_format="kineto", status="failed")
+    return trace
+
+
+def tally_retry_tables(base: Path, template: Path, tally: Tally, log: Callable[[str], None]) -> None:
+    """``taxbreak retry`` whose ingest succeeds and whose tables fail at the warehouse's COMMIT (a full disk): one
+    line naming the warehouse and saying to run analyze for the trace (a second retry finds no failed trace), the
+    tables as they were; that analyze builds them without ingesting the trace again, and a second retry does not
+    ingest it again either."""
+    from taxbreak.ingest import Lake
+
+    home = base / "retry-tables"
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.copytree(template, home, ignore=shutil.ignore_patterns(".readers", "*.lock"))
+    _failed_trace(home)
+    tables = {k: v for k, v in home_digest(home).items() if k.startswith("table ")}
+    proc = _run_cli(home, ["retry", "t.json", "-q"], env={"TAXBREAK_FAULT_POINT": "before_commit=no_space"})
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    name = "retry: warehouse disk full at COMMIT"
+    want = f"taxbreak: {home / 'taxbreak.duckdb'}: no space left on the device — free space there, then run `"
+    rows = [r for r in Lake(home / "lake").catalogue().to_pylist() if r["file_name"] == "t.json"]
+    if "Traceback" in proc.stderr or proc.returncode not in (0, 1):
+        outcome, note = "crash", f"exit {proc.returncode}: {proc.stderr[-300:]}"
+    elif proc.returncode == 0:
+        outcome, note = "silent wrong", "exit 0 under the fault"
+    elif len(lines) != 1 or not lines[0].startswith(want + "taxbreak analyze --trace "):
+        outcome, note = "unclear error", " | ".join(lines)[-300:]
+    elif {k: v for k, v in home_digest(home).items() if k.startswith("table ")} != tables:
+        outcome, note = "data lost", "the failed retry changed the warehouse tables"
+    elif not rows or rows[0]["status"] != "ingested":
+        outcome, note = "silent wrong", f"the retried trace is {rows[0]['status'] if rows else 'gone'}"
+    else:
+        stored = lake_checksum(home / "lake")
+        named = lines[0][len(want):].split("`")[0].split()[1:]  # the analyze the line names
+        again = _run_cli(home, named)
+        built = _run_cli(home, ["sql", "--format", "csv", "SELECT count(*) AS n FROM trace_meta"]).stdout.split()
+        second = _run_cli(home, ["retry", "t.json"])
+        if again.returncode != 0 or built != ["n", "2"]:
+            outcome, note = "data lost", f"the analyze it names did not build the tables: {again.stderr[-300:]}"
+        elif lake_checksum(home / "lake") != stored:
+            outcome, note = "silent wrong", "the trace was ingested again"
+        elif second.returncode != 2 or "t.json is ingested" not in second.stderr:
+            outcome, note = "unclear error", f"a second retry: {second.stderr[-300:]}"
+        else:
+            outcome, note = "clear error", ""
+    tally.add(outcome, name, note)
+    log(f"  {name:40s} {outcome:14s} {(lines or [''])[-1][:140]}")
 
 
 def _hostile_kernel_trace() -> bytes:
@@ -896,6 +1184,7 @@ def run_readers(work: Path, log: Callable[[str], None] = lambda s: None) -> Tall
     base.mkdir(parents=True)
     template = _analysed_home(work / "faults")
     for name, check in (("a session across a republish", _session_across_a_republish),
+                        ("a second session in one process", _second_session_in_process),
                         ("kernels named as markup", _hostile_timeline),
                         ("a folder of symbolic links", _links_only),
                         ("a forged marts manifest", _forged_manifest),
@@ -935,6 +1224,46 @@ def _session_across_a_republish(home: Path) -> tuple[str, str]:
         return "silent wrong", f"one session read {seen} then {again}"
     if fresh != ["model", "republished"]:
         return "silent wrong", f"a new reader read {fresh}"
+    return "ok", ""
+
+
+def _second_session_in_process(home: Path) -> tuple[str, str]:
+    """A notebook's second `tb.open()` while a writer publishes: the session opened after the republish reads the
+    new snapshot (DuckDB shared the first session's instance of the replaced file), and keeps it while the first
+    session closes and writers collect and publish again."""
+    from sql.scenarios import MIXED_ID
+
+    from taxbreak.engine.runner import publish
+    from taxbreak.store.marts import collect
+    from taxbreak.store.query import open_readonly
+
+    db, query = home / "taxbreak.duckdb", "SELECT model FROM trace_meta"
+    if _run_cli(home, ["analyze", "-q"]).returncode != 0:  # (the copied home's snapshot names the template's marts)
+        return "crash", "analyze failed"
+
+    def rename(model: str) -> None:
+        publish(db, lambda con: con.execute("UPDATE trace_meta SET model = ?", [model]), traces=[MIXED_ID],
+                tables=["trace_meta"])
+
+    first = open_readonly(db, home / "lake", prefer="snapshot")
+    try:
+        first.con.execute(query).fetchall()
+        rename("republished")
+        second = open_readonly(db, home / "lake", prefer="snapshot")
+    finally:
+        first.close()
+    try:
+        seen = second.con.execute(query).fetchall()
+        collect(db, keep_s=0)  # the first session's files may go now, never the second's
+        rename("again")
+        collect(db, keep_s=0)
+        later = second.con.execute(query).fetchall()
+    finally:
+        second.close()
+    if seen != [("republished",)]:
+        return "silent wrong", f"a session opened after the republish read {seen}"
+    if later != seen:
+        return "silent wrong", f"one session read {seen} then {later}"
     return "ok", ""
 
 
@@ -1022,6 +1351,7 @@ def run_all(work: Path, *, fast: bool = False, random_kills: int = 10, processes
     out = [run_corpus(work, fast=fast, log=log)]
     out.append(run_crashes(work, random_kills=random_kills, fast=fast, log=log))
     out.append(run_concurrency(work, processes=processes, rounds=rounds, fast=fast, log=log))
+    out.append(run_forget_races(work, races=2 if fast else 6, log=log))
     out.append(run_replaced_file(work, log=log))
     out.append(run_s3(work, log=log))
     out.append(run_analysis_flags(work, log=log))
