@@ -86,7 +86,8 @@ srange AS (
 ),
 sk AS (
     SELECT s.trace_id, s.step_id, k.device_id, k.kernel_end_ns, k.has_launch, k.is_charged, k.t_launch_obs_ns
-    FROM (SELECT trace_id, step_id, pid, unnest(range(lo + 1, hi + 1)) AS n FROM srange) s
+    FROM (SELECT trace_id, step_id, pid, unnest(range(greatest(lo + 1, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS n
+          FROM (SELECT *, unnest(range((lo + 1) // 2048, hi // 2048 + 1)) AS blk FROM srange)) s
     JOIN (SELECT * FROM kpos WHERE ord = 1) k ON k.trace_id = s.trace_id AND k.pid = s.pid AND k.n = s.n
 ),
 -- windows: one per (trace, scope); the GPUs of each window
@@ -112,7 +113,8 @@ win_gpu AS (
 -- every interval of its GPU (1,001 windows x 1 M gaps: 10^9 pairs, 5 s each): a GPU's gaps are disjoint and numbered in
 -- time order (device_idle_gaps.gap_seq), so their starts and ends both rise with the number, and those overlapping a
 -- window are one run of numbers: from the first that ends after the window starts to the last that starts before
--- it ends, joined by equality (the overlap test kept).  Both ends come from one ASOF lookup of each window edge
+-- it ends, joined by equality (the overlap test kept).  A run is unnested in blocks of 2,048 numbers: the trace
+-- window's run is every gap of the GPU, and one list of them all (80 MB at 10 M kernels) cannot spill.  Both ends come from one ASOF lookup of each window edge
 -- (the end as its last ns): the last interval starting at or before the window's start is its first overlap if it
 -- ends after that start, else the next one is; the last starting at or before its last ns is its last overlap.
 wg AS MATERIALIZED (SELECT row_number() OVER () AS wrow, * FROM win_gpu),
@@ -142,7 +144,8 @@ gap_w AS (
            sum(CASE WHEN d.cause = 'sync_drain' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS sync_ns,
            sum(CASE WHEN d.cause = 'memcpy' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS memcpy_ns,
            sum(CASE WHEN d.cause = 'other' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS other_ns
-    FROM (SELECT *, unnest(range(lo, hi + 1)) AS r FROM gap_rng) g
+    FROM (SELECT *, unnest(range(greatest(lo, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS r
+          FROM (SELECT *, unnest(range(lo // 2048, hi // 2048 + 1)) AS blk FROM gap_rng)) g
     JOIN device_idle_gaps d
       ON d.trace_id = g.trace_id AND d.device_id = g.device_id AND d.gap_seq = g.r
      AND d.gap_end_ns > g.w_start AND d.gap_start_ns < g.w_end
@@ -189,7 +192,8 @@ kiv_rng AS (
 kbusy_w AS (
     SELECT g.trace_id, g.scope_kind, g.scope_key,
            sum(least(i.busy_end_ns, g.w_end) - greatest(i.busy_start_ns, g.w_start)) AS kernel_busy_ns
-    FROM (SELECT *, unnest(range(lo, hi + 1)) AS r FROM kiv_rng) g
+    FROM (SELECT *, unnest(range(greatest(lo, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS r
+          FROM (SELECT *, unnest(range(lo // 2048, hi // 2048 + 1)) AS blk FROM kiv_rng)) g
     JOIN kiv i
       ON i.trace_id = g.trace_id AND i.device_id = g.device_id AND i.island = g.r
      AND i.busy_end_ns > g.w_start AND i.busy_start_ns < g.w_end
