@@ -199,28 +199,39 @@ kbusy_w AS (
      AND i.busy_end_ns > g.w_start AND i.busy_start_ns < g.w_end
     GROUP BY g.trace_id, g.scope_kind, g.scope_key
 ),
--- kernels and launch samples per scope
+-- kernels and launch samples per scope; the launches queued longer than verdict_queue_wait_factor x T_sys are
+-- counted here (a list of every wait of the scope, filtered later, held 10 M numbers in one list for the trace
+-- scope at 10 M kernels: a list cannot spill)
 kq AS (
     SELECT trace_id, 'trace' AS scope_kind, trace_id AS scope_key, count(*) AS kernels,
            avg(CASE WHEN has_launch THEN 1.0 ELSE 0.0 END) AS launch_coverage,
            count(*) FILTER (WHERE is_charged AND has_launch) AS launch_samples,
            median(t_launch_obs_ns) FILTER (WHERE is_charged AND has_launch) AS median_wait,
-           list(t_launch_obs_ns) FILTER (WHERE is_charged AND has_launch) AS waits
-    FROM k GROUP BY trace_id
+           count(*) FILTER (WHERE is_charged AND has_launch
+                            AND t_launch_obs_ns > c.verdict_queue_wait_factor * t.t_sys_ns) AS queued_launches
+    FROM k LEFT JOIN tsys t USING (trace_id) CROSS JOIN cfg c GROUP BY trace_id
     UNION ALL
     SELECT trace_id, 'step', CAST(step_id AS VARCHAR), count(*),
            avg(CASE WHEN has_launch THEN 1.0 ELSE 0.0 END),
            count(*) FILTER (WHERE is_charged AND has_launch),
            median(t_launch_obs_ns) FILTER (WHERE is_charged AND has_launch),
-           list(t_launch_obs_ns) FILTER (WHERE is_charged AND has_launch)
-    FROM sk GROUP BY trace_id, step_id
+           count(*) FILTER (WHERE is_charged AND has_launch
+                            AND t_launch_obs_ns > c.verdict_queue_wait_factor * t.t_sys_ns)
+    FROM sk LEFT JOIN tsys t USING (trace_id) CROSS JOIN cfg c GROUP BY trace_id, step_id
+),
+-- a phase's median launch wait: over its leaf steps' launches
+phase_wait AS (
+    SELECT s.trace_id, s.phase, median(x.t_launch_obs_ns) FILTER (WHERE x.is_charged AND x.has_launch) AS median_wait
+    FROM sk x JOIN stp s USING (trace_id, step_id)
+    WHERE s.is_leaf_step AND s.phase IS NOT NULL
+    GROUP BY s.trace_id, s.phase
 ),
 ev_ts AS (
     SELECT w.trace_id, w.scope_kind, w.scope_key, coalesce(e.gpus, 0) AS gpus,
            coalesce(e.window_ns, w.w_end - w.w_start) AS window_ns,
            CAST(coalesce(e.window_ns * e.gpus, 0) AS BIGINT) AS gpu_window_ns,
            coalesce(q.kernels, 0) AS kernels, q.launch_coverage, coalesce(q.launch_samples, 0) AS launch_samples,
-           q.median_wait, q.waits,
+           q.median_wait, q.queued_launches,
            CAST(coalesce(g.late_ns, 0) + coalesce(e.lead_ns, 0) AS BIGINT) AS idle_launch_late_ns,
            CAST(coalesce(g.sync_ns, 0) AS BIGINT) AS idle_sync_drain_ns,
            CAST(coalesce(g.memcpy_ns, 0) AS BIGINT) AS idle_memcpy_ns,
@@ -235,14 +246,15 @@ ev_ts AS (
 -- a phase: its leaf steps' evidence summed
 ev AS (
     SELECT trace_id, scope_kind, scope_key, gpus, window_ns, gpu_window_ns, kernels, launch_coverage, launch_samples,
-           median_wait, waits, idle_launch_late_ns, idle_sync_drain_ns, idle_memcpy_ns, idle_other_ns, kernel_busy_ns
+           median_wait, queued_launches, idle_launch_late_ns, idle_sync_drain_ns, idle_memcpy_ns, idle_other_ns, kernel_busy_ns
     FROM ev_ts
     UNION ALL
     SELECT v.trace_id, 'phase', s.phase, max(v.gpus), sum(v.window_ns), sum(v.gpu_window_ns), sum(v.kernels),
            sum(v.launch_coverage * v.kernels) / nullif(sum(v.kernels), 0), sum(v.launch_samples),
-           NULL, flatten(list(v.waits)), sum(v.idle_launch_late_ns), sum(v.idle_sync_drain_ns),
+           any_value(pw.median_wait), sum(v.queued_launches), sum(v.idle_launch_late_ns), sum(v.idle_sync_drain_ns),
            sum(v.idle_memcpy_ns), sum(v.idle_other_ns), sum(v.kernel_busy_ns)
     FROM ev_ts v JOIN stp s ON s.trace_id = v.trace_id AND CAST(s.step_id AS VARCHAR) = v.scope_key
+    LEFT JOIN phase_wait pw ON pw.trace_id = s.trace_id AND pw.phase = s.phase
     WHERE v.scope_kind = 'step' AND s.is_leaf_step AND s.phase IS NOT NULL
     GROUP BY v.trace_id, s.phase
 ),
@@ -250,9 +262,8 @@ ev AS (
 sh AS (
     SELECT v.*, t.t_sys_ns,
            CAST(v.idle_launch_late_ns + v.idle_sync_drain_ns + v.idle_memcpy_ns + v.idle_other_ns AS BIGINT) AS idle_ns,
-           CAST(coalesce(v.median_wait, list_median(v.waits)) AS BIGINT) AS median_launch_wait_ns,
-           len(list_filter(v.waits, lambda w: w > c.verdict_queue_wait_factor * t.t_sys_ns))
-               / nullif(len(v.waits), 0) AS queued_launch_share
+           CAST(v.median_wait AS BIGINT) AS median_launch_wait_ns,
+           CAST(v.queued_launches AS BIGINT) / nullif(CAST(v.launch_samples AS BIGINT), 0) AS queued_launch_share
     FROM ev v LEFT JOIN tsys t USING (trace_id) CROSS JOIN cfg c
 ),
 sh2 AS (
