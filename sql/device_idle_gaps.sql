@@ -17,25 +17,31 @@ traces AS (
     SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk
     FROM (SELECT DISTINCT trace_id FROM int_busy_intervals WHERE busy_set = 'device')
 ),
--- the GPU's merged busy intervals (int_busy_intervals, set 'device'); a gap lies between two consecutive ones
+-- the GPU's merged busy intervals (int_busy_intervals, set 'device'); a gap lies between two consecutive ones.
+-- The intervals are disjoint, so the gaps follow their order and a gap's number is its closing interval's
+-- (minus the first, which closes none), taken in the same ordered pass: numbering the gaps in a second window
+-- over the wide gap rows ran out of DuckDB's memory_limit at 4 M kernels (one GPU: one partition).
 b AS (
     SELECT t.tk, b.device_id, b.busy_start_ns, b.first_event_id,
-           lag(b.busy_end_ns) OVER (PARTITION BY t.tk, b.device_id ORDER BY b.busy_start_ns) AS gap_start_ns
+           lag(b.busy_end_ns) OVER w AS gap_start_ns,
+           row_number() OVER w - 1 AS gap_seq
     FROM int_busy_intervals b JOIN traces t USING (trace_id)
     WHERE b.busy_set = 'device'
+    WINDOW w AS (PARTITION BY t.tk, b.device_id ORDER BY b.busy_start_ns)
 ),
 gaps2 AS (
-    SELECT b.tk, b.device_id, b.gap_start_ns, b.busy_start_ns AS gap_end_ns, b.first_event_id,
-           e.proc_key AS next_proc_key, e.correlation_id AS next_corr, e.kind AS next_kind
+    SELECT b.tk, b.device_id, b.gap_seq, b.gap_start_ns, b.busy_start_ns AS gap_end_ns, b.first_event_id,
+           e.proc_key AS next_proc_key, e.correlation_id AS next_corr, e.kind AS next_kind, e.name AS next_name
     FROM b JOIN stg_events e ON e.event_id = b.first_event_id
     WHERE b.gap_start_ns IS NOT NULL
 ),
--- the first launch call (earliest start) of each (process, correlation id) that ends a gap
+-- the first launch call (earliest start) of each (process, correlation id); the gaps look theirs up.  Not narrowed
+-- to the gaps' ids first: reading gaps2 twice made DuckDB hold it whole, and at 4 M kernels the statement ran out
+-- of the memory_limit (the aggregate spills; the held rows did not)
 launches AS (
     SELECT proc_key, correlation_id, min(ts_ns) AS launch_ts_ns
     FROM stg_events
     WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch') AND correlation_id IS NOT NULL
-      AND (proc_key, correlation_id) IN (SELECT next_proc_key, next_corr FROM gaps2)
     GROUP BY proc_key, correlation_id
 ),
 syncs AS (
@@ -51,10 +57,11 @@ gaps AS (
     SELECT
         w.tk,
         w.device_id,
-        row_number() OVER (PARTITION BY w.tk, w.device_id ORDER BY w.gap_start_ns) AS gap_seq,
+        w.gap_seq,
         w.gap_start_ns,
         w.gap_end_ns,
-        w.first_event_id,
+        w.next_kind,
+        w.next_name,
         CASE
             WHEN w.sync_end_ns IS NOT NULL AND w.sync_end_ns >= w.gap_start_ns THEN 'sync_drain'
             WHEN w.next_kind IN ('memcpy', 'memset') THEN 'memcpy'
@@ -72,8 +79,7 @@ SELECT
     g.gap_end_ns,
     g.gap_end_ns - g.gap_start_ns AS gap_ns,
     g.cause,
-    e.kind AS next_kind,
-    e.name AS next_name
+    g.next_kind,
+    g.next_name
 FROM gaps g
 JOIN traces t USING (tk)
-JOIN stg_events e ON e.event_id = g.first_event_id

@@ -55,10 +55,40 @@ k AS (
            coalesce(launch_ts_ns, kernel_ts_ns) AS anchor_ns
     FROM kernel_taxbreak
 ),
+-- A join on (trace, pid) filtered by the anchor compared every kernel with every step of its process (1 M kernels,
+-- 1,000 steps: 10^9 pairs, 7.7 s).  Instead one ordered pass numbers a process's kernels by anchor and finds, for
+-- each step bound, how many kernels anchor before it (a bound sorts before kernels at its own time: the start is
+-- inclusive, the end exclusive); a step's kernels are then the numbers (before its start, before its end], found by
+-- equality.  Kernels tied at one anchor are all in or all out of a step, so their order among themselves is free.
+stpn AS MATERIALIZED (
+    SELECT row_number() OVER () AS srow, trace_id, step_id, pid, step_ts_ns, step_end_ns FROM stp
+    WHERE trace_id IS NOT NULL AND pid IS NOT NULL AND step_ts_ns IS NOT NULL AND step_end_ns IS NOT NULL
+),
+kpos AS (
+    SELECT trace_id, pid, t, ord, srow, is_end, device_id, kernel_end_ns, has_launch, is_charged, t_launch_obs_ns,
+           CAST(sum(ord) OVER (PARTITION BY hash(trace_id, pid) ORDER BY t, ord ROWS UNBOUNDED PRECEDING) AS BIGINT) AS n
+    FROM (
+        SELECT trace_id, pid, anchor_ns AS t, 1 AS ord, NULL::BIGINT AS srow, NULL::BOOLEAN AS is_end, device_id,
+               kernel_end_ns, has_launch, is_charged, t_launch_obs_ns
+        FROM k WHERE trace_id IS NOT NULL AND pid IS NOT NULL AND anchor_ns IS NOT NULL
+        UNION ALL
+        SELECT trace_id, pid, step_ts_ns, 0, srow, false, NULL, NULL, NULL, NULL, NULL FROM stpn
+        UNION ALL
+        SELECT trace_id, pid, step_end_ns, 0, srow, true, NULL, NULL, NULL, NULL, NULL FROM stpn
+    )
+),
+srange AS (
+    SELECT s.trace_id, s.step_id, s.pid, b.lo, b.hi
+    FROM (SELECT srow, max(n) FILTER (WHERE NOT is_end) AS lo, max(n) FILTER (WHERE is_end) AS hi
+          FROM kpos WHERE ord = 0 GROUP BY srow) b
+    JOIN stpn s USING (srow)
+    WHERE b.hi > b.lo
+),
 sk AS (
     SELECT s.trace_id, s.step_id, k.device_id, k.kernel_end_ns, k.has_launch, k.is_charged, k.t_launch_obs_ns
-    FROM stp s JOIN k ON k.trace_id = s.trace_id AND k.pid = s.pid
-     AND k.anchor_ns >= s.step_ts_ns AND k.anchor_ns < s.step_end_ns
+    FROM (SELECT trace_id, step_id, pid, unnest(range(greatest(lo + 1, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS n
+          FROM (SELECT *, unnest(range((lo + 1) // 2048, hi // 2048 + 1)) AS blk FROM srange)) s
+    JOIN (SELECT * FROM kpos WHERE ord = 1) k ON k.trace_id = s.trace_id AND k.pid = s.pid AND k.n = s.n
 ),
 -- windows: one per (trace, scope); the GPUs of each window
 win AS (
@@ -79,6 +109,34 @@ win_gpu AS (
        OR (w.scope_kind = 'step' AND (b.trace_id, b.device_id, w.step_id) IN
            (SELECT trace_id, device_id, step_id FROM sk))
 ),
+-- A window's gaps (and its kernel busy intervals, kiv_rng) are found by number, not by comparing every window with
+-- every interval of its GPU (1,001 windows x 1 M gaps: 10^9 pairs, 5 s each): a GPU's gaps are disjoint and numbered in
+-- time order (device_idle_gaps.gap_seq), so their starts and ends both rise with the number, and those overlapping a
+-- window are one run of numbers: from the first that ends after the window starts to the last that starts before
+-- it ends, joined by equality (the overlap test kept).  A run is unnested in blocks of 2,048 numbers: the trace
+-- window's run is every gap of the GPU, and one list of them all (80 MB at 10 M kernels) cannot spill.  Both ends come from one ASOF lookup of each window edge
+-- (the end as its last ns): the last interval starting at or before the window's start is its first overlap if it
+-- ends after that start, else the next one is; the last starting at or before its last ns is its last overlap.
+wg AS MATERIALIZED (SELECT row_number() OVER () AS wrow, * FROM win_gpu),
+-- one probe per window edge, both looked up in one ASOF: the last interval that starts at or before the probe
+wprobe AS (
+    SELECT wrow, trace_id, device_id, w_start AS p, false AS is_hi FROM wg
+    UNION ALL
+    SELECT wrow, trace_id, device_id, w_end - 1, true FROM wg
+),
+gap_rng AS (
+    SELECT g.trace_id, g.scope_kind, g.scope_key, g.device_id, g.w_start, g.w_end, x.lo, x.hi
+    FROM wg g JOIN (
+        SELECT q.wrow,
+               max(CASE WHEN d.gap_seq IS NULL THEN 1 WHEN d.gap_end_ns > q.p THEN d.gap_seq ELSE d.gap_seq + 1 END)
+                   FILTER (WHERE NOT q.is_hi) AS lo,
+               max(d.gap_seq) FILTER (WHERE q.is_hi) AS hi
+        FROM wprobe q ASOF LEFT JOIN device_idle_gaps d
+          ON d.trace_id = q.trace_id AND d.device_id = q.device_id AND q.p >= d.gap_start_ns
+        GROUP BY q.wrow
+    ) x USING (wrow)
+    WHERE x.lo <= x.hi
+),
 -- idle by cause: the gaps inside each window, clipped to it
 gap_w AS (
     SELECT g.trace_id, g.scope_kind, g.scope_key,
@@ -86,8 +144,11 @@ gap_w AS (
            sum(CASE WHEN d.cause = 'sync_drain' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS sync_ns,
            sum(CASE WHEN d.cause = 'memcpy' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS memcpy_ns,
            sum(CASE WHEN d.cause = 'other' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS other_ns
-    FROM win_gpu g JOIN device_idle_gaps d
-      ON d.trace_id = g.trace_id AND d.device_id = g.device_id AND d.gap_end_ns > g.w_start AND d.gap_start_ns < g.w_end
+    FROM (SELECT *, unnest(range(greatest(lo, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS r
+          FROM (SELECT *, unnest(range(lo // 2048, hi // 2048 + 1)) AS blk FROM gap_rng)) g
+    JOIN device_idle_gaps d
+      ON d.trace_id = g.trace_id AND d.device_id = g.device_id AND d.gap_seq = g.r
+     AND d.gap_end_ns > g.w_start AND d.gap_start_ns < g.w_end
     GROUP BY g.trace_id, g.scope_kind, g.scope_key
 ),
 -- the window's edges: before the GPU's first work of the trace (it waits for the host's first launch) and after its last
@@ -110,39 +171,67 @@ kiv1 AS (
                OVER (PARTITION BY trace_id, device_id ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
     FROM kiv0
 ),
-kiv AS (
-    SELECT trace_id, device_id, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns
+kiv AS MATERIALIZED (
+    SELECT trace_id, device_id, CAST(island AS BIGINT) AS island, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns
     FROM kiv1 GROUP BY trace_id, device_id, island
+),
+-- the kernel busy intervals of a window likewise: a GPU's islands are disjoint and numbered in time order
+kiv_rng AS (
+    SELECT g.trace_id, g.scope_kind, g.scope_key, g.device_id, g.w_start, g.w_end, x.lo, x.hi
+    FROM wg g JOIN (
+        SELECT q.wrow,
+               max(CASE WHEN i.island IS NULL THEN 1 WHEN i.busy_end_ns > q.p THEN i.island ELSE i.island + 1 END)
+                   FILTER (WHERE NOT q.is_hi) AS lo,
+               max(i.island) FILTER (WHERE q.is_hi) AS hi
+        FROM wprobe q ASOF LEFT JOIN kiv i
+          ON i.trace_id = q.trace_id AND i.device_id = q.device_id AND q.p >= i.busy_start_ns
+        GROUP BY q.wrow
+    ) x USING (wrow)
+    WHERE x.lo <= x.hi
 ),
 kbusy_w AS (
     SELECT g.trace_id, g.scope_kind, g.scope_key,
            sum(least(i.busy_end_ns, g.w_end) - greatest(i.busy_start_ns, g.w_start)) AS kernel_busy_ns
-    FROM win_gpu g JOIN kiv i
-      ON i.trace_id = g.trace_id AND i.device_id = g.device_id AND i.busy_end_ns > g.w_start AND i.busy_start_ns < g.w_end
+    FROM (SELECT *, unnest(range(greatest(lo, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS r
+          FROM (SELECT *, unnest(range(lo // 2048, hi // 2048 + 1)) AS blk FROM kiv_rng)) g
+    JOIN kiv i
+      ON i.trace_id = g.trace_id AND i.device_id = g.device_id AND i.island = g.r
+     AND i.busy_end_ns > g.w_start AND i.busy_start_ns < g.w_end
     GROUP BY g.trace_id, g.scope_kind, g.scope_key
 ),
--- kernels and launch samples per scope
+-- kernels and launch samples per scope; the launches queued longer than verdict_queue_wait_factor x T_sys are
+-- counted here (a list of every wait of the scope, filtered later, held 10 M numbers in one list for the trace
+-- scope at 10 M kernels: a list cannot spill)
 kq AS (
     SELECT trace_id, 'trace' AS scope_kind, trace_id AS scope_key, count(*) AS kernels,
            avg(CASE WHEN has_launch THEN 1.0 ELSE 0.0 END) AS launch_coverage,
            count(*) FILTER (WHERE is_charged AND has_launch) AS launch_samples,
            median(t_launch_obs_ns) FILTER (WHERE is_charged AND has_launch) AS median_wait,
-           list(t_launch_obs_ns) FILTER (WHERE is_charged AND has_launch) AS waits
-    FROM k GROUP BY trace_id
+           count(*) FILTER (WHERE is_charged AND has_launch
+                            AND t_launch_obs_ns > c.verdict_queue_wait_factor * t.t_sys_ns) AS queued_launches
+    FROM k LEFT JOIN tsys t USING (trace_id) CROSS JOIN cfg c GROUP BY trace_id
     UNION ALL
     SELECT trace_id, 'step', CAST(step_id AS VARCHAR), count(*),
            avg(CASE WHEN has_launch THEN 1.0 ELSE 0.0 END),
            count(*) FILTER (WHERE is_charged AND has_launch),
            median(t_launch_obs_ns) FILTER (WHERE is_charged AND has_launch),
-           list(t_launch_obs_ns) FILTER (WHERE is_charged AND has_launch)
-    FROM sk GROUP BY trace_id, step_id
+           count(*) FILTER (WHERE is_charged AND has_launch
+                            AND t_launch_obs_ns > c.verdict_queue_wait_factor * t.t_sys_ns)
+    FROM sk LEFT JOIN tsys t USING (trace_id) CROSS JOIN cfg c GROUP BY trace_id, step_id
+),
+-- a phase's median launch wait: over its leaf steps' launches
+phase_wait AS (
+    SELECT s.trace_id, s.phase, median(x.t_launch_obs_ns) FILTER (WHERE x.is_charged AND x.has_launch) AS median_wait
+    FROM sk x JOIN stp s USING (trace_id, step_id)
+    WHERE s.is_leaf_step AND s.phase IS NOT NULL
+    GROUP BY s.trace_id, s.phase
 ),
 ev_ts AS (
     SELECT w.trace_id, w.scope_kind, w.scope_key, coalesce(e.gpus, 0) AS gpus,
            coalesce(e.window_ns, w.w_end - w.w_start) AS window_ns,
            CAST(coalesce(e.window_ns * e.gpus, 0) AS BIGINT) AS gpu_window_ns,
            coalesce(q.kernels, 0) AS kernels, q.launch_coverage, coalesce(q.launch_samples, 0) AS launch_samples,
-           q.median_wait, q.waits,
+           q.median_wait, q.queued_launches,
            CAST(coalesce(g.late_ns, 0) + coalesce(e.lead_ns, 0) AS BIGINT) AS idle_launch_late_ns,
            CAST(coalesce(g.sync_ns, 0) AS BIGINT) AS idle_sync_drain_ns,
            CAST(coalesce(g.memcpy_ns, 0) AS BIGINT) AS idle_memcpy_ns,
@@ -157,14 +246,15 @@ ev_ts AS (
 -- a phase: its leaf steps' evidence summed
 ev AS (
     SELECT trace_id, scope_kind, scope_key, gpus, window_ns, gpu_window_ns, kernels, launch_coverage, launch_samples,
-           median_wait, waits, idle_launch_late_ns, idle_sync_drain_ns, idle_memcpy_ns, idle_other_ns, kernel_busy_ns
+           median_wait, queued_launches, idle_launch_late_ns, idle_sync_drain_ns, idle_memcpy_ns, idle_other_ns, kernel_busy_ns
     FROM ev_ts
     UNION ALL
     SELECT v.trace_id, 'phase', s.phase, max(v.gpus), sum(v.window_ns), sum(v.gpu_window_ns), sum(v.kernels),
            sum(v.launch_coverage * v.kernels) / nullif(sum(v.kernels), 0), sum(v.launch_samples),
-           NULL, flatten(list(v.waits)), sum(v.idle_launch_late_ns), sum(v.idle_sync_drain_ns),
+           any_value(pw.median_wait), sum(v.queued_launches), sum(v.idle_launch_late_ns), sum(v.idle_sync_drain_ns),
            sum(v.idle_memcpy_ns), sum(v.idle_other_ns), sum(v.kernel_busy_ns)
     FROM ev_ts v JOIN stp s ON s.trace_id = v.trace_id AND CAST(s.step_id AS VARCHAR) = v.scope_key
+    LEFT JOIN phase_wait pw ON pw.trace_id = s.trace_id AND pw.phase = s.phase
     WHERE v.scope_kind = 'step' AND s.is_leaf_step AND s.phase IS NOT NULL
     GROUP BY v.trace_id, s.phase
 ),
@@ -172,9 +262,8 @@ ev AS (
 sh AS (
     SELECT v.*, t.t_sys_ns,
            CAST(v.idle_launch_late_ns + v.idle_sync_drain_ns + v.idle_memcpy_ns + v.idle_other_ns AS BIGINT) AS idle_ns,
-           CAST(coalesce(v.median_wait, list_median(v.waits)) AS BIGINT) AS median_launch_wait_ns,
-           len(list_filter(v.waits, lambda w: w > c.verdict_queue_wait_factor * t.t_sys_ns))
-               / nullif(len(v.waits), 0) AS queued_launch_share
+           CAST(v.median_wait AS BIGINT) AS median_launch_wait_ns,
+           CAST(v.queued_launches AS BIGINT) / nullif(CAST(v.launch_samples AS BIGINT), 0) AS queued_launch_share
     FROM ev v LEFT JOIN tsys t USING (trace_id) CROSS JOIN cfg c
 ),
 sh2 AS (

@@ -288,5 +288,5 @@ SELECT
 FROM (
     SELECT f.*, ke.trace_id, ke.pid, ke.name
     FROM final f
-    JOIN stg_events ke ON ke.event_id = f.event_id
+    JOIN (SELECT event_id, trace_id, pid, name FROM stg_events WHERE kind = 'kernel') ke ON ke.event_id = f.event_id
 )

@@ -35,9 +35,11 @@
 -- column: delta_kt_excess_ns: max(0, t_launch_obs - T_sys), diagnostic only (ns)
 WITH
 -- only the columns read below: int_kernel_links' other texts (launch, Python and library names, link methods)
--- would ride through every join for nothing
+-- would ride through every join for nothing.  The per-kernel joins below key on (th, kernel_seq), th the trace id's
+-- hash, not on the 64-character trace id text (1 M kernels: 3 such joins and a dedup took 7 s of operator time on
+-- the text)
 k AS (
-    SELECT trace_id, kernel_seq, pid, device_id, kernel_name, op_name, op_namespace, correlation_id, launch_tid,
+    SELECT trace_id, hash(trace_id) AS th, kernel_seq, pid, device_id, kernel_name, op_name, op_namespace, correlation_id, launch_tid,
            kernel_ts_ns, kernel_end_ns, kernel_dur_ns, launch_ts_ns, op_ts_ns, py_ts_ns, is_linked,
            is_charged_launch, is_graph_launch, has_launch, has_py, has_lib
     FROM int_kernel_links
@@ -65,19 +67,19 @@ first_launch AS (
     SELECT trace_id, pid, min(correlation_id) AS first_corr FROM k WHERE launch_ts_ns IS NOT NULL GROUP BY ALL
 ),
 kq AS (
-    SELECT k.trace_id, k.kernel_seq, s.step_pid, s.step_level,
+    SELECT k.th, k.kernel_seq, hash(k.trace_id, s.step_pid) AS step_pk, s.step_level,
            CASE WHEN k.launch_ts_ns IS NOT NULL THEN k.launch_ts_ns
                 WHEN k.correlation_id < f.first_corr THEN NULL
                 ELSE k.kernel_ts_ns END AS host_ts_ns
-    FROM k JOIN step_levels s ON k.trace_id = s.trace_id AND k.pid = s.pid
+    FROM k JOIN step_levels s ON k.trace_id = s.trace_id AND k.pid = s.pid AND s.step_pid IS NOT NULL
     LEFT JOIN first_launch f ON f.trace_id = k.trace_id AND f.pid = k.pid
 ),
 kstep AS (
-    SELECT q.trace_id, q.kernel_seq, st.step_id, st.step_name, st.phase
-    FROM kq q ASOF JOIN int_steps st
-      ON q.trace_id = st.trace_id AND q.step_pid = st.pid AND q.step_level = st.step_level AND q.host_ts_ns >= st.step_ts_ns
+    SELECT q.th, q.kernel_seq, st.step_id, st.step_name, st.phase
+    FROM kq q ASOF JOIN (SELECT hash(trace_id, pid) AS step_pk, * FROM int_steps WHERE pid IS NOT NULL) st
+      ON q.step_pk = st.step_pk AND q.step_level = st.step_level AND q.host_ts_ns >= st.step_ts_ns
     WHERE q.host_ts_ns < st.step_end_ns
-    QUALIFY row_number() OVER (PARTITION BY q.trace_id, q.kernel_seq ORDER BY st.step_level DESC) = 1
+    QUALIFY row_number() OVER (PARTITION BY q.th, q.kernel_seq ORDER BY st.step_level DESC) = 1
 ),
 base0 AS (
     SELECT
@@ -113,17 +115,17 @@ calls AS (
     FROM stg_events WHERE host_call_class IN ('launch', 'sync') AND dur_ns > 0
 ),
 bq AS (
-    SELECT trace_id, kernel_seq, hash(trace_id, pid, launch_tid) AS thread_key, op_ts_ns, launch_ts_ns
+    SELECT th, kernel_seq, hash(trace_id, pid, launch_tid) AS thread_key, op_ts_ns, launch_ts_ns
     FROM base0 WHERE is_charged
 ),
 -- the calls begun before the launch, then (on those rows) the calls begun before the op
 b_at_launch AS (
-    SELECT q.trace_id, q.kernel_seq, q.thread_key, q.op_ts_ns,
+    SELECT q.th, q.kernel_seq, q.thread_key, q.op_ts_ns,
            c.cum_ns - greatest(0, c.end_ns - q.launch_ts_ns) AS cum_launch_ns
     FROM bq q ASOF JOIN calls c ON q.thread_key = c.thread_key AND q.launch_ts_ns > c.ts_ns
 ),
 blocked AS (
-    SELECT q.trace_id, q.kernel_seq,
+    SELECT q.th, q.kernel_seq,
            CAST(q.cum_launch_ns - coalesce(c.cum_ns - greatest(0, c.end_ns - q.op_ts_ns), 0) AS BIGINT)
                AS t_dispatch_blocked_ns
     FROM b_at_launch q ASOF LEFT JOIN calls c ON q.thread_key = c.thread_key AND q.op_ts_ns > c.ts_ns
@@ -131,7 +133,7 @@ blocked AS (
 x AS (
     SELECT b0.*, b.t_dispatch_base_ns, f.t_sys_ns, bk.t_dispatch_blocked_ns
     FROM base0 b0 JOIN base b USING (trace_id) JOIN trace_launch_floor f USING (trace_id)
-    LEFT JOIN blocked bk USING (trace_id, kernel_seq)
+    LEFT JOIN blocked bk ON bk.th = b0.th AND bk.kernel_seq = b0.kernel_seq
 )
 SELECT
     x.trace_id,
@@ -181,4 +183,4 @@ SELECT
         ELSE greatest(0, x.t_launch_obs_ns - x.t_sys_ns)
     END AS delta_kt_excess_ns
 FROM x
-LEFT JOIN kstep ks ON ks.trace_id = x.trace_id AND ks.kernel_seq = x.kernel_seq
+LEFT JOIN kstep ks ON ks.th = x.th AND ks.kernel_seq = x.kernel_seq
