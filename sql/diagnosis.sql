@@ -109,7 +109,7 @@ win_gpu AS (
        OR (w.scope_kind = 'step' AND (b.trace_id, b.device_id, w.step_id) IN
            (SELECT trace_id, device_id, step_id FROM sk))
 ),
--- A window's gaps (and its kernel busy intervals, kiv_rng) are found by number, not by comparing every window with
+-- A window's gaps (and its kernel busy intervals: ivl_rng, below) are found by number, not by comparing every window with
 -- every interval of its GPU (1,001 windows x 1 M gaps: 10^9 pairs, 5 s each): a GPU's gaps are disjoint and numbered in
 -- time order (device_idle_gaps.gap_seq), so their starts and ends both rise with the number, and those overlapping a
 -- window are one run of numbers: from the first that ends after the window starts to the last that starts before
@@ -123,33 +123,6 @@ wprobe AS (
     SELECT wrow, trace_id, device_id, w_start AS p, false AS is_hi FROM wg
     UNION ALL
     SELECT wrow, trace_id, device_id, w_end - 1, true FROM wg
-),
-gap_rng AS (
-    SELECT g.trace_id, g.scope_kind, g.scope_key, g.device_id, g.w_start, g.w_end, x.lo, x.hi
-    FROM wg g JOIN (
-        SELECT q.wrow,
-               max(CASE WHEN d.gap_seq IS NULL THEN 1 WHEN d.gap_end_ns > q.p THEN d.gap_seq ELSE d.gap_seq + 1 END)
-                   FILTER (WHERE NOT q.is_hi) AS lo,
-               max(d.gap_seq) FILTER (WHERE q.is_hi) AS hi
-        FROM wprobe q ASOF LEFT JOIN device_idle_gaps d
-          ON d.trace_id = q.trace_id AND d.device_id = q.device_id AND q.p >= d.gap_start_ns
-        GROUP BY q.wrow
-    ) x USING (wrow)
-    WHERE x.lo <= x.hi
-),
--- idle by cause: the gaps inside each window, clipped to it
-gap_w AS (
-    SELECT g.trace_id, g.scope_kind, g.scope_key,
-           sum(CASE WHEN d.cause = 'launch_late' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS late_ns,
-           sum(CASE WHEN d.cause = 'sync_drain' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS sync_ns,
-           sum(CASE WHEN d.cause = 'memcpy' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS memcpy_ns,
-           sum(CASE WHEN d.cause = 'other' THEN least(d.gap_end_ns, g.w_end) - greatest(d.gap_start_ns, g.w_start) ELSE 0 END) AS other_ns
-    FROM (SELECT *, unnest(range(greatest(lo, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS r
-          FROM (SELECT *, unnest(range(lo // 2048, hi // 2048 + 1)) AS blk FROM gap_rng)) g
-    JOIN device_idle_gaps d
-      ON d.trace_id = g.trace_id AND d.device_id = g.device_id AND d.gap_seq = g.r
-     AND d.gap_end_ns > g.w_start AND d.gap_start_ns < g.w_end
-    GROUP BY g.trace_id, g.scope_kind, g.scope_key
 ),
 -- the window's edges: before the GPU's first work of the trace (it waits for the host's first launch) and after its last
 edge_w AS (
@@ -175,29 +148,52 @@ kiv AS MATERIALIZED (
     SELECT trace_id, device_id, CAST(island AS BIGINT) AS island, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns
     FROM kiv1 GROUP BY trace_id, device_id, island
 ),
--- the kernel busy intervals of a window likewise: a GPU's islands are disjoint and numbered in time order
-kiv_rng AS (
-    SELECT g.trace_id, g.scope_kind, g.scope_key, g.device_id, g.w_start, g.w_end, x.lo, x.hi
+-- a GPU's idle gaps (src 'gap', with their cause) and kernel busy islands (src 'busy'): two sets of disjoint
+-- intervals, each numbered in time order, looked up the one way described above wg
+ivl AS MATERIALIZED (
+    SELECT 'gap' AS src, trace_id, device_id, gap_seq AS seq, gap_start_ns AS start_ns, gap_end_ns AS end_ns, cause
+    FROM device_idle_gaps
+    UNION ALL
+    SELECT 'busy', trace_id, device_id, island, busy_start_ns, busy_end_ns, NULL FROM kiv
+),
+ivl_rng AS (
+    SELECT g.trace_id, g.scope_kind, g.scope_key, g.device_id, g.w_start, g.w_end, x.src, x.lo, x.hi
     FROM wg g JOIN (
-        SELECT q.wrow,
-               max(CASE WHEN i.island IS NULL THEN 1 WHEN i.busy_end_ns > q.p THEN i.island ELSE i.island + 1 END)
+        SELECT q.wrow, q.src,
+               max(CASE WHEN d.seq IS NULL THEN 1 WHEN d.end_ns > q.p THEN d.seq ELSE d.seq + 1 END)
                    FILTER (WHERE NOT q.is_hi) AS lo,
-               max(i.island) FILTER (WHERE q.is_hi) AS hi
-        FROM wprobe q ASOF LEFT JOIN kiv i
-          ON i.trace_id = q.trace_id AND i.device_id = q.device_id AND q.p >= i.busy_start_ns
-        GROUP BY q.wrow
+               max(d.seq) FILTER (WHERE q.is_hi) AS hi
+        FROM (SELECT * FROM wprobe CROSS JOIN (VALUES ('gap'), ('busy')) s(src)) q
+        ASOF LEFT JOIN ivl d
+          ON d.src = q.src AND d.trace_id = q.trace_id AND d.device_id = q.device_id AND q.p >= d.start_ns
+        GROUP BY q.wrow, q.src
     ) x USING (wrow)
     WHERE x.lo <= x.hi
 ),
-kbusy_w AS (
-    SELECT g.trace_id, g.scope_kind, g.scope_key,
-           sum(least(i.busy_end_ns, g.w_end) - greatest(i.busy_start_ns, g.w_start)) AS kernel_busy_ns
+-- every interval of a window's runs, clipped to the window
+ivl_w AS (
+    SELECT g.trace_id, g.scope_kind, g.scope_key, g.src, d.cause,
+           least(d.end_ns, g.w_end) - greatest(d.start_ns, g.w_start) AS overlap_ns
     FROM (SELECT *, unnest(range(greatest(lo, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS r
-          FROM (SELECT *, unnest(range(lo // 2048, hi // 2048 + 1)) AS blk FROM kiv_rng)) g
-    JOIN kiv i
-      ON i.trace_id = g.trace_id AND i.device_id = g.device_id AND i.island = g.r
-     AND i.busy_end_ns > g.w_start AND i.busy_start_ns < g.w_end
-    GROUP BY g.trace_id, g.scope_kind, g.scope_key
+          FROM (SELECT *, unnest(range(lo // 2048, hi // 2048 + 1)) AS blk FROM ivl_rng)) g
+    JOIN ivl d
+      ON d.src = g.src AND d.trace_id = g.trace_id AND d.device_id = g.device_id AND d.seq = g.r
+     AND d.end_ns > g.w_start AND d.start_ns < g.w_end
+),
+-- idle by cause, and kernel busy time, per window
+gap_w AS (
+    SELECT trace_id, scope_kind, scope_key,
+           sum(CASE WHEN cause = 'launch_late' THEN overlap_ns ELSE 0 END) AS late_ns,
+           sum(CASE WHEN cause = 'sync_drain' THEN overlap_ns ELSE 0 END) AS sync_ns,
+           sum(CASE WHEN cause = 'memcpy' THEN overlap_ns ELSE 0 END) AS memcpy_ns,
+           sum(CASE WHEN cause = 'other' THEN overlap_ns ELSE 0 END) AS other_ns
+    FROM ivl_w WHERE src = 'gap'
+    GROUP BY trace_id, scope_kind, scope_key
+),
+kbusy_w AS (
+    SELECT trace_id, scope_kind, scope_key, sum(overlap_ns) AS kernel_busy_ns
+    FROM ivl_w WHERE src = 'busy'
+    GROUP BY trace_id, scope_kind, scope_key
 ),
 -- kernels and launch samples per scope; the launches queued longer than verdict_queue_wait_factor x T_sys are
 -- counted here (a list of every wait of the scope, filtered later, held 10 M numbers in one list for the trace
