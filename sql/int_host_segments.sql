@@ -40,15 +40,20 @@ iv AS (
 ),
 -- starts (+1, carrying -end in ord2 and the category) and ends (-1) of every range, one running sum ordered by
 -- (thread, time): each range nets 0, so the sum is the thread's nesting depth (see int_kernel_links).
+-- The sweep's small columns are one byte wide and the depth an INTEGER (a sum of INTEGERs is a 16-byte HUGEINT):
+-- two rows per host event are sorted and then joined on the depth, and narrower rows spill less at the analysis's
+-- memory_limit (the 512 MiB bench trace: 2.4 instead of 2.7 CPU-s for this table, the same rows).
 b AS (
-    SELECT pk, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id, category FROM iv
+    SELECT pk, ts_ns AS t, 1::UTINYINT AS ord, -end_ns AS ord2, 1::TINYINT AS delta, event_id,
+           category::UTINYINT AS category
+    FROM iv
     UNION ALL
-    SELECT pk, end_ns, 0, -ts_ns, -1, event_id, 0 FROM iv
+    SELECT pk, end_ns, 0::UTINYINT, -ts_ns, -1::TINYINT, event_id, 0::UTINYINT FROM iv
 ),
 d AS (
     SELECT
         pk, t, ord, ord2, category,
-        sum(delta) OVER w AS depth,
+        CAST(sum(delta) OVER w AS INTEGER) AS depth,
         lead(t) OVER w AS next_t,
         lead(pk) OVER w AS next_pk
     FROM b
