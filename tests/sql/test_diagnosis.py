@@ -3,12 +3,14 @@ shares computed by hand. Times in ns; GPU H100, so T_sys = 4510 ns (default tabl
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from taxbreak.engine.analysis import materialize
+from taxbreak.engine.plan import sql_files
 from taxbreak.ingest.lake import Lake
 
 from .scenarios import ev, kernel, write_trace
@@ -146,6 +148,61 @@ def test_not_enough_evidence(diag: dict) -> None:
     d = diag["few"]
     assert d["bound"] == "not enough evidence" and d["confidence"] == "low"
     assert "5 kernel(s)" in d["reason"]
+
+
+def test_median_launch_wait(diag: dict) -> None:
+    """The trace's median launch wait (kernel start - launch call start over its charged launches): an even count
+    takes the mean of the two middle samples, a scope without samples has none."""
+    # device: waits 1980 + 950 i for i < 30, the middle two i = 14 and 15
+    assert diag["device"]["launch_samples"] == N and diag["device"]["median_launch_wait_ns"] == 1980 + 950 * 14.5
+    assert diag["host"]["median_launch_wait_ns"] == 400 and diag["few"]["median_launch_wait_ns"] == 400
+    assert diag["unlinked"]["launch_samples"] == 0 and diag["unlinked"]["median_launch_wait_ns"] is None
+
+
+def _wait_median_sql(samples: str) -> str:
+    """diagnosis.sql's median by sort (its CTE wait_m, as the file has it) over ``samples``, a query of (sid, v)."""
+    text = next(f for f in sql_files() if f.name == "diagnosis").text
+    start = text.index("\nwait_m AS (") + 1
+    depth = 0
+    for end in range(text.index("(", start), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            break
+    return f"WITH wait_v AS ({samples}), {text[start:end + 1]} SELECT sid, median_wait FROM wait_m ORDER BY sid"
+
+
+def test_median_by_sort_is_duckdbs_median() -> None:
+    """Bit for bit DuckDB's median(BIGINT) (quantile_cont(v, 0.5), DOUBLE): odd and even counts, one sample,
+    duplicates, negatives, values near 2^62 (where lo + (hi - lo) / 2 would differ in the last bit)."""
+    groups = [[7], [3, 1], [5, 1, 3], [4, 4, 4, 4], [1, 2, 2, 3], [-7, 4], [-5, -5, -2, 9, 11, 11],
+              [301245584965428525, 3999017047563157035], [-2**62, 2**62 - 1, 2**62], [0, 0]]
+    rnd = random.Random(27)
+    for _ in range(300):
+        n = rnd.choice([1, 2, 3, 4, 5, rnd.randint(6, 200)])
+        span = rnd.choice([3, 1000, 10**9, 2**62])
+        groups.append([rnd.randint(-span, span) for _ in range(n)])
+    rows = [(g, v) for g, vals in enumerate(groups) for v in vals]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE s (sid BIGINT, v BIGINT)")
+    con.executemany("INSERT INTO s VALUES (?, ?)", rows)
+    want = con.execute("SELECT sid, median(v) FROM s GROUP BY sid ORDER BY sid").fetchall()
+    assert con.execute(_wait_median_sql("SELECT sid, v FROM s")).fetchall() == want
+    assert [m for _, m in want[:3]] == [7.0, 2.0, 3.0]
+
+
+def test_median_by_sort_spills_where_median_runs_out_of_memory(tmp_path: Path) -> None:
+    """median() holds a group's every value in one vector it cannot spill (10 M kernels in one trace: 128 MiB past
+    bench_analysis's 488 MiB limit); the sort in diagnosis.sql spills and gives the same value. Here 3 M samples of
+    one scope under a 28 MB memory_limit: median() asks for one 32 MiB vector (2^22 values), the sort needs < 20 MB."""
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    con.execute("SET temp_directory = $d", {"d": str(tmp_path / "spill")})
+    samples = "SELECT 1 AS sid, CAST(hash(i) % 1000003 AS BIGINT) AS v FROM range(3000000) r(i)"
+    want = con.execute(f"SELECT 1, median(v) FROM ({samples})").fetchall()
+    con.execute("SET memory_limit = '28MB'")
+    with pytest.raises(duckdb.OutOfMemoryException):
+        con.execute(f"SELECT median(v) FROM ({samples})").fetchall()
+    assert con.execute(_wait_median_sql(samples)).fetchall() == want
 
 
 VENDORED = Path(__file__).resolve().parents[1] / "data" / "public"
