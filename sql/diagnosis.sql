@@ -114,15 +114,20 @@ win_gpu AS (
 -- time order (device_idle_gaps.gap_seq), so their starts and ends both rise with the number, and those overlapping a
 -- window are one run of numbers: from the first that ends after the window starts to the last that starts before
 -- it ends, joined by equality (the overlap test kept).  A run is unnested in blocks of 2,048 numbers: the trace
--- window's run is every gap of the GPU, and one list of them all (80 MB at 10 M kernels) cannot spill.  Both ends come from one ASOF lookup of each window edge
+-- window's run is every gap of the GPU, and one list of them all (80 MB at 10 M kernels) cannot spill.  Both ends come from one lookup of each window edge (ivl_hit)
 -- (the end as its last ns): the last interval starting at or before the window's start is its first overlap if it
 -- ends after that start, else the next one is; the last starting at or before its last ns is its last overlap.
-wg AS MATERIALIZED (SELECT row_number() OVER () AS wrow, * FROM win_gpu),
--- one probe per window edge, both looked up in one ASOF: the last interval that starts at or before the probe
+-- the traces' numbers (tk): the interval and probe rows below carry it, not the 64-character trace id (at 10 M kernels
+-- 2 x 10 M interval rows are sorted and joined)
+tnum AS MATERIALIZED (
+    SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk FROM (SELECT DISTINCT trace_id FROM win)
+),
+wg AS MATERIALIZED (SELECT row_number() OVER () AS wrow, w.*, t.tk FROM win_gpu w JOIN tnum t USING (trace_id)),
+-- one probe per window edge, both looked up in one pass (ivl_hit): the last interval that starts at or before the probe
 wprobe AS (
-    SELECT wrow, trace_id, device_id, w_start AS p, false AS is_hi FROM wg
+    SELECT wrow, tk, device_id, w_start AS p, false AS is_hi FROM wg
     UNION ALL
-    SELECT wrow, trace_id, device_id, w_end - 1, true FROM wg
+    SELECT wrow, tk, device_id, w_end - 1, true FROM wg
 ),
 -- the window's edges: before the GPU's first work of the trace (it waits for the host's first launch) and after its last
 edge_w AS (
@@ -133,39 +138,57 @@ edge_w AS (
 ),
 -- kernel busy time: each GPU's kernels merged into disjoint intervals (touching ones join), clipped to the window
 kiv0 AS (
-    SELECT trace_id, device_id, ts_ns, end_ns,
-           max(end_ns) OVER (PARTITION BY trace_id, device_id ORDER BY ts_ns, end_ns
+    SELECT t.tk, d.device_id, d.ts_ns, d.end_ns,
+           max(d.end_ns) OVER (PARTITION BY t.tk, d.device_id ORDER BY d.ts_ns, d.end_ns
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-    FROM int_device_work WHERE kind = 'kernel'
+    FROM int_device_work d JOIN tnum t USING (trace_id) WHERE d.kind = 'kernel'
 ),
 kiv1 AS (
-    SELECT trace_id, device_id, ts_ns, end_ns,
+    SELECT tk, device_id, ts_ns, end_ns,
            sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
-               OVER (PARTITION BY trace_id, device_id ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+               OVER (PARTITION BY tk, device_id ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
     FROM kiv0
 ),
 kiv AS MATERIALIZED (
-    SELECT trace_id, device_id, CAST(island AS BIGINT) AS island, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns
-    FROM kiv1 GROUP BY trace_id, device_id, island
+    SELECT tk, device_id, CAST(island AS BIGINT) AS island, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns
+    FROM kiv1 GROUP BY tk, device_id, island
 ),
 -- a GPU's idle gaps (src 'gap', with their cause) and kernel busy islands (src 'busy'): two sets of disjoint
 -- intervals, each numbered in time order, looked up the one way described above wg
 ivl AS MATERIALIZED (
-    SELECT 'gap' AS src, trace_id, device_id, gap_seq AS seq, gap_start_ns AS start_ns, gap_end_ns AS end_ns, cause
-    FROM device_idle_gaps
+    SELECT 'gap' AS src, t.tk, g.device_id, g.gap_seq AS seq, g.gap_start_ns AS start_ns, g.gap_end_ns AS end_ns, g.cause
+    FROM device_idle_gaps g JOIN tnum t USING (trace_id)
     UNION ALL
-    SELECT 'busy', trace_id, device_id, island, busy_start_ns, busy_end_ns, NULL FROM kiv
+    SELECT 'busy', tk, device_id, island, busy_start_ns, busy_end_ns, NULL FROM kiv
+),
+-- each probe's interval (the last of its set that starts at or before it) by one ordered pass over the intervals and
+-- the probes of a GPU together, not an ASOF join: DuckDB's ASOF join holds each (set, trace, GPU) partition of the
+-- intervals pinned in memory, and the trace's 2 x 10 M intervals at 10 M kernels ran out of the memory_limit ("failed
+-- to pin block"), where a window's partitions spill.  An interval sorts before a probe at the same time (the ASOF's
+-- start_ns <= p); starts rise with the number (the intervals are disjoint), so the last one passed is the ASOF's.
+ivl_pts AS (
+    SELECT src, tk, device_id, start_ns AS t, 0 AS ord, seq, end_ns, NULL::BIGINT AS wrow, NULL::BOOLEAN AS is_hi
+    FROM ivl
+    UNION ALL
+    SELECT s.src, q.tk, q.device_id, q.p, 1, NULL, NULL, q.wrow, q.is_hi
+    FROM wprobe q CROSS JOIN (VALUES ('gap'), ('busy')) s(src)
+),
+ivl_hit AS (
+    SELECT * FROM (
+        SELECT wrow, src, is_hi, t AS p, last_value(seq IGNORE NULLS) OVER w AS seq,
+               last_value(end_ns IGNORE NULLS) OVER w AS end_ns
+        FROM ivl_pts
+        WINDOW w AS (PARTITION BY src, tk, device_id ORDER BY t, ord, seq ROWS UNBOUNDED PRECEDING)
+    ) WHERE wrow IS NOT NULL
 ),
 ivl_rng AS (
-    SELECT g.trace_id, g.scope_kind, g.scope_key, g.device_id, g.w_start, g.w_end, x.src, x.lo, x.hi
+    SELECT g.trace_id, g.tk, g.scope_kind, g.scope_key, g.device_id, g.w_start, g.w_end, x.src, x.lo, x.hi
     FROM wg g JOIN (
         SELECT q.wrow, q.src,
-               max(CASE WHEN d.seq IS NULL THEN 1 WHEN d.end_ns > q.p THEN d.seq ELSE d.seq + 1 END)
+               max(CASE WHEN q.seq IS NULL THEN 1 WHEN q.end_ns > q.p THEN q.seq ELSE q.seq + 1 END)
                    FILTER (WHERE NOT q.is_hi) AS lo,
-               max(d.seq) FILTER (WHERE q.is_hi) AS hi
-        FROM (SELECT * FROM wprobe CROSS JOIN (VALUES ('gap'), ('busy')) s(src)) q
-        ASOF LEFT JOIN ivl d
-          ON d.src = q.src AND d.trace_id = q.trace_id AND d.device_id = q.device_id AND q.p >= d.start_ns
+               max(q.seq) FILTER (WHERE q.is_hi) AS hi
+        FROM ivl_hit q
         GROUP BY q.wrow, q.src
     ) x USING (wrow)
     WHERE x.lo <= x.hi
@@ -177,7 +200,7 @@ ivl_w AS (
     FROM (SELECT *, unnest(range(greatest(lo, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS r
           FROM (SELECT *, unnest(range(lo // 2048, hi // 2048 + 1)) AS blk FROM ivl_rng)) g
     JOIN ivl d
-      ON d.src = g.src AND d.trace_id = g.trace_id AND d.device_id = g.device_id AND d.seq = g.r
+      ON d.src = g.src AND d.tk = g.tk AND d.device_id = g.device_id AND d.seq = g.r
      AND d.end_ns > g.w_start AND d.start_ns < g.w_end
 ),
 -- idle by cause, and kernel busy time, per window
