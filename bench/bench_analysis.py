@@ -209,7 +209,14 @@ def main() -> None:
     try:
         for n in args.kernels:
             work = root / f"k{n}" if len(args.kernels) > 1 else root
-            runs.append(_analyse(n, args.threads, work, args.full_ingest))
+            if len(args.kernels) == 1:
+                runs.append(_analyse(n, args.threads, work, args.full_ingest))
+                continue
+            # each size in a fresh process: the memory an earlier size's run left in this one (240 MB after 1 M
+            # kernels) would count in the next size's peak RSS
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                runs.append(pool.submit(_analyse, n, args.threads, work, args.full_ingest).result())
+            sys.stdout.flush()
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
         if len(runs) > 1:
