@@ -1,6 +1,6 @@
 -- table: diagnosis
 -- grain: one row per trace and scope: the trace (its IL window), each step (annotation start to the later of its end and its kernels' last end) and each phase (its leaf steps together)
--- reads: kernel_taxbreak, int_steps, device_busy, device_idle_gaps, int_device_work, skip_by_trace, taxbreak_by_scope, trace_launch_floor, run_config
+-- reads: kernel_taxbreak, int_steps, device_busy, device_idle_gaps, int_busy_intervals, skip_by_trace, taxbreak_by_scope, trace_launch_floor, run_config
 -- description: The verdict (docs/method.md "The verdict", ours): what bounds the scope, decided from the physical evidence of its GPU window, never from HDBI alone. Evidence per GPU that runs the scope's kernels, summed over them: merged busy time (kernels, memcpys, memsets), idle time by cause (device_idle_gaps: launch arrived late, sync drain, memcpy, other; plus the wait before the GPU's first work, a late launch too), transfer time, and the launch queue (kernel start minus launch call start per launch call, against the trace's T_sys). The rule, in order (thresholds are run_config settings): fewer than verdict_min_kernels kernels or no window -> 'not enough evidence'; kernel busy share >= verdict_device_busy_share -> 'device-bound'; the largest idle cause among late launches, sync drain and transfers, at or above its share setting -> 'host-bound', 'sync-bound' or 'transfer-bound' (late launches unknowable when under verdict_min_launch_coverage of kernels carry their launch call -> 'not enough evidence'); kernel busy share >= verdict_queued_busy_share with at least verdict_queued_launch_share of launches queued longer than verdict_queue_wait_factor x T_sys -> 'device-bound' (the host runs ahead); else 'balanced'. HDBI and HDBI_wall are evidence beside it: where HDBI reads the other way (below 0.5 for a device-bound scope, at or above 0.5 for a host-bound one) the row names the disagreement; a scope with no kernel linked to a framework op has no defined HDBI (T_Orchestrate has no terms, so HDBI reads 1 by construction) and leads with HDBI_wall.
 -- column: trace_id: trace key
 -- column: scope_kind: 'trace', 'step' or 'phase'
@@ -109,19 +109,20 @@ win_gpu AS (
        OR (w.scope_kind = 'step' AND (b.trace_id, b.device_id, w.step_id) IN
            (SELECT trace_id, device_id, step_id FROM sk))
 ),
--- A window's gaps (and its kernel busy intervals: ivl_rng, below) are found by number, not by comparing every window with
--- every interval of its GPU (1,001 windows x 1 M gaps: 10^9 pairs, 5 s each): a GPU's gaps are disjoint and numbered in
--- time order (device_idle_gaps.gap_seq), so their starts and ends both rise with the number, and those overlapping a
--- window are one run of numbers: from the first that ends after the window starts to the last that starts before
--- it ends, joined by equality (the overlap test kept).  A run is unnested in blocks of 2,048 numbers: the trace
--- window's run is every gap of the GPU, and one list of them all (80 MB at 10 M kernels) cannot spill.  Both ends come from one lookup of each window edge (ivl_hit)
--- (the end as its last ns): the last interval starting at or before the window's start is its first overlap if it
--- ends after that start, else the next one is; the last starting at or before its last ns is its last overlap.
 -- the traces' numbers (tk): the interval and probe rows below carry it, not the 64-character trace id (at 10 M kernels
 -- 2 x 10 M interval rows are sorted and joined)
 tnum AS MATERIALIZED (
     SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk FROM (SELECT DISTINCT trace_id FROM win)
 ),
+-- A window's gaps (and its kernel busy intervals: ivl_rng, below) are found by number, not by comparing every window with
+-- every interval of its GPU (1,001 windows x 1 M gaps: 10^9 pairs, 5 s each): a GPU's gaps are disjoint and numbered in
+-- time order (device_idle_gaps.gap_seq), so their starts and ends both rise with the number, and those overlapping a
+-- window are one run of numbers: from the first that ends after the window starts to the last that starts before
+-- it ends, joined by equality (the overlap test kept).  A run is unnested in blocks of 2,048 numbers: the trace
+-- window's run is every gap of the GPU, and one list of them all (80 MB at 10 M kernels) cannot spill.  Both ends
+-- come from one lookup of each window edge (ivl_hit; the end as its last ns): the last interval starting at or before
+-- the window's start is its first overlap if it ends after that start, else the next one is; the last starting at or
+-- before its last ns is its last overlap.
 wg AS MATERIALIZED (SELECT row_number() OVER () AS wrow, w.*, t.tk FROM win_gpu w JOIN tnum t USING (trace_id)),
 -- one probe per window edge, both looked up in one pass (ivl_hit): the last interval that starts at or before the probe
 wprobe AS (
@@ -136,22 +137,13 @@ edge_w AS (
            sum(greatest(0, w_end - greatest(last_end_ns, w_start))) AS tail_ns
     FROM win_gpu GROUP BY trace_id, scope_kind, scope_key
 ),
--- kernel busy time: each GPU's kernels merged into disjoint intervals (touching ones join), clipped to the window
-kiv0 AS (
-    SELECT t.tk, d.device_id, d.ts_ns, d.end_ns,
-           max(d.end_ns) OVER (PARTITION BY t.tk, d.device_id ORDER BY d.ts_ns, d.end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-    FROM int_device_work d JOIN tnum t USING (trace_id) WHERE d.kind = 'kernel'
-),
-kiv1 AS (
-    SELECT tk, device_id, ts_ns, end_ns,
-           sum(CASE WHEN prev_end_ns IS NULL OR ts_ns > prev_end_ns THEN 1 ELSE 0 END)
-               OVER (PARTITION BY tk, device_id ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
-    FROM kiv0
-),
-kiv AS MATERIALIZED (
-    SELECT tk, device_id, CAST(island AS BIGINT) AS island, min(ts_ns) AS busy_start_ns, max(end_ns) AS busy_end_ns
-    FROM kiv1 GROUP BY tk, device_id, island
+-- kernel busy time: each GPU's kernels merged into disjoint intervals (int_busy_intervals, set 'gpu_kernels': the one
+-- interval union), numbered in time order, clipped to the window below
+kiv AS (
+    SELECT t.tk, b.device_id, row_number() OVER (PARTITION BY t.tk, b.device_id ORDER BY b.busy_start_ns) AS island,
+           b.busy_start_ns, b.busy_end_ns
+    FROM int_busy_intervals b JOIN tnum t USING (trace_id)
+    WHERE b.busy_set = 'gpu_kernels'
 ),
 -- a GPU's idle gaps (src 'gap', with their cause) and kernel busy islands (src 'busy'): two sets of disjoint
 -- intervals, each numbered in time order, looked up the one way described above wg

@@ -1,11 +1,11 @@
 -- table: int_busy_intervals
--- grain: one row per merged busy interval of a set of device events: per GPU (busy_set 'device': its kernels, memcpys and memsets on every stream) and per trace (busy_set 'kernels': its kernels on every GPU and stream)
+-- grain: one row per merged busy interval of a set of device events: per GPU (busy_set 'device': its kernels, memcpys and memsets on every stream; busy_set 'gpu_kernels': its kernels on every stream) and per trace (busy_set 'kernels': its kernels on every GPU and stream)
 -- reads: stg_events
 -- materialize: temp
--- description: The one interval union of device work (METHOD.md section 3 and section 6): a set's events ordered by start; an interval starts where an event begins after every earlier event of its set ended, and ends at the latest end of its events (events that touch, end = next start, share an interval). device_idle_gaps (and so device_busy) read the 'device' set, skip_by_trace's merged kernel busy time the 'kernels' set. Intervals of a set are disjoint; a run-local table, never kept in the warehouse.
+-- description: The one interval union of device work (METHOD.md section 3 and section 6): a set's events ordered by start; an interval starts where an event begins after every earlier event of its set ended, and ends at the latest end of its events (events that touch, end = next start, share an interval). device_idle_gaps (and so device_busy) read the 'device' set, skip_by_trace's merged kernel busy time the 'kernels' set, diagnosis' kernel busy islands per GPU the 'gpu_kernels' set. Intervals of a set are disjoint; a run-local table, never kept in the warehouse.
 -- column: trace_id: trace key
--- column: busy_set: 'device' (kernels, memcpys, memsets of one GPU) or 'kernels' (kernels of the trace, every GPU)
--- column: device_id: GPU index in the 'device' set; NULL in the 'kernels' set
+-- column: busy_set: 'device' (kernels, memcpys, memsets of one GPU), 'gpu_kernels' (kernels of one GPU) or 'kernels' (kernels of the trace, every GPU)
+-- column: device_id: GPU index in the 'device' and 'gpu_kernels' sets; NULL in the 'kernels' set
 -- column: busy_start_ns: interval start, the start of its first event (ns)
 -- column: busy_end_ns: interval end, the latest end of its events (ns)
 -- column: first_event_id: run-local event_id of the event that starts the interval (earliest start, then lowest event_id)
@@ -13,6 +13,9 @@ WITH
 ev AS (
     SELECT event_id, trace_id, 'device' AS busy_set, device_id, ts_ns, end_ns
     FROM stg_events WHERE kind IN ('kernel', 'memcpy', 'memset') AND device_id IS NOT NULL
+    UNION ALL
+    SELECT event_id, trace_id, 'gpu_kernels' AS busy_set, device_id, ts_ns, end_ns
+    FROM stg_events WHERE kind = 'kernel' AND device_id IS NOT NULL
     UNION ALL
     SELECT event_id, trace_id, 'kernels' AS busy_set, NULL AS device_id, ts_ns, end_ns
     FROM stg_events WHERE kind = 'kernel'
