@@ -141,8 +141,8 @@ def test_code_version_follows_run_local_inputs_and_rules() -> None:
         files["int_busy_intervals"], text=files["int_busy_intervals"].text + "\n-- edited"))
     after = {n: code_version(n, edited) for n in before}
     changed = {n for n in before if before[n] != after[n]}
-    # the two tables that read it (their dependents follow through Dagster's upstream-changed staleness)
-    assert changed == {"device_idle_gaps", "skip_by_trace"}
+    # the three tables that read it (their dependents follow through Dagster's upstream-changed staleness)
+    assert changed == {"device_idle_gaps", "skip_by_trace", "diagnosis"}
     # each run setting: only the tables whose SQL reads its table (sql/ '-- reads:' headers)
     for attr, value, readers in (
         ("LIB_KERNEL_RULES", (99, "x", 1, "x", "own_name"), {"kernel_taxbreak"}),
