@@ -1,6 +1,6 @@
 -- table: device_idle_gaps
 -- grain: one row per idle gap of a GPU: time between two merged busy intervals (kernels, memcpys, memsets on any stream)
--- reads: int_busy_intervals, stg_events
+-- reads: int_busy_intervals, stg_events, int_traces
 -- description: Device idle gaps with their cause (ours): 'sync_drain' when a host synchronisation call returned inside the gap, else 'memcpy' when the work that ends the gap is a memcpy/memset, else 'launch_late' when the kernel that ends the gap was launched (launch call start) after the gap began, else 'other' (launched in time but started late: stream dependencies, events, other processes).
 -- column: trace_id: trace key
 -- column: device_id: GPU index
@@ -12,11 +12,8 @@
 -- column: next_kind: kind of the event that ends the gap (kernel, memcpy, memset)
 -- column: next_name: name of the event that ends the gap
 WITH
--- a trace's rows carry a small integer key through the ordered passes below instead of the trace id text
-traces AS (
-    SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk
-    FROM (SELECT DISTINCT trace_id FROM int_busy_intervals WHERE busy_set = 'device')
-),
+-- a trace's rows carry its run-local number (int_traces) through the ordered passes below instead of the trace id text
+traces AS (SELECT trace_id, trace_key AS tk FROM int_traces),
 -- the GPU's merged busy intervals (int_busy_intervals, set 'device'); a gap lies between two consecutive ones.
 -- The intervals are disjoint, so the gaps follow their order and a gap's number is its closing interval's
 -- (minus the first, which closes none), taken in the same ordered pass: numbering the gaps in a second window

@@ -1,6 +1,6 @@
 -- table: diagnosis
 -- grain: one row per trace and scope: the trace (its IL window), each step (annotation start to the later of its end and its kernels' last end) and each phase (its leaf steps together)
--- reads: int_scope_kernels, int_steps, device_busy, device_idle_gaps, int_busy_intervals, taxbreak_by_scope, trace_launch_floor, run_config
+-- reads: int_scope_kernels, int_steps, device_busy, device_idle_gaps, int_busy_intervals, taxbreak_by_scope, trace_launch_floor, run_config, int_traces
 -- description: The verdict (docs/method.md "The verdict", ours): what bounds the scope, decided from the physical evidence of its GPU window, never from HDBI alone. Evidence per GPU that runs the scope's kernels, summed over them: merged busy time (kernels, memcpys, memsets), idle time by cause (device_idle_gaps: launch arrived late, sync drain, memcpy, other; plus the wait before the GPU's first work, a late launch too), transfer time, and the launch queue (kernel start minus launch call start per launch call, against the trace's T_sys). The rule, in order (thresholds are run_config settings): fewer than verdict_min_kernels kernels or no window -> 'not enough evidence'; kernel busy share >= verdict_device_busy_share -> 'device-bound'; the largest idle cause among late launches, sync drain and transfers, at or above its share setting -> 'host-bound', 'sync-bound' or 'transfer-bound' (late launches unknowable when under verdict_min_launch_coverage of kernels carry their launch call -> 'not enough evidence'); kernel busy share >= verdict_queued_busy_share with at least verdict_queued_launch_share of launches queued longer than verdict_queue_wait_factor x T_sys -> 'device-bound' (the host runs ahead); else 'balanced'. HDBI and HDBI_wall are evidence beside it: where HDBI reads the other way (below 0.5 for a device-bound scope, at or above 0.5 for a host-bound one) the row names the disagreement; a scope with no kernel linked to a framework op has no defined HDBI (T_Orchestrate has no terms, so HDBI reads 1 by construction) and leads with HDBI_wall.
 -- column: trace_id: trace key
 -- column: scope_kind: 'trace', 'step' or 'phase'
@@ -61,11 +61,9 @@ win_gpu AS (
     FROM win w JOIN device_busy b ON b.trace_id = w.trace_id AND b.kernels > 0
     WHERE w.scope_kind = 'trace' OR list_contains(w.device_ids, b.device_id)
 ),
--- the traces' numbers (tk): the interval and probe rows below carry it, not the 64-character trace id (at 10 M kernels
--- 2 x 10 M interval rows are sorted and joined)
-tnum AS MATERIALIZED (
-    SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk FROM (SELECT DISTINCT trace_id FROM win)
-),
+-- the trace's run-local number (tk, int_traces): the interval and probe rows below carry it, not the 64-character
+-- trace id (at 10 M kernels 2 x 10 M interval rows are sorted and joined)
+tnum AS (SELECT trace_id, trace_key AS tk FROM int_traces),
 -- A window's gaps (and its kernel busy intervals: ivl_rng, below) are found by number, not by comparing every window with
 -- every interval of its GPU (1,001 windows x 1 M gaps: 10^9 pairs, 5 s each): a GPU's gaps are disjoint and numbered in
 -- time order (device_idle_gaps.gap_seq), so their starts and ends both rise with the number, and those overlapping a

@@ -1,6 +1,6 @@
 -- table: fusion_candidates
 -- grain: one row per trace, chain length L (2..8) and kernel-name chain with proximity score at or above the threshold
--- reads: int_kernel_links, stg_events, trace_launch_floor, run_config
+-- reads: int_kernel_links, stg_events, trace_launch_floor, run_config, int_traces
 -- description: Kernel-fusion candidates by proximity score (METHOD.md section 7): each process's kernels in launch order (launch call start, else kernel start), cut into segments at host synchronisation calls (*Synchronize*); every window of L consecutive kernels inside a segment is a chain c; PS(c) = count(c) / count(first kernel name in the trace). Kept: PS >= run_config.fusion_ps_threshold (1.0) and count(c) >= run_config.fusion_min_count (2, ours). Chains are compared by a 64-bit hash of their names.
 -- column: trace_id: trace key
 -- column: chain_len: L, kernels in the chain (kernels)
@@ -15,11 +15,12 @@
 -- column: is_listed: the chain is in the trace's list of maximal, non-overlapping chains (METHOD.md section 7, ours): going down candidate_rank, a chain is listed unless its kernel names can overlap a listed chain's (contained in it, or the same chain shifted), so the savings of listed chains add up; decided among the run_config.fusion_list_pool (500) best candidates, false beyond
 -- column: rank: rank among the listed chains (1 = most host time saved); NULL for chains not listed. The one ranking every output uses
 WITH RECURSIVE
--- the sweep carries small integer keys (trace, process), the kernel's position and its name's hash instead of the
--- trace id, pid and kernel name text; the names of the few listed chains are looked up at the end
+-- the sweep carries small integer keys (the trace's run-local number, int_traces; the process's), the kernel's
+-- position and its name's hash instead of the trace id, pid and kernel name text; the names of the few listed chains
+-- are looked up at the end
 procs AS (
-    SELECT trace_id, pid, dense_rank() OVER (ORDER BY trace_id) AS tk, row_number() OVER (ORDER BY trace_id, pid) AS pk
-    FROM (SELECT DISTINCT trace_id, pid FROM int_kernel_links)
+    SELECT p.trace_id, p.pid, t.trace_key AS tk, row_number() OVER (ORDER BY p.trace_id, p.pid) AS pk
+    FROM (SELECT DISTINCT trace_id, pid FROM int_kernel_links) p JOIN int_traces t USING (trace_id)
 ),
 kseq AS (
     SELECT p.tk, p.pk, k.kernel_seq, hash(k.kernel_name) AS h0, coalesce(k.launch_ts_ns, k.kernel_ts_ns) AS order_ts

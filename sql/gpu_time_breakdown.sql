@@ -1,6 +1,6 @@
 -- table: gpu_time_breakdown
 -- grain: one row per GPU of a trace
--- reads: int_device_work, stg_catalogue
+-- reads: int_device_work, stg_catalogue, int_traces
 -- description: Where each GPU's time goes, by work class (int_device_work: communication, compute, memcpy, memset), a temporal breakdown like HTA's (ours; docs/method.md section 3). Over the span from the GPU's first device event start to its last end, every instant is charged to one class in the order compute > communication > memory (memcpy or memset) > idle, so t_compute_ns + t_comm_exposed_ns + t_memory_exposed_ns + t_idle_ns = span_ns, and t_idle_ns equals device_busy.idle_ns. The per-class busy times count each class's own merged intervals (a class overlapping another is counted in both). Communication/computation overlap: the time both a communication and a compute kernel run, over the communication busy time.
 -- column: trace_id: trace key
 -- column: device_id: GPU index
@@ -25,10 +25,8 @@
 -- column: memory_exposed_fraction: t_memory_exposed_ns / span_ns (fraction)
 -- column: idle_fraction: t_idle_ns / span_ns (fraction)
 WITH
--- a trace's rows carry a small integer key through the sweep instead of the trace id text
-traces AS (
-    SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk FROM (SELECT DISTINCT trace_id FROM int_device_work)
-),
+-- a trace's rows carry its run-local number (int_traces) through the sweep instead of the trace id text
+traces AS (SELECT trace_id, trace_key AS tk FROM int_traces),
 work AS (
     SELECT t.tk, w.device_id, w.kind, w.ts_ns, w.end_ns, w.work_class
     FROM int_device_work w JOIN traces t USING (trace_id)

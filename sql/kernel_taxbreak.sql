@@ -1,6 +1,6 @@
 -- table: kernel_taxbreak
 -- grain: one row per kernel invocation
--- reads: int_kernel_links, int_steps, trace_launch_floor, int_kernel_names, stg_events
+-- reads: int_kernel_links, int_steps, trace_launch_floor, int_kernel_names, stg_events, int_traces
 -- description: The TaxBreak decomposition per kernel (METHOD.md section 2, paper-compatible mode). Host costs are charged once per launch call (is_charged): the other kernels of a graph launch carry 0, orphans carry NULL. For a charged linked kernel delta_ft_ns + delta_ct_ns + delta_kt_ns = t_py_ns + max(t_dispatch_ns, t_dispatch_base_ns if i_lib = 1) + t_sys_ns.
 -- column: trace_id: trace key
 -- column: kernel_seq: kernel position in the trace (see int_kernel_links)
@@ -35,14 +35,14 @@
 -- column: delta_kt_excess_ns: max(0, t_launch_obs - T_sys), diagnostic only (ns)
 WITH
 -- only the columns read below: int_kernel_links' other texts (launch, Python and library names, link methods)
--- would ride through every join for nothing.  The per-kernel joins below key on (th, kernel_seq), th the trace id's
--- hash, not on the 64-character trace id text (1 M kernels: 3 such joins and a dedup took 7 s of operator time on
--- the text)
+-- would ride through every join for nothing.  The per-kernel joins below key on (tk, kernel_seq), tk the trace's
+-- run-local number (int_traces), not on the 64-character trace id text (1 M kernels: 3 such joins and a dedup took
+-- 7 s of operator time on the text)
 k AS (
-    SELECT trace_id, hash(trace_id) AS th, kernel_seq, pid, device_id, kernel_name, op_name, op_namespace, correlation_id, launch_tid,
+    SELECT trace_id, t.trace_key AS tk, kernel_seq, pid, device_id, kernel_name, op_name, op_namespace, correlation_id, launch_tid,
            kernel_ts_ns, kernel_end_ns, kernel_dur_ns, launch_ts_ns, op_ts_ns, py_ts_ns, is_linked,
            is_charged_launch, is_graph_launch, has_launch, has_py, has_lib
-    FROM int_kernel_links
+    FROM int_kernel_links JOIN int_traces t USING (trace_id)
 ),
 lib_traces AS (SELECT DISTINCT trace_id FROM stg_events WHERE host_call_class = 'library'),
 -- The library name rules match the kernel's own name (return type, template arguments and parameters removed) or
@@ -67,7 +67,7 @@ first_launch AS (
     SELECT trace_id, pid, min(correlation_id) AS first_corr FROM k WHERE launch_ts_ns IS NOT NULL GROUP BY ALL
 ),
 kq AS (
-    SELECT k.th, k.kernel_seq, hash(k.trace_id, s.step_pid) AS step_pk, s.step_level,
+    SELECT k.tk, k.kernel_seq, hash(k.trace_id, s.step_pid) AS step_pk, s.step_level,
            CASE WHEN k.launch_ts_ns IS NOT NULL THEN k.launch_ts_ns
                 WHEN k.correlation_id < f.first_corr THEN NULL
                 ELSE k.kernel_ts_ns END AS host_ts_ns
@@ -75,11 +75,11 @@ kq AS (
     LEFT JOIN first_launch f ON f.trace_id = k.trace_id AND f.pid = k.pid
 ),
 kstep AS (
-    SELECT q.th, q.kernel_seq, st.step_id, st.step_name, st.phase
+    SELECT q.tk, q.kernel_seq, st.step_id, st.step_name, st.phase
     FROM kq q ASOF JOIN (SELECT hash(trace_id, pid) AS step_pk, * FROM int_steps WHERE pid IS NOT NULL) st
       ON q.step_pk = st.step_pk AND q.step_level = st.step_level AND q.host_ts_ns >= st.step_ts_ns
     WHERE q.host_ts_ns < st.step_end_ns
-    QUALIFY row_number() OVER (PARTITION BY q.th, q.kernel_seq ORDER BY st.step_level DESC) = 1
+    QUALIFY row_number() OVER (PARTITION BY q.tk, q.kernel_seq ORDER BY st.step_level DESC) = 1
 ),
 base0 AS (
     SELECT
@@ -115,17 +115,17 @@ calls AS (
     FROM stg_events WHERE host_call_class IN ('launch', 'sync') AND dur_ns > 0
 ),
 bq AS (
-    SELECT th, kernel_seq, hash(trace_id, pid, launch_tid) AS thread_key, op_ts_ns, launch_ts_ns
+    SELECT tk, kernel_seq, hash(trace_id, pid, launch_tid) AS thread_key, op_ts_ns, launch_ts_ns
     FROM base0 WHERE is_charged
 ),
 -- the calls begun before the launch, then (on those rows) the calls begun before the op
 b_at_launch AS (
-    SELECT q.th, q.kernel_seq, q.thread_key, q.op_ts_ns,
+    SELECT q.tk, q.kernel_seq, q.thread_key, q.op_ts_ns,
            c.cum_ns - greatest(0, c.end_ns - q.launch_ts_ns) AS cum_launch_ns
     FROM bq q ASOF JOIN calls c ON q.thread_key = c.thread_key AND q.launch_ts_ns > c.ts_ns
 ),
 blocked AS (
-    SELECT q.th, q.kernel_seq,
+    SELECT q.tk, q.kernel_seq,
            CAST(q.cum_launch_ns - coalesce(c.cum_ns - greatest(0, c.end_ns - q.op_ts_ns), 0) AS BIGINT)
                AS t_dispatch_blocked_ns
     FROM b_at_launch q ASOF LEFT JOIN calls c ON q.thread_key = c.thread_key AND q.op_ts_ns > c.ts_ns
@@ -133,7 +133,7 @@ blocked AS (
 x AS (
     SELECT b0.*, b.t_dispatch_base_ns, f.t_sys_ns, bk.t_dispatch_blocked_ns
     FROM base0 b0 JOIN base b USING (trace_id) JOIN trace_launch_floor f USING (trace_id)
-    LEFT JOIN blocked bk ON bk.th = b0.th AND bk.kernel_seq = b0.kernel_seq
+    LEFT JOIN blocked bk ON bk.tk = b0.tk AND bk.kernel_seq = b0.kernel_seq
 )
 SELECT
     x.trace_id,
@@ -183,4 +183,4 @@ SELECT
         ELSE greatest(0, x.t_launch_obs_ns - x.t_sys_ns)
     END AS delta_kt_excess_ns
 FROM x
-LEFT JOIN kstep ks ON ks.th = x.th AND ks.kernel_seq = x.kernel_seq
+LEFT JOIN kstep ks ON ks.tk = x.tk AND ks.kernel_seq = x.kernel_seq

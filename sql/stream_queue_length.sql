@@ -1,6 +1,6 @@
 -- table: stream_queue_length
 -- grain: one row per change of a GPU stream's queue length: a time at which kernels were enqueued on the stream or ended
--- reads: int_kernel_links
+-- reads: int_kernel_links, int_traces
 -- description: The queue of each GPU stream over time, like HTA's queue-length view (ours; docs/method.md section 6): a kernel is queued from its launch call's start (the earlier of that and its own start, so clock skew cannot make a queue negative) until it ends. Kernels without a launch call (orphans) have no known enqueue time and are left out. queue_length is the number of kernels launched and not yet ended after the change, held for held_ns until the stream's next change (0 at its last).
 -- column: trace_id: trace key
 -- column: device_id: GPU index
@@ -9,11 +9,8 @@
 -- column: queue_length: kernels launched and not yet ended after the change (kernels)
 -- column: held_ns: time until the stream's next change (ns)
 WITH
--- a stream's rows carry a small integer key through the sweep instead of the trace id text
-traces AS (
-    SELECT trace_id, row_number() OVER (ORDER BY trace_id) AS tk
-    FROM (SELECT DISTINCT trace_id FROM int_kernel_links WHERE launch_ts_ns IS NOT NULL)
-),
+-- a stream's rows carry its trace's run-local number (int_traces) through the sweep instead of the trace id text
+traces AS (SELECT trace_id, trace_key AS tk FROM int_traces),
 k AS (
     SELECT t.tk, k.device_id, k.stream_id, least(k.launch_ts_ns, k.kernel_ts_ns) AS enq_ns, k.kernel_end_ns
     FROM int_kernel_links k JOIN traces t USING (trace_id)

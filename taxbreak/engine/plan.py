@@ -64,6 +64,7 @@ INPUTS: tuple[Input, ...] = _LAKE_INPUTS + tuple(
 # statement parameters the engine binds: name -> what it holds
 PARAMETERS: dict[str, str] = {
     "event_files": "the lake's event partitions of the run's traces (Parquet paths), read by stg_events",
+    "trace_ids": "the run's traces (trace ids), in the order of event_files; int_traces numbers them",
 }
 
 

@@ -23,7 +23,7 @@ def test_sql_files_ordered_and_documented() -> None:
         for dep in f.reads:
             if dep in pos:
                 assert pos[dep] < pos[f.name], (dep, f.name)
-        assert f.params in ([], ["event_files"]), f.name  # only the lake file list is bound
+        assert f.params in ([], ["event_files"], ["trace_ids"]), f.name  # only the run's file list and trace list are bound
     assert names.index("int_kernel_links") < names.index("kernel_taxbreak") < names.index("taxbreak_by_scope")
 
 
@@ -49,7 +49,7 @@ def test_plan_declares_every_input(tmp_path: Path) -> None:
     bound = analysis.prepare(con, tmp_path / "lake", [MIXED_ID], tables=["trace_meta"])
     made = {r[0] for r in con.execute(temp_tables).fetchall()}
     assert made - before - {"_run_state"} == declared
-    assert set(bound) - {"trace_ids"} == set(plan.PARAMETERS) and bound["trace_ids"] == [MIXED_ID]
+    assert set(bound) == set(plan.PARAMETERS) and bound["trace_ids"] == [MIXED_ID]
     con.close()
 
 
@@ -213,3 +213,18 @@ def test_run_local_tables_live_in_the_unlinked_scratch_database(tmp_path: Path) 
     assert analysis.scratch(con) == "_run"
     con.close()
     assert [p.name for p in tmp_path.iterdir() if "-run-" in p.name] == []
+
+
+def test_int_traces_is_the_number_stg_events_carries(tmp_path: Path) -> None:
+    """One run-local trace number (int_traces): the tables' ordered passes join it, and it is stg_events.trace_key,
+    the place of the trace's events file in the run's list, for every trace of a run of two."""
+    lake = build_mixed(tmp_path / "lake")
+    write_trace(lake, FUSION_ID, fusion_rows(), gpu="NVIDIA A100-SXM4-80GB", file_name="fusion.json")
+    con = analysis.connect(None)
+    bound = analysis.prepare(con, tmp_path / "lake", [FUSION_ID, MIXED_ID])
+    keys = con.execute("SELECT trace_id, trace_key FROM int_traces ORDER BY trace_key").fetchall()
+    assert keys == [(t, i) for i, t in enumerate(bound["trace_ids"])]
+    assert sorted(t for t, _ in keys) == sorted([FUSION_ID, MIXED_ID])
+    assert con.execute("SELECT DISTINCT trace_id, trace_key FROM stg_events ORDER BY trace_key").fetchall() == keys
+    assert con.execute("SELECT DISTINCT event_id >> 40 FROM stg_events ORDER BY 1").fetchall() == [(0,), (1,)]
+    con.close()
