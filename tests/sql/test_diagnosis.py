@@ -160,7 +160,8 @@ def test_median_launch_wait(diag: dict) -> None:
 
 
 def _wait_median_sql(samples: str) -> str:
-    """int_scope_kernels.sql's median by sort (its CTE wait_m, as the file has it) over ``samples``, a query of (sid, v)."""
+    """int_scope_kernels.sql's median by sort (its CTE wait_m, as the file has it) over ``samples``, a query of
+    (sid, v)."""
     text = next(f for f in sql_files() if f.name == "int_scope_kernels").text
     start = text.index("\nwait_m AS (") + 1
     depth = 0
@@ -192,8 +193,9 @@ def test_median_by_sort_is_duckdbs_median() -> None:
 
 def test_median_by_sort_spills_where_median_runs_out_of_memory(tmp_path: Path) -> None:
     """median() holds a group's every value in one vector it cannot spill (10 M kernels in one trace: 128 MiB past
-    bench_analysis's 488 MiB limit); the sort in int_scope_kernels.sql spills and gives the same value. Here 3 M samples of
-    one scope under a 28 MB memory_limit: median() asks for one 32 MiB vector (2^22 values), the sort needs < 20 MB."""
+    bench_analysis's 488 MiB limit); the sort in int_scope_kernels.sql spills and gives the same value. Here 3 M
+    samples of one scope under a 28 MB memory_limit: median() asks for one 32 MiB vector (2^22 values), the sort needs
+    < 20 MB."""
     con = duckdb.connect()
     con.execute("SET threads = 2")
     con.execute("SET temp_directory = $d", {"d": str(tmp_path / "spill")})

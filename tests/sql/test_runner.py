@@ -23,7 +23,7 @@ def test_sql_files_ordered_and_documented() -> None:
         for dep in f.reads:
             if dep in pos:
                 assert pos[dep] < pos[f.name], (dep, f.name)
-        assert f.params in ([], ["event_files"], ["trace_ids"]), f.name  # only the run's file list and trace list are bound
+        assert f.params in ([], ["event_files"], ["trace_ids"]), f.name  # the run's file and trace lists only
     assert names.index("int_kernel_links") < names.index("kernel_taxbreak") < names.index("taxbreak_by_scope")
 
 
