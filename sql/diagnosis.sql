@@ -52,7 +52,8 @@ stp AS (
 -- the scopes' windows, the GPUs that run their kernels and their launch queue: int_scope_kernels, its own statement
 -- (its sorts and this statement's passes over the GPUs' intervals ran out of memory together at 10 M kernels)
 win AS (
-    SELECT trace_id, scope_kind, scope_key, step_id, window_start_ns AS w_start, window_end_ns AS w_end, device_ids
+    SELECT trace_id, scope_kind, scope_key, step_id, window_start_ns AS w_start, window_end_ns AS w_end, device_ids,
+           kernels, launch_coverage, launch_samples, queued_launches, median_launch_wait_ns AS median_wait
     FROM int_scope_kernels WHERE scope_kind <> 'phase'
 ),
 win_gpu AS (
@@ -160,19 +161,12 @@ kbusy_w AS (
     FROM ivl_w WHERE src = 'busy'
     GROUP BY trace_id, scope_kind, scope_key
 ),
-kq AS (
-    SELECT trace_id, scope_kind, scope_key, kernels, launch_coverage, launch_samples, queued_launches
-    FROM int_scope_kernels WHERE scope_kind <> 'phase'
-),
-wait_med AS (
-    SELECT trace_id, scope_kind, scope_key, median_launch_wait_ns AS median_wait FROM int_scope_kernels
-),
 ev_ts AS (
     SELECT w.trace_id, w.scope_kind, w.scope_key, coalesce(e.gpus, 0) AS gpus,
            coalesce(e.window_ns, w.w_end - w.w_start) AS window_ns,
            CAST(coalesce(e.window_ns * e.gpus, 0) AS BIGINT) AS gpu_window_ns,
-           coalesce(q.kernels, 0) AS kernels, q.launch_coverage, coalesce(q.launch_samples, 0) AS launch_samples,
-           m.median_wait, q.queued_launches,
+           coalesce(w.kernels, 0) AS kernels, w.launch_coverage, coalesce(w.launch_samples, 0) AS launch_samples,
+           w.median_wait, w.queued_launches,
            CAST(coalesce(g.late_ns, 0) + coalesce(e.lead_ns, 0) AS BIGINT) AS idle_launch_late_ns,
            CAST(coalesce(g.sync_ns, 0) AS BIGINT) AS idle_sync_drain_ns,
            CAST(coalesce(g.memcpy_ns, 0) AS BIGINT) AS idle_memcpy_ns,
@@ -182,8 +176,6 @@ ev_ts AS (
     LEFT JOIN edge_w e USING (trace_id, scope_kind, scope_key)
     LEFT JOIN gap_w g USING (trace_id, scope_kind, scope_key)
     LEFT JOIN kbusy_w x USING (trace_id, scope_kind, scope_key)
-    LEFT JOIN kq q USING (trace_id, scope_kind, scope_key)
-    LEFT JOIN wait_med m USING (trace_id, scope_kind, scope_key)
 ),
 -- a phase: its leaf steps' evidence summed
 ev AS (
@@ -193,10 +185,10 @@ ev AS (
     UNION ALL
     SELECT v.trace_id, 'phase', s.phase, max(v.gpus), sum(v.window_ns), sum(v.gpu_window_ns), sum(v.kernels),
            sum(v.launch_coverage * v.kernels) / nullif(sum(v.kernels), 0), sum(v.launch_samples),
-           any_value(m.median_wait), sum(v.queued_launches), sum(v.idle_launch_late_ns), sum(v.idle_sync_drain_ns),
+           any_value(m.median_launch_wait_ns), sum(v.queued_launches), sum(v.idle_launch_late_ns), sum(v.idle_sync_drain_ns),
            sum(v.idle_memcpy_ns), sum(v.idle_other_ns), sum(v.kernel_busy_ns)
     FROM ev_ts v JOIN stp s ON s.trace_id = v.trace_id AND CAST(s.step_id AS VARCHAR) = v.scope_key
-    LEFT JOIN wait_med m ON m.trace_id = s.trace_id AND m.scope_kind = 'phase' AND m.scope_key = s.phase
+    LEFT JOIN int_scope_kernels m ON m.trace_id = s.trace_id AND m.scope_kind = 'phase' AND m.scope_key = s.phase
     WHERE v.scope_kind = 'step' AND s.is_leaf_step AND s.phase IS NOT NULL
     GROUP BY v.trace_id, s.phase
 ),

@@ -20,7 +20,7 @@ cfg AS (SELECT * FROM run_config),
 tsys AS (SELECT trace_id, t_sys_ns FROM trace_launch_floor),
 -- the kernels of a scope; a step holds the kernels its process launched inside it (nested steps included)
 stp AS (
-    SELECT trace_id, step_id, step_name, phase, pid, step_ts_ns, step_end_ns, is_leaf_step FROM int_steps
+    SELECT trace_id, step_id, phase, pid, step_ts_ns, step_end_ns, is_leaf_step FROM int_steps
 ),
 k AS (
     SELECT trace_id, pid, device_id, kernel_ts_ns, kernel_end_ns, has_launch, is_charged, t_launch_obs_ns,
