@@ -63,19 +63,19 @@ win_gpu AS (
     WHERE w.scope_kind = 'trace' OR list_contains(w.device_ids, b.device_id)
 ),
 -- the trace's run-local number (tk, int_traces): the interval and probe rows below carry it, not the 64-character
--- trace id (at 10 M kernels 2 x 10 M interval rows are sorted and joined)
+-- trace id (at 10 M kernels 2 x 10 M interval rows are sorted)
 tnum AS (SELECT trace_id, trace_key AS tk FROM int_traces),
--- A window's gaps (and its kernel busy intervals: ivl_rng, below) are found by number, not by comparing every window with
--- every interval of its GPU (1,001 windows x 1 M gaps: 10^9 pairs, 5 s each): a GPU's gaps are disjoint and numbered in
--- time order (device_idle_gaps.gap_seq), so their starts and ends both rise with the number, and those overlapping a
--- window are one run of numbers: from the first that ends after the window starts to the last that starts before
--- it ends, joined by equality (the overlap test kept).  A run is unnested in blocks of 2,048 numbers: the trace
--- window's run is every gap of the GPU, and one list of them all (80 MB at 10 M kernels) cannot spill.  Both ends
--- come from one lookup of each window edge (ivl_hit; the end as its last ns): the last interval starting at or before
--- the window's start is its first overlap if it ends after that start, else the next one is; the last starting at or
--- before its last ns is its last overlap.
+-- A window's idle time by cause and its kernel busy time are its overlap with a GPU's disjoint intervals of one cause
+-- (idle gaps of each cause, kernel busy islands), found without visiting the intervals inside the window (the trace
+-- window holds every one of its GPU's 2 x 10 M intervals at 10 M kernels; unnesting and joining them back ran out
+-- of memory).  Take one cause's intervals in time order with the running sum of their lengths, C(k) through interval
+-- k.  With s the last of them starting at or before the window's start ws and h the last starting before its end
+-- we, those overlapping [ws, we) run from s (if it ends after ws, else the next) to h, so their overlap is
+--     C(h) - C(s) + max(0, end(s) - ws) - max(0, end(h) - we)
+-- (s or h missing: C = 0, no clip).  Each window edge is one probe per cause; its s or h, with C, comes from one
+-- ordered pass over the intervals and probes of a cause and GPU together (ivl_hit), so a window's overlap is the sum
+-- of its two probes' signed terms.  (Windows never end before they start: int_scope_kernels.)
 wg AS MATERIALIZED (SELECT row_number() OVER () AS wrow, w.*, t.tk FROM win_gpu w JOIN tnum t USING (trace_id)),
--- one probe per window edge, both looked up in one pass (ivl_hit): the last interval that starts at or before the probe
 wprobe AS (
     SELECT wrow, tk, device_id, w_start AS p, false AS is_hi FROM wg
     UNION ALL
@@ -88,78 +88,53 @@ edge_w AS (
            sum(greatest(0, w_end - greatest(last_end_ns, w_start))) AS tail_ns
     FROM win_gpu GROUP BY trace_id, scope_kind, scope_key
 ),
--- kernel busy time: each GPU's kernels merged into disjoint intervals (int_busy_intervals, set 'gpu_kernels': the one
--- interval union), numbered in time order, clipped to the window below
-kiv AS (
-    SELECT t.tk, b.device_id, row_number() OVER (PARTITION BY t.tk, b.device_id ORDER BY b.busy_start_ns) AS island,
+-- a GPU's idle gaps (by their cause) and kernel busy islands (cause 'busy': each GPU's kernels merged into disjoint
+-- intervals, int_busy_intervals set 'gpu_kernels', the one interval union), each numbered in time order (the number
+-- breaks ties of equal starts)
+ivl AS (
+    SELECT g.cause, t.tk, g.device_id, g.gap_seq AS seq, g.gap_start_ns AS start_ns, g.gap_end_ns AS end_ns
+    FROM device_idle_gaps g JOIN tnum t USING (trace_id)
+    UNION ALL
+    SELECT 'busy', t.tk, b.device_id, row_number() OVER (PARTITION BY t.tk, b.device_id ORDER BY b.busy_start_ns),
            b.busy_start_ns, b.busy_end_ns
     FROM int_busy_intervals b JOIN tnum t USING (trace_id)
     WHERE b.busy_set = 'gpu_kernels'
 ),
--- a GPU's idle gaps (src 'gap', with their cause) and kernel busy islands (src 'busy'): two sets of disjoint
--- intervals, each numbered in time order, looked up the one way described above wg
-ivl AS MATERIALIZED (
-    SELECT 'gap' AS src, t.tk, g.device_id, g.gap_seq AS seq, g.gap_start_ns AS start_ns, g.gap_end_ns AS end_ns, g.cause
-    FROM device_idle_gaps g JOIN tnum t USING (trace_id)
-    UNION ALL
-    SELECT 'busy', tk, device_id, island, busy_start_ns, busy_end_ns, NULL FROM kiv
-),
--- each probe's interval (the last of its set that starts at or before it) by one ordered pass over the intervals and
--- the probes of a GPU together, not an ASOF join: DuckDB's ASOF join holds each (set, trace, GPU) partition of the
--- intervals pinned in memory, and the trace's 2 x 10 M intervals at 10 M kernels ran out of the memory_limit ("failed
--- to pin block"), where a window's partitions spill.  An interval sorts before a probe at the same time (the ASOF's
--- start_ns <= p); starts rise with the number (the intervals are disjoint), so the last one passed is the ASOF's.
+-- each probe's interval (the last of its cause that starts at or before it) and the running sum through it, by one
+-- ordered pass, not an ASOF join: DuckDB's ASOF join holds each partition of the intervals pinned in memory ("failed
+-- to pin block" at 10 M kernels), where a window's partitions spill.  An interval sorts before a probe at the same
+-- time (start_ns <= p); probes add nothing to the sum.
 ivl_pts AS (
-    SELECT src, tk, device_id, start_ns AS t, 0 AS ord, seq, end_ns, NULL::BIGINT AS wrow, NULL::BOOLEAN AS is_hi
+    SELECT cause, tk, device_id, start_ns AS t, 0 AS ord, seq, end_ns, end_ns - start_ns AS len_ns,
+           NULL::BIGINT AS wrow, NULL::BOOLEAN AS is_hi
     FROM ivl
     UNION ALL
-    SELECT s.src, q.tk, q.device_id, q.p, 1, NULL, NULL, q.wrow, q.is_hi
-    FROM wprobe q CROSS JOIN (VALUES ('gap'), ('busy')) s(src)
+    SELECT c.cause, q.tk, q.device_id, q.p, 1, NULL, NULL, 0, q.wrow, q.is_hi
+    FROM wprobe q CROSS JOIN (VALUES ('launch_late'), ('sync_drain'), ('memcpy'), ('other'), ('busy')) c(cause)
 ),
 ivl_hit AS (
     SELECT * FROM (
-        SELECT wrow, src, is_hi, t AS p, last_value(seq IGNORE NULLS) OVER w AS seq,
-               last_value(end_ns IGNORE NULLS) OVER w AS end_ns
+        SELECT wrow, cause, is_hi, t AS p, last_value(end_ns IGNORE NULLS) OVER w AS end_ns, sum(len_ns) OVER w AS c_ns
         FROM ivl_pts
-        WINDOW w AS (PARTITION BY src, tk, device_id ORDER BY t, ord, seq ROWS UNBOUNDED PRECEDING)
+        WINDOW w AS (PARTITION BY cause, tk, device_id ORDER BY t, ord, seq ROWS UNBOUNDED PRECEDING)
     ) WHERE wrow IS NOT NULL
 ),
-ivl_rng AS (
-    SELECT g.trace_id, g.tk, g.scope_kind, g.scope_key, g.device_id, g.w_start, g.w_end, x.src, x.lo, x.hi
-    FROM wg g JOIN (
-        SELECT q.wrow, q.src,
-               max(CASE WHEN q.seq IS NULL THEN 1 WHEN q.end_ns > q.p THEN q.seq ELSE q.seq + 1 END)
-                   FILTER (WHERE NOT q.is_hi) AS lo,
-               max(q.seq) FILTER (WHERE q.is_hi) AS hi
-        FROM ivl_hit q
-        GROUP BY q.wrow, q.src
-    ) x USING (wrow)
-    WHERE x.lo <= x.hi
+-- idle by cause, and kernel busy time, per window: its GPUs' probes' terms summed, + C(h) - clip at the end probe
+-- (p = we - 1), - C(s) + clip at the start probe (p = ws)
+ivl_term AS (
+    SELECT wrow, cause,
+           CASE WHEN is_hi THEN c_ns - greatest(0, end_ns - p - 1) ELSE greatest(0, end_ns - p) - c_ns END AS term_ns
+    FROM ivl_hit
 ),
--- every interval of a window's runs, clipped to the window
 ivl_w AS (
-    SELECT g.trace_id, g.scope_kind, g.scope_key, g.src, d.cause,
-           least(d.end_ns, g.w_end) - greatest(d.start_ns, g.w_start) AS overlap_ns
-    FROM (SELECT *, unnest(range(greatest(lo, blk * 2048), least(hi, blk * 2048 + 2047) + 1)) AS r
-          FROM (SELECT *, unnest(range(lo // 2048, hi // 2048 + 1)) AS blk FROM ivl_rng)) g
-    JOIN ivl d
-      ON d.src = g.src AND d.tk = g.tk AND d.device_id = g.device_id AND d.seq = g.r
-     AND d.end_ns > g.w_start AND d.start_ns < g.w_end
-),
--- idle by cause, and kernel busy time, per window
-gap_w AS (
-    SELECT trace_id, scope_kind, scope_key,
-           sum(CASE WHEN cause = 'launch_late' THEN overlap_ns ELSE 0 END) AS late_ns,
-           sum(CASE WHEN cause = 'sync_drain' THEN overlap_ns ELSE 0 END) AS sync_ns,
-           sum(CASE WHEN cause = 'memcpy' THEN overlap_ns ELSE 0 END) AS memcpy_ns,
-           sum(CASE WHEN cause = 'other' THEN overlap_ns ELSE 0 END) AS other_ns
-    FROM ivl_w WHERE src = 'gap'
-    GROUP BY trace_id, scope_kind, scope_key
-),
-kbusy_w AS (
-    SELECT trace_id, scope_kind, scope_key, sum(overlap_ns) AS kernel_busy_ns
-    FROM ivl_w WHERE src = 'busy'
-    GROUP BY trace_id, scope_kind, scope_key
+    SELECT g.trace_id, g.scope_kind, g.scope_key,
+           sum(q.term_ns) FILTER (WHERE q.cause = 'launch_late') AS late_ns,
+           sum(q.term_ns) FILTER (WHERE q.cause = 'sync_drain') AS sync_ns,
+           sum(q.term_ns) FILTER (WHERE q.cause = 'memcpy') AS memcpy_ns,
+           sum(q.term_ns) FILTER (WHERE q.cause = 'other') AS other_ns,
+           sum(q.term_ns) FILTER (WHERE q.cause = 'busy') AS kernel_busy_ns
+    FROM ivl_term q JOIN wg g USING (wrow)
+    GROUP BY g.trace_id, g.scope_kind, g.scope_key
 ),
 ev_ts AS (
     SELECT w.trace_id, w.scope_kind, w.scope_key, coalesce(e.gpus, 0) AS gpus,
@@ -171,11 +146,10 @@ ev_ts AS (
            CAST(coalesce(g.sync_ns, 0) AS BIGINT) AS idle_sync_drain_ns,
            CAST(coalesce(g.memcpy_ns, 0) AS BIGINT) AS idle_memcpy_ns,
            CAST(coalesce(g.other_ns, 0) + coalesce(e.tail_ns, 0) AS BIGINT) AS idle_other_ns,
-           CAST(coalesce(x.kernel_busy_ns, 0) AS BIGINT) AS kernel_busy_ns
+           CAST(coalesce(g.kernel_busy_ns, 0) AS BIGINT) AS kernel_busy_ns
     FROM win w
     LEFT JOIN edge_w e USING (trace_id, scope_kind, scope_key)
-    LEFT JOIN gap_w g USING (trace_id, scope_kind, scope_key)
-    LEFT JOIN kbusy_w x USING (trace_id, scope_kind, scope_key)
+    LEFT JOIN ivl_w g USING (trace_id, scope_kind, scope_key)
 ),
 -- a phase: its leaf steps' evidence summed
 ev AS (

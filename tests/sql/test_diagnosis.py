@@ -207,6 +207,97 @@ def test_median_by_sort_spills_where_median_runs_out_of_memory(tmp_path: Path) -
     assert con.execute(_wait_median_sql(samples)).fetchall() == want
 
 
+def _random_steps(t: str, rnd: random.Random) -> list[dict]:
+    """Twelve decode steps on two GPUs: kernels on a 100 ns grid (so intervals touch each other and the steps'
+    edges), launched before or after the GPU frees up, some running past their step's end, with memcpys and device
+    synchronizes between them."""
+    rows, corr = [], 0
+    for s in range(12):
+        start = 5000 + s * 40_000
+        rows.append(ev(t, "user_annotation", f"decode_step#{s}", start, rnd.choice([20_000, 30_000, 35_000]), "1", "1"))
+        for _ in range(rnd.randint(3, 25)):
+            corr += 1
+            launch = start + 100 * rnd.randint(0, 300)
+            k_ts = launch + 100 * rnd.randint(0, 60)
+            rows += [ev(t, "runtime_api", "cudaLaunchKernel", launch, 20, "1", "1", correlation_id=corr),
+                     ev(t, "framework_op", "aten::op", launch - 50, 80, "1", "1", external_id=corr),
+                     kernel(t, f"k{corr % 4}", k_ts, 100 * rnd.randint(1, 40), "1", corr, ext=corr,
+                            device=rnd.choice([0, 0, 1]))]
+            if rnd.random() < 0.2:
+                rows.append(ev(t, "memcpy", "Memcpy HtoD", k_ts + 100 * rnd.randint(0, 50), 100 * rnd.randint(1, 9),
+                               "1", "7", device_id=rnd.choice([0, 1]), stream_id=7))
+            if rnd.random() < 0.15:
+                rows.append(ev(t, "runtime_api", "cudaDeviceSynchronize", launch + 30, 100 * rnd.randint(1, 30),
+                               "1", "1"))
+    return rows
+
+
+def _clipped(ivls: list[tuple[int, int]], lo: int, hi: int) -> int:
+    return sum(max(0, min(e, hi) - max(s, lo)) for s, e in ivls)
+
+
+def test_window_evidence_equals_clipping_every_interval(tmp_path: Path) -> None:
+    """Each window's idle time by cause and kernel busy time, which diagnosis.sql takes as differences of running
+    sums at the window's two edges, equal the sum over every idle gap (device_idle_gaps) and every merged kernel
+    interval of the window's GPUs clipped to the window, plus the waits before a GPU's first work and after its last
+    (device_busy); a phase is its steps' sum."""
+    lake = Lake(tmp_path / "lake")
+    tids = []
+    for seed in (1, 2, 3):
+        tid = f"{seed:x}" * 64
+        write_trace(lake, tid, _random_steps(tid, random.Random(seed)), gpu="NVIDIA H100", file_name=f"r{seed}.json")
+        tids.append(tid)
+    materialize(tmp_path / "wh.duckdb", tmp_path / "lake")
+    con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
+    checked = 0
+    for tid in tids:
+        gaps: dict[int, list] = {}
+        for dev, s, e, cause in con.execute("SELECT device_id, gap_start_ns, gap_end_ns, cause FROM device_idle_gaps "
+                                            "WHERE trace_id = $t", {"t": tid}).fetchall():
+            gaps.setdefault(dev, []).append((s, e, cause))
+        busy: dict[int, list] = {}
+        for dev, s, e in con.execute("SELECT device_id, kernel_ts_ns, kernel_end_ns FROM kernel_taxbreak "
+                                     "WHERE trace_id = $t ORDER BY kernel_ts_ns", {"t": tid}).fetchall():
+            m = busy.setdefault(dev, [])
+            if m and s <= m[-1][1]:
+                m[-1] = (m[-1][0], max(m[-1][1], e))
+            else:
+                m.append((s, e))
+        edges = {d: (f, last) for d, f, last in con.execute(
+            "SELECT device_id, first_start_ns, last_end_ns FROM device_busy WHERE trace_id = $t AND kernels > 0",
+            {"t": tid}).fetchall()}
+        step_gpus: dict[str, set] = {}
+        for step, dev in con.execute("SELECT DISTINCT CAST(step_id AS VARCHAR), device_id FROM kernel_taxbreak "
+                                     "WHERE trace_id = $t AND step_id IS NOT NULL", {"t": tid}).fetchall():
+            step_gpus.setdefault(step, set()).add(dev)
+        rows = con.execute("SELECT scope_kind, scope_key, window_start_ns, window_end_ns, gpus, idle_launch_late_ns, "
+                           "idle_sync_drain_ns, idle_memcpy_ns, idle_other_ns, kernel_busy_ns FROM diagnosis "
+                           "WHERE trace_id = $t", {"t": tid}).fetchall()
+        steps = []
+        for kind, key, ws, we, ngpus, late, sync, memcpy, other, kbusy in rows:
+            if kind == "phase":
+                continue
+            devs = sorted(edges) if kind == "trace" else sorted(step_gpus.get(key, ()))
+            want = {"launch_late": 0, "sync_drain": 0, "memcpy": 0, "other": 0, "busy": 0}
+            for d in devs:
+                for c in ("launch_late", "sync_drain", "memcpy", "other"):
+                    want[c] += _clipped([(s, e) for s, e, cause in gaps.get(d, []) if cause == c], ws, we)
+                want["busy"] += _clipped(busy[d], ws, we)
+                want["launch_late"] += max(0, min(edges[d][0], we) - ws)
+                want["other"] += max(0, we - max(edges[d][1], ws))
+            assert ngpus == len(devs), (tid, kind, key)
+            assert (late, sync, memcpy, other, kbusy) == tuple(want.values()), (tid, kind, key)
+            checked += 1
+            if kind == "step":
+                steps.append((late, sync, memcpy, other, kbusy))
+        phase = [r[5:] for r in rows if r[0] == "phase"]
+        assert phase == [tuple(sum(v) for v in zip(*steps, strict=True))]
+        assert sum(1 for r in rows if r[0] == "step") == 12
+        assert min(v for r in steps for v in r[:4] if v) > 0 and all(r[4] > 0 for r in steps)
+    con.close()
+    assert checked == 3 * 13
+
+
 VENDORED = Path(__file__).resolve().parents[1] / "data" / "public"
 
 
