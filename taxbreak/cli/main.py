@@ -39,7 +39,7 @@ from taxbreak.read.compare import add_compare_parser
 from taxbreak.read.export import add_export_parser
 from taxbreak.read.report import add_report_parser
 from taxbreak.read.trend import add_trend_parser
-from taxbreak.store.faults import OrdinaryFault, ordinary_fault
+from taxbreak.store.faults import OrdinaryFault, ordinary_fault, then_of
 from taxbreak.store.marts import marts_dir
 from taxbreak.store.query import add_sql_parser
 from taxbreak.store.warehouse import WarehouseBusy, exports_dir
@@ -126,7 +126,7 @@ def _fault_line(args: argparse.Namespace, exc: BaseException) -> OrdinaryFault |
     except (ConfigError, OSError):  # the paths themselves unreadable: the fault names its own
         roots, default = [], Path(".")
     return ordinary_fault(exc, roots=[r.absolute() for r in roots], default=default, command=args.command,
-                          then=getattr(args, "fault_then", None))
+                          then=then_of(exc))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INVARIANT_BROKEN
         if not isinstance(exc, WarehouseBusy):  # any writer (retry, whatif --save, ...) that found it busy
             raise
-        then = getattr(args, "fault_then", None)  # the same command again would not finish the work
+        then = then_of(exc)  # the same command again would not finish the work
         emit(f"taxbreak {args.command}: {exc}" + (f"; when it is free, {then}" if then else ""), err=True)
         return EXIT_BUSY
     except KeyboardInterrupt:

@@ -19,6 +19,7 @@ from taxbreak.engine.plan import plan_tables
 from taxbreak.ingest import IngestResult, Lake
 from taxbreak.ingest.objects import S3Settings
 from taxbreak.store.bucket import bucket_for_url, ingest_from
+from taxbreak.store.faults import with_then
 from taxbreak.store.tracenames import TraceAmbiguous, TraceNotFound, catalogue_candidates, resolve
 
 __all__ = ["cmd_retry", "rebuild_tables", "retry_row", "select_failed"]
@@ -123,10 +124,12 @@ def cmd_retry(args) -> int:  # noqa: ANN001 - argparse.Namespace from taxbreak.c
     if ok and not args.no_tables:
         # ingested now: a failure from here on is the tables', and a second retry would find no failed trace to
         # retry (issue 30): the fault's line says to run analyze for them instead
-        args.fault_then = (f"run `{analyze_command(ok)}`: {'the trace is' if len(ok) == 1 else 'the traces are'} "
+        try:
+            counts = rebuild_tables(paths.warehouse, paths.lake, ok)
+        except Exception as exc:
+            with_then(exc, f"run `{analyze_command(ok)}`: {'the trace is' if len(ok) == 1 else 'the traces are'} "
                            "ingested, the tables were not built")
-        counts = rebuild_tables(paths.warehouse, paths.lake, ok)
-        args.fault_then = None
+            raise
         print(f"tables rebuilt for {len(ok)} trace(s): " + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
     print(f"{len(ok)} of {len(rows)} failed trace(s) now ingested")
     return 1 if still else 0

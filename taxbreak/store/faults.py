@@ -101,6 +101,22 @@ def shown_path(path: str, roots: list[Path], vanished: bool = True) -> str:
     return str(p)
 
 
+_THEN = "taxbreak_then"
+
+
+def with_then(exc: BaseException, then: str) -> BaseException:
+    """Mark ``exc`` with what to do instead of running the same command again (``taxbreak retry`` whose traces
+    ingested and whose tables then failed: ``analyze`` builds them); the CLI's fault line reads it (``then_of``).
+    The advice travels with the failure it belongs to, not in state the command leaves behind."""
+    setattr(exc, _THEN, then)
+    return exc
+
+
+def then_of(exc: BaseException) -> str | None:
+    """What ``with_then`` marked ``exc`` with; None when nothing was."""
+    return getattr(exc, _THEN, None)
+
+
 def ordinary_fault(exc: BaseException, *, roots: list[Path], default: Path, command: str,
                    then: str | None = None) -> OrdinaryFault | None:
     """The line for ``exc`` when it is an ordinary fault of the machine (``classify``), else None.  ``roots``: the

@@ -235,6 +235,36 @@ def test_ingest_on_a_full_lake_records_nothing_and_replays_say_earlier(
     assert again.endswith(f"— `taxbreak retry bad.json` tries it again (or `taxbreak ingest --force {bad}`)")
 
 
+def test_retry_whose_tables_find_the_warehouse_busy_says_to_run_analyze(
+        analyzed: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same advice when another writer holds the warehouse past the wait: the trace is ingested, so the line
+    says to run `taxbreak analyze --trace ID` once the warehouse is free (exit 3), and it goes with that failure only:
+    the next retry's line carries none."""
+    from reliability.corpus import GOOD
+
+    from taxbreak.store.warehouse import warehouse_lock
+
+    home = analyzed
+    lake = Lake(home / "lake")
+    (home / "in").mkdir()
+    trace = home / "in" / "t.json"
+    trace.write_bytes(GOOD)
+    tid = hashlib.sha256(GOOD).hexdigest()
+    lake.record_failure(tid, file_name="t.json", source_path=str(trace), file_bytes=len(GOOD), source_format="kineto",
+                        error=f"{trace}: unexpected OSError while ingesting", status="failed")
+    monkeypatch.setenv("TAXBREAK_WRITER_WAIT_S", "0.2")
+    with warehouse_lock(home / "taxbreak.duckdb"):
+        assert main(["retry", "t.json", "-q", *_paths(home)]) == 3
+    err = _one_line(capsys.readouterr().err)
+    assert err.startswith("taxbreak retry: ") and err.endswith(
+        f"; when it is free, run `taxbreak analyze --trace {tid[:16]}`: the trace is ingested, the tables were not "
+        "built")
+    assert lake.catalogue_row(tid)["status"] == "ingested"
+    with warehouse_lock(home / "taxbreak.duckdb"):  # nothing failed to retry now: exit 2, no advice left over
+        assert main(["retry", "t.json", *_paths(home)]) == 2
+    assert "when it is free" not in capsys.readouterr().err
+
+
 def test_retry_whose_tables_fail_says_to_run_analyze(analyzed: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 30: `taxbreak retry` re-ingests a failed trace, then its tables fail at the warehouse's COMMIT (a full
