@@ -121,8 +121,20 @@ def _analyse(n_kernels: int, threads: int, work: Path, full_ingest: bool) -> dic
     current = "(prepare: run-local tables)"
     try:
         # the run's inputs and its run-local tables (stg_events, the int_* sweeps), computed into the scratch
-        # database by prepare (their own lines below then only count their rows)
-        analysis.prepare(con, work / "lake")
+        # database by prepare: each staged table's time on its own line ('> name'), inside prepare's total (their
+        # own lines below then only count their rows)
+        began: dict[str, tuple[float, float]] = {}
+
+        def staging(name: str, done: bool) -> None:
+            if not done:
+                began[name] = (time.perf_counter(), time.process_time())
+                return
+            w, c = began.pop(name)
+            staged = f"> {name}"
+            print(f"  {staged:<28} {'':>12} {time.perf_counter() - w:7.2f} s {time.process_time() - c:7.2f} s",
+                  flush=True)
+
+        analysis.prepare(con, work / "lake", staging=staging)
         line = f"  {current:<28} {'':>12} {time.perf_counter() - t0:7.2f} s {time.process_time() - cpu0:7.2f} s"
         if per_table:
             peak, now = _status_mb("VmHWM") or 0.0, _status_mb("VmRSS") or 0.0

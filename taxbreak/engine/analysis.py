@@ -140,7 +140,7 @@ def _load_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table | st
 
 
 def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table | str], bound: dict[str, Any],
-           tables: list[str] | None) -> None:
+           tables: list[str] | None, staging: Callable[[str, bool], None] | None = None) -> None:
     """Compute the run-local tables (those of ``tables``, None: all) into the scratch database, before the run's
     publication first reads it, and make each visible to ``con`` as a temporary view of its name.
 
@@ -148,7 +148,8 @@ def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table | str], bo
     the publication's transaction writes the warehouse), which gets the run's inputs as its own temporary tables.
     A transaction sees the scratch tables that existed when it first read the scratch database, so a run-local
     table staged later than that (a second ``prepare`` inside one publication) is left out here and computed
-    in memory by ``_build`` instead, as before."""
+    in memory by ``_build`` instead, as before.  ``staging(name, done)``: called before (False) and after (True)
+    each table staged (bench/bench_analysis.py times them)."""
     files = {f.name: f for f in sql_files()}
     wanted = set(plan_tables(tables)) if tables is not None else set(files)
     names = [f.name for f in _ordered(files) if f.materialize == "temp" and f.name in wanted]
@@ -165,9 +166,13 @@ def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table | str], bo
             if any(d in files and (files[d].materialize != "temp" or d not in staged) for d in sf.reads):
                 continue  # reads a kept table (or one not staged): computed by _build in the run
             table = f"{name}__{generation}"
+            if staging is not None:
+                staging(name, False)
             cur.execute(f"CREATE TABLE {_q(db)}.main.{_q(table)} AS {sf.text}", {p: bound[p] for p in sf.params})
             cur.execute(f"CREATE OR REPLACE TEMP VIEW {_q(name)} AS SELECT * FROM {_q(db)}.main.{_q(table)}")
             staged[name] = table
+            if staging is not None:
+                staging(name, True)
     finally:
         cur.close()
     visible = set(_scratch_tables(con))
@@ -179,9 +184,10 @@ def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table | str], bo
 def prepare(
     con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str], trace_ids: list[str] | None = None,
     config: RunConfig | None = None, tables: list[str] | None = None,
+    staging: Callable[[str, bool], None] | None = None,
 ) -> dict[str, Any]:
     """Load the run's inputs into temporary tables and compute its run-local tables; returns the bound parameters
-    of the statements.
+    of the statements.  ``staging(name, done)`` is told of each run-local table computed here (``_stage``).
 
     Creates the temporary tables of ``taxbreak.engine.plan.INPUTS`` and binds ``taxbreak.engine.plan.PARAMETERS``; in
     a run over
@@ -245,7 +251,8 @@ def prepare(
     )
     bound = {"event_files": files, "trace_ids": ids}
     if ids:
-        _stage(con, inputs, {**bound, "lake_root": str(lake_root), "all_traces": trace_ids is None}, tables)
+        _stage(con, inputs, {**bound, "lake_root": str(lake_root), "all_traces": trace_ids is None}, tables,
+               staging)
     return bound
 
 

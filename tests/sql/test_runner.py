@@ -189,7 +189,13 @@ def test_run_local_tables_live_in_the_unlinked_scratch_database(tmp_path: Path) 
     wh = tmp_path / "wh.duckdb"
     con = analysis.connect(wh)
     with analysis.publication(con):
-        analysis.prepare(con, tmp_path / "lake", [MIXED_ID])
+        told: list[tuple[str, bool]] = []
+        analysis.prepare(con, tmp_path / "lake", [MIXED_ID], staging=lambda name, done: told.append((name, done)))
+        # each run-local table staged is told before and after it is computed, in plan order (the bench times them)
+        temp = [f.name for f in analysis.sql_files() if f.materialize == "temp"]
+        staged = [name for name, done in told if done]
+        assert told == [(n, d) for n in staged for d in (False, True)]
+        assert staged == [n for n in temp if n in staged] and {"stg_events", "int_host_segments"} <= set(staged)
         # stg_events is a view of the scratch database's table, holding only the run's trace
         (view_sql,) = con.execute("SELECT sql FROM duckdb_views() WHERE database_name = 'temp' "
                                   "AND view_name = 'stg_events'").fetchall()[0]
