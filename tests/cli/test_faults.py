@@ -235,23 +235,29 @@ def test_ingest_on_a_full_lake_records_nothing_and_replays_say_earlier(
     assert again.endswith(f"— `taxbreak retry bad.json` tries it again (or `taxbreak ingest --force {bad}`)")
 
 
-def test_retry_whose_tables_find_the_warehouse_busy_says_to_run_analyze(
-        analyzed: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """The same advice when another writer holds the warehouse past the wait: the trace is ingested, so the line
-    says to run `taxbreak analyze --trace ID` once the warehouse is free (exit 3), and it goes with that failure only:
-    the next retry's line carries none."""
+def _failed_good_trace(home: Path, error: str) -> tuple[Lake, str]:
+    """A good Kineto trace at home/in/t.json whose ingest is recorded as failed with ``error``; (lake, trace id)."""
     from reliability.corpus import GOOD
 
-    from taxbreak.store.warehouse import warehouse_lock
-
-    home = analyzed
     lake = Lake(home / "lake")
     (home / "in").mkdir()
     trace = home / "in" / "t.json"
     trace.write_bytes(GOOD)
     tid = hashlib.sha256(GOOD).hexdigest()
     lake.record_failure(tid, file_name="t.json", source_path=str(trace), file_bytes=len(GOOD), source_format="kineto",
-                        error=f"{trace}: unexpected OSError while ingesting", status="failed")
+                        error=error.format(trace=trace), status="failed")
+    return lake, tid
+
+
+def test_retry_whose_tables_find_the_warehouse_busy_says_to_run_analyze(
+        analyzed: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same advice when another writer holds the warehouse past the wait: the trace is ingested, so the line
+    says to run `taxbreak analyze --trace ID` once the warehouse is free (exit 3), and it goes with that failure only:
+    the next retry's line carries none."""
+    from taxbreak.store.warehouse import warehouse_lock
+
+    home = analyzed
+    lake, tid = _failed_good_trace(home, "{trace}: unexpected OSError while ingesting")
     monkeypatch.setenv("TAXBREAK_WRITER_WAIT_S", "0.2")
     with warehouse_lock(home / "taxbreak.duckdb"):
         assert main(["retry", "t.json", "-q", *_paths(home)]) == 3
@@ -271,17 +277,9 @@ def test_retry_whose_tables_fail_says_to_run_analyze(analyzed: Path, monkeypatch
     disk).  The trace is ingested, so the line says to run `taxbreak analyze --trace ID` (it said to run retry
     again, which finds no failed trace); that analyze builds the tables without ingesting the trace again, and a
     second retry ingests nothing and names the same analyze."""
-    from reliability.corpus import GOOD
-
     home = analyzed
-    lake = Lake(home / "lake")
-    (home / "in").mkdir()
-    trace = home / "in" / "t.json"
-    trace.write_bytes(GOOD)
-    tid = hashlib.sha256(GOOD).hexdigest()
-    lake.record_failure(tid, file_name="t.json", source_path=str(trace), file_bytes=len(GOOD), source_format="kineto",
-                        error=f"{trace}: unexpected OSError while ingesting: [Errno 28] No space left on device",
-                        status="failed")
+    lake, tid = _failed_good_trace(home, "{trace}: unexpected OSError while ingesting: [Errno 28] No space left on "
+                                         "device")
     tables = _files(home)["tables"]
     monkeypatch.setenv(FAULT_ENV, "before_commit=no_space")
     assert main(["retry", "t.json", "-q", *_paths(home)]) == 1
