@@ -196,6 +196,8 @@ def test_run_local_tables_live_in_the_unlinked_scratch_database(tmp_path: Path) 
         staged = [name for name, done in told if done]
         assert told == [(n, d) for n in staged for d in (False, True)]
         assert staged == [n for n in temp if n in staged] and {"stg_events", "int_host_segments"} <= set(staged)
+        # ... and every table the scratch database holds was told (none computed untold)
+        assert sorted(staged) == sorted(t.rsplit("__", 1)[0] for t in analysis._scratch_tables(con))
         # stg_events is a view of the scratch database's table, holding only the run's trace
         (view_sql,) = con.execute("SELECT sql FROM duckdb_views() WHERE database_name = 'temp' "
                                   "AND view_name = 'stg_events'").fetchall()[0]
