@@ -31,6 +31,7 @@ from taxbreak.cli.forget import add_forget
 from taxbreak.cli.ingest import add_ingest, add_traces
 from taxbreak.cli.whatif import add_whatif_parser
 from taxbreak.config import ConfigError, Paths, add_path_args
+from taxbreak.engine.analysis import AnalysisOutOfMemory
 from taxbreak.engine.checks import InvariantBroken
 from taxbreak.features.nsys_check import cmd_nsys_check
 from taxbreak.features.requests import add_requests_parser
@@ -152,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, InvariantBroken):  # any writer (retry, ...) whose computed rows break an invariant
             emit(f"taxbreak {args.command}: {exc}", err=True)
             return EXIT_INVARIANT_BROKEN
+        if isinstance(exc, AnalysisOutOfMemory):  # any command that analyses (analyze, retry, summary FILE, ...)
+            emit(f"taxbreak {args.command}: {exc}", err=True)
+            return 1
         if not isinstance(exc, WarehouseBusy):  # any writer (retry, whatif --save, ...) that found it busy
             raise
         then = then_of(exc)  # the same command again would not finish the work

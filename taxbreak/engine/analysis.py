@@ -59,8 +59,25 @@ from taxbreak.store.warehouse import MEMORY_ENV, connect, memory_limit, snapshot
 
 # the plan and the rules live in taxbreak.engine.plan and taxbreak.engine.rules, the connection policy in
 # taxbreak.store.warehouse; the engine's callers find them here too
-__all__ = ["MEMORY_ENV", "SQL_DIR", "RunConfig", "SqlFile", "connect", "memory_limit", "plan_tables", "release_after",
-           "settings_tables", "sql_files"]
+__all__ = ["MEMORY_ENV", "SQL_DIR", "AnalysisOutOfMemory", "RunConfig", "SqlFile", "connect", "memory_limit",
+           "plan_tables", "release_after", "settings_tables", "sql_files"]
+
+
+class AnalysisOutOfMemory(RuntimeError):
+    """DuckDB ran out of memory computing ``table`` at ``limit``: the run published nothing.  The message says which
+    setting to change: the analysis spills to disk beyond the limit, and a lower one can finish where a higher one
+    ran out (DuckDB's joins of one statement do not share a large limit: int_kernel_links at 10 M kernels finishes
+    at 512MB, 1GB, 2GB and 4GB and runs out at 6GB; README, benchmark table)."""
+
+    def __init__(self, table: str, limit: str, detail: str) -> None:
+        self.table, self.limit, self.detail = table, limit, detail
+        super().__init__(
+            f"{table}: DuckDB ran out of memory at memory_limit {limit} ({detail}); nothing of this run was "
+            f"published. Set analysis.duckdb_memory (${MEMORY_ENV}) to another size and run it again: lower where "
+            "it was raised (the analysis spills to disk beyond it), higher where the machine has memory to spare")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:  # raised in a worker process, re-raised here
+        return type(self), (self.table, self.limit, self.detail)
 
 def _catalog(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("SELECT current_database()").fetchall()[0][0]
@@ -518,11 +535,17 @@ def materialize(
     names = plan_tables(tables)
     own = con is None
     con = con or connect(warehouse_path)
+    current = ["prepare"]  # the table being computed, which an out-of-memory error names
+
+    def staging(name: str, done: bool) -> None:
+        current[0] = "prepare" if done else name
+
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
     try:
         with publication(con, faults=not private):
             if progress is not None:
                 progress("prepare", 0, len(names), None)
-            params = prepare(con, lake_root, trace_ids, config, tables=names)
+            params = prepare(con, lake_root, trace_ids, config, tables=names, staging=staging)
             if not params["trace_ids"]:
                 if _lake_gone(lake_root):
                     # the lake removed while the run read it (issue 30): an error, so that nothing is published
@@ -535,6 +558,7 @@ def materialize(
             for i, name in enumerate(names, 1):
                 if progress is not None:
                     progress(name, i, len(names), None)
+                current[0] = name
                 out[name] = _build(con, name, state, files)
                 drop_run_local(con, release.get(name, []))
                 if not private:
@@ -542,6 +566,8 @@ def materialize(
                 if progress is not None:
                     progress(name, i, len(names), out[name])
             return out
+    except duckdb.OutOfMemoryException as exc:  # rolled back by the publication: one line, not a traceback
+        raise AnalysisOutOfMemory(current[0], limit, str(exc).splitlines()[0].strip()) from exc
     finally:
         if own:
             con.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from cli_support import MIXED_ID
 from test_cli_writer import table_state
 
 from taxbreak.cli.main import main
+from taxbreak.engine import analysis
+from taxbreak.engine.plan import plan_tables
 from taxbreak.ingest import Lake
 from taxbreak.ingest.oserrors import classify
 from taxbreak.store.faults import FAULT_ENV, ordinary_fault, shown_path
@@ -301,3 +304,49 @@ def test_retry_whose_tables_fail_says_to_run_analyze(analyzed: Path, monkeypatch
         assert con.execute("SELECT count(*) FROM trace_meta WHERE trace_id = $t", {"t": tid}).fetchone()[0] == 1
     finally:
         con.close()
+
+
+def test_analyze_out_of_memory_names_the_table_and_the_setting(analyzed: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """DuckDB's out-of-memory error (int_kernel_links at 10 M kernels under a 6GB memory_limit, this session) is
+    one line naming the table, the limit and the setting to change, exit 1, and nothing published: no traceback.
+    A real one: a memory_limit too small for any statement."""
+    home = analyzed
+    before = _files(home)
+    monkeypatch.setenv("TAXBREAK_DUCKDB_MEMORY", "1MB")
+    assert main(["analyze", "-q", *_paths(home)]) == 1
+    line = _one_line(capsys.readouterr().err)
+    m = re.fullmatch(r"taxbreak analyze: (\w+): DuckDB ran out of memory at memory_limit (.+?) \(Out of Memory "
+                     r"Error: .+\); nothing of this run was published\. Set analysis\.duckdb_memory "
+                     r"\(\$TAXBREAK_DUCKDB_MEMORY\) to another size and run it again: .+", line)
+    assert m is not None, line
+    assert m.group(1) == "prepare" or m.group(1) in plan_tables(None)
+    assert m.group(2) == "976.5 KiB"  # DuckDB's own spelling of 1MB
+    assert _files(home) == before
+    monkeypatch.delenv("TAXBREAK_DUCKDB_MEMORY")
+    assert main(["analyze", "-q", *_paths(home)]) == 0
+    assert _files(home)["tables"] == before["tables"]
+
+
+def test_out_of_memory_in_a_table_names_that_table(analyzed: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The table named is the one DuckDB was computing: here int_kernel_links, with the text DuckDB 2.0.1 gave."""
+    home = analyzed
+    before = _files(home)
+    build = analysis._build
+
+    def failing(con: duckdb.DuckDBPyConnection, name: str, *args: object) -> int:
+        if name == "int_kernel_links":
+            raise duckdb.OutOfMemoryException("Out of Memory Error: failed to allocate data of size 64.0 MiB (5.5 "
+                                              "GiB/5.5 GiB used)\n\nPossible solutions:\n* Reducing the number of "
+                                              "threads (SET threads=X)")
+        return build(con, name, *args)
+
+    monkeypatch.setattr(analysis, "_build", failing)
+    monkeypatch.setenv("TAXBREAK_DUCKDB_MEMORY", "512MB")
+    assert main(["analyze", "-q", *_paths(home)]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("taxbreak analyze: int_kernel_links: DuckDB ran out of memory at memory_limit 488.2 MiB "
+                           "(Out of Memory Error: failed to allocate data of size 64.0 MiB (5.5 GiB/5.5 GiB used)); "
+                           "nothing of this run was published."), line
+    assert _files(home) == before
