@@ -67,7 +67,7 @@ class AnalysisOutOfMemory(RuntimeError):
     """DuckDB ran out of memory computing ``table`` at ``limit``: the run published nothing.  The message says which
     setting to change: the analysis spills to disk beyond the limit, and a lower one can finish where a higher one
     ran out (DuckDB's joins of one statement do not share a large limit: int_kernel_links at 10 M kernels finishes
-    at 512MB, 1GB, 2GB and 4GB and runs out at 6GB; README, benchmark table)."""
+    under 512MB, 2GB and 4GB and runs out under 6GB; README, benchmark table)."""
 
     def __init__(self, table: str, limit: str, detail: str) -> None:
         self.table, self.limit, self.detail = table, limit, detail
