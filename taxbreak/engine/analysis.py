@@ -79,6 +79,7 @@ class AnalysisOutOfMemory(RuntimeError):
     def __reduce__(self) -> tuple[type, tuple[str, str, str]]:  # raised in a worker process, re-raised here
         return type(self), (self.table, self.limit, self.detail)
 
+
 def _catalog(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("SELECT current_database()").fetchall()[0][0]
 
