@@ -28,7 +28,7 @@ def test_every_operator_is_printed_at_both_limits_with_its_growth(
                       r"([\d.]+)s +([\d.]+)x$", out, re.M)
     assert [(op, memory) for op, _, memory, *_ in rows] == [
         (op, memory) for op in floor.QUERY for memory in ("300MB", "1GB")]
-    for op, rows_n, _, small, large, growth in rows:
+    for op, rows_n, _, _small, large, growth in rows:
         # the sweep has 5.1 rows per kernel (two per host event), the lookups one
         assert int(rows_n.replace(",", "")) == (2_550 if op == "ordered pass" else 500)
         assert float(large) > 0 and float(growth) > 0
