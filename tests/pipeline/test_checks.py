@@ -141,3 +141,36 @@ def test_a_broken_invariant_blocks_the_trace(env: dict[str, Path], instance, mon
 
     for table in ("kernel_taxbreak", "taxbreak_by_scope"):
         assert set(instance.get_materialized_partitions(dg.AssetKey(table))) == set(t1.partition_keys)
+
+
+def test_out_of_memory_fails_the_step_with_the_one_line(env: dict[str, Path], instance,  # noqa: ANN001
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB's out-of-memory error in the Dagster analysis step: the step fails with the same one line as the
+    command line (the table, the memory_limit, the setting to change), the new trace publishes nothing and the
+    trace before it stays as it was."""
+    import hashlib
+
+    from taxbreak.pipeline.local import load_defs, tick
+
+    defs = load_defs()
+    first = write_kineto(env["inbox"] / "first.json", 2)
+    t1 = tick(defs, instance)
+    assert [r.success for r in t1.runs] == [True]
+    monkeypatch.setenv("TAXBREAK_DUCKDB_MEMORY", "1MB")
+    write_kineto(env["inbox"] / "second.json", 3, base_us=99.0)
+    t2 = tick(load_defs(), instance, t1.cursor)
+    (run,) = t2.runs
+    assert not run.success
+    messages = []  # Dagster wraps the step's exception: ours is the first cause, as its UI shows it
+    for event in run.get_step_failure_events():
+        error = event.step_failure_data.error
+        while error is not None:
+            messages.append(error.message)
+            error = error.cause
+    assert any(m.startswith("taxbreak.engine.analysis.AnalysisOutOfMemory: ") and " ran out of memory at "
+               "memory_limit 976.5 KiB (Out of Memory Error: " in m and "nothing of this run was published. Set "
+               "analysis.duckdb_memory ($TAXBREAK_DUCKDB_MEMORY) to another size" in m for m in messages), messages
+    first_id = hashlib.sha256(first.read_bytes()).hexdigest()
+    with duckdb.connect(str(env["warehouse"]), read_only=True) as con:
+        kernels = con.execute("SELECT trace_id, count(*) FROM kernel_taxbreak GROUP BY ALL").fetchall()
+    assert kernels == [(first_id, 2)]
