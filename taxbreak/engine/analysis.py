@@ -80,6 +80,18 @@ class AnalysisOutOfMemory(RuntimeError):
         return type(self), (self.table, self.limit, self.detail)
 
 
+@contextlib.contextmanager
+def _out_of_memory_names(con: duckdb.DuckDBPyConnection, table: str) -> Iterator[None]:
+    """DuckDB's out-of-memory error inside the block becomes ``AnalysisOutOfMemory`` naming ``table``; one raised
+    by an inner block (a table this one reads, built first) keeps that table's name.  The limit is read first: after
+    the error the connection's transaction is aborted and answers nothing."""
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:  # rolled back by the publication: one line, not a traceback
+        raise AnalysisOutOfMemory(table, limit, str(exc).splitlines()[0].strip()) from exc
+
+
 def _catalog(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("SELECT current_database()").fetchall()[0][0]
 
@@ -186,7 +198,8 @@ def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table | str], bo
             table = f"{name}__{generation}"
             if staging is not None:
                 staging(name, False)
-            cur.execute(f"CREATE TABLE {_q(db)}.main.{_q(table)} AS {sf.text}", {p: bound[p] for p in sf.params})
+            with _out_of_memory_names(cur, name):
+                cur.execute(f"CREATE TABLE {_q(db)}.main.{_q(table)} AS {sf.text}", {p: bound[p] for p in sf.params})
             cur.execute(f"CREATE OR REPLACE TEMP VIEW {_q(name)} AS SELECT * FROM {_q(db)}.main.{_q(table)}")
             staged[name] = table
             if staging is not None:
@@ -212,7 +225,16 @@ def prepare(
     every trace (``trace_ids`` None)
     also a view ``events`` and a table ``catalogue`` over the whole lake (for ad-hoc queries; no statement reads
     them).  The run-local tables that ``tables`` (None: every table) need are computed into the scratch database
-    (``scratch``, ``_stage``)."""
+    (``scratch``, ``_stage``).  DuckDB running out of memory is ``AnalysisOutOfMemory`` naming the run-local table
+    being computed, else ``prepare``."""
+    with _out_of_memory_names(con, "prepare"):
+        return _prepare(con, lake_root, trace_ids, config, tables, staging)
+
+
+def _prepare(
+    con: duckdb.DuckDBPyConnection, lake_root: str | os.PathLike[str], trace_ids: list[str] | None,
+    config: RunConfig | None, tables: list[str] | None, staging: Callable[[str, bool], None] | None,
+) -> dict[str, Any]:
     cfg = config or RunConfig.from_settings()
     lake = Lake(lake_root)
     lake.register_filesystem(con)  # an s3:// lake: DuckDB reads it through fsspec
@@ -323,7 +345,15 @@ def materialize_table(
 def _build_cross_trace(
     con: duckdb.DuckDBPyConnection, sf: SqlFile, state: dict[str, Any], files: dict[str, SqlFile],
 ) -> int:
-    """A ``-- scope: cross_trace`` table: the statement over the warehouse's tables of every trace, replacing it."""
+    """A ``-- scope: cross_trace`` table: the statement over the warehouse's tables of every trace, replacing it
+    (``_build``'s naming of an out-of-memory error too: publish_run, forget and the Dagster step call this)."""
+    with _out_of_memory_names(con, sf.name):
+        return _build_cross_trace_table(con, sf, state, files)
+
+
+def _build_cross_trace_table(
+    con: duckdb.DuckDBPyConnection, sf: SqlFile, state: dict[str, Any], files: dict[str, SqlFile],
+) -> int:
     catalog = _catalog(con)
     for dep in sf.reads:
         if dep not in files:
@@ -411,6 +441,13 @@ def build_cross_trace(con: duckdb.DuckDBPyConnection, name: str, traces: list[st
 
 
 def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], files: dict[str, SqlFile]) -> int:
+    """Compute table ``name`` (and the tables it reads that are missing) for the run; its rows.  DuckDB running out
+    of memory is ``AnalysisOutOfMemory`` naming the table whose statement it was."""
+    with _out_of_memory_names(con, name):
+        return _build_table(con, name, state, files)
+
+
+def _build_table(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], files: dict[str, SqlFile]) -> int:
     sf = files[name]
     if sf.scope == "cross_trace":
         return _build_cross_trace(con, sf, state, files)
@@ -536,17 +573,11 @@ def materialize(
     names = plan_tables(tables)
     own = con is None
     con = con or connect(warehouse_path)
-    current = ["prepare"]  # the table being computed, which an out-of-memory error names
-
-    def staging(name: str, done: bool) -> None:
-        current[0] = "prepare" if done else name
-
-    limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
     try:
         with publication(con, faults=not private):
             if progress is not None:
                 progress("prepare", 0, len(names), None)
-            params = prepare(con, lake_root, trace_ids, config, tables=names, staging=staging)
+            params = prepare(con, lake_root, trace_ids, config, tables=names)
             if not params["trace_ids"]:
                 if _lake_gone(lake_root):
                     # the lake removed while the run read it (issue 30): an error, so that nothing is published
@@ -559,7 +590,6 @@ def materialize(
             for i, name in enumerate(names, 1):
                 if progress is not None:
                     progress(name, i, len(names), None)
-                current[0] = name
                 out[name] = _build(con, name, state, files)
                 drop_run_local(con, release.get(name, []))
                 if not private:
@@ -567,8 +597,6 @@ def materialize(
                 if progress is not None:
                     progress(name, i, len(names), out[name])
             return out
-    except duckdb.OutOfMemoryException as exc:  # rolled back by the publication: one line, not a traceback
-        raise AnalysisOutOfMemory(current[0], limit, str(exc).splitlines()[0].strip()) from exc
     finally:
         if own:
             con.close()
@@ -799,8 +827,9 @@ def publish_run(
     try:
         with publication(con):
             for name in run.kept:  # the run's file also holds other traces' rows of an all_traces table: not those
-                _replace_rows(con, files[name], "_computed", "(SELECT unnest($ids::VARCHAR[]))",
-                              {"ids": run.trace_ids})
+                with _out_of_memory_names(con, name):
+                    _replace_rows(con, files[name], "_computed", "(SELECT unnest($ids::VARCHAR[]))",
+                                  {"ids": run.trace_ids})
                 fault_point(f"publish:{name}")
             if cross_trace:  # the partitioned ones (``-- partition_by``) only for the groups of the run's traces
                 state = {"trace_ids": [], "event_files": [], "lake_root": "", "all_traces": False,

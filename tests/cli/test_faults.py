@@ -333,7 +333,7 @@ def test_out_of_memory_in_a_table_names_that_table(analyzed: Path, monkeypatch: 
     """The table named is the one DuckDB was computing: here int_kernel_links, with the text DuckDB 2.0.1 gave."""
     home = analyzed
     before = _files(home)
-    build = analysis._build
+    build = analysis._build_table
 
     def failing(con: duckdb.DuckDBPyConnection, name: str, *args: object) -> int:
         if name == "int_kernel_links":
@@ -342,11 +342,36 @@ def test_out_of_memory_in_a_table_names_that_table(analyzed: Path, monkeypatch: 
                                               "threads (SET threads=X)")
         return build(con, name, *args)
 
-    monkeypatch.setattr(analysis, "_build", failing)
+    monkeypatch.setattr(analysis, "_build_table", failing)
     monkeypatch.setenv("TAXBREAK_DUCKDB_MEMORY", "512MB")
     assert main(["analyze", "-q", *_paths(home)]) == 1
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("taxbreak analyze: int_kernel_links: DuckDB ran out of memory at memory_limit 488.2 MiB "
                            "(Out of Memory Error: failed to allocate data of size 64.0 MiB (5.5 GiB/5.5 GiB used)); "
                            "nothing of this run was published."), line
+    assert _files(home) == before
+
+
+def test_out_of_memory_in_a_cross_trace_table_names_it(analyzed: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """`analyze --trace` computes the trace's tables in its own file and recomputes the cross-trace tables while it
+    publishes (publish_run): an out-of-memory error there is the same one line, naming that table, and the
+    publication is rolled back whole (the trace's own rows included)."""
+    home = analyzed
+    before = _files(home)
+    cross = {f.name for f in analysis.sql_files() if f.scope == "cross_trace"}
+
+    def failing(*_args: object) -> None:
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block of size 256.0 KiB "
+                                          "(488.2 MiB/488.2 MiB used)")
+
+    monkeypatch.setattr(analysis, "_touched_groups", failing)  # inside the cross-trace build, before its statement
+    monkeypatch.setenv("TAXBREAK_DUCKDB_MEMORY", "512MB")
+    assert main(["analyze", "-q", "--trace", MIXED_ID[:16], *_paths(home)]) == 1
+    line = _one_line(capsys.readouterr().err)
+    m = re.fullmatch(r"taxbreak analyze: (\w+): DuckDB ran out of memory at memory_limit 488\.2 MiB \(Out of Memory "
+                     r"Error: could not allocate block of size 256\.0 KiB \(488\.2 MiB/488\.2 MiB used\)\); nothing "
+                     r"of this run was published\. .+", line)
+    assert m is not None, line
+    assert m.group(1) in cross
     assert _files(home) == before
