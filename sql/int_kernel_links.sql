@@ -1,6 +1,6 @@
 -- table: int_kernel_links
 -- grain: one row per kernel invocation (kind = 'kernel'), linked where the trace allows (METHOD.md section 1)
--- reads: stg_events
+-- reads: int_kernel_launches, int_kernel_ext_ops, int_launch_enclosing, stg_events
 -- description: The linked kernel sequence: each kernel with its launch call (same pid and correlation id), framework op (innermost dispatcher op open on the launching thread at the launch; Kineto External id first), Python-level op, vendor-library call, the link methods used and orphan flags. A graph launch feeds many kernels and is charged once (is_charged_launch).
 -- column: trace_id: trace key
 -- column: kernel_seq: 1-based position of the kernel in the trace ordered by start time (then device, stream, correlation id)
@@ -40,117 +40,17 @@
 -- column: is_orphan: not is_linked
 -- column: shared_correlation_launches: launch calls of the kernel's process that carry its correlation id, of the kind the link would take (graph launch, else runtime, else driver call); above 1 nothing says which of them fed this kernel, so it is linked to none (orphan_reason 'shared_correlation_id', counted in taxbreak_by_scope.shared_correlation_kernels); NULL when none (launches)
 -- column: orphan_reason: 'no_launch_call', 'shared_correlation_id' (two or more launch calls share the kernel's process and correlation id: which one fed it is unknown) or 'no_framework_op' for orphans, NULL for linked kernels
+-- the kernels' launch calls, External-id ops and enclosing ranges are run-local tables of their own (int_kernel_launches
+-- says why)
 WITH
 k AS (
     SELECT event_id, trace_key, ts_ns, dur_ns, end_ns, proc_key, device_id, stream_id,
            correlation_id, external_id, graph_id
     FROM stg_events WHERE kind = 'kernel'
 ),
-launch_candidates AS (
-    SELECT event_id, proc_key, thread_key, correlation_id, kind, ts_ns, dur_ns, name, tid,
-           CASE kind WHEN 'graph_launch' THEN 0 WHEN 'runtime_api' THEN 1 ELSE 2 END AS link_rank
-    FROM stg_events
-    WHERE kind IN ('runtime_api', 'driver_api', 'graph_launch') AND correlation_id IS NOT NULL
-      AND (proc_key, correlation_id) IN (SELECT proc_key, correlation_id FROM k)
-),
--- one launch per (process, correlation id): the graph launch, else the runtime call, else the driver call; two or
--- more of that kind under one id (a corrupt or merged trace) leave the id's kernels unlinked, counted, never tied
--- to the first of them (issue 30: the second launch's kernel got the first's queueing time)
-l_rank AS (
-    SELECT proc_key, correlation_id, min(link_rank) AS link_rank FROM launch_candidates GROUP BY ALL
-),
-l_pick AS (
-    SELECT c.proc_key, c.correlation_id, arg_min(c.event_id, (c.ts_ns, c.event_id)) AS event_id,
-           count(*) AS shared_correlation_launches
-    FROM launch_candidates c SEMI JOIN l_rank r USING (proc_key, correlation_id, link_rank)
-    GROUP BY ALL
-),
-l AS (
-    SELECT c.* FROM launch_candidates c
-    SEMI JOIN (SELECT event_id FROM l_pick WHERE shared_correlation_launches = 1) p ON c.event_id = p.event_id
-),
--- the launch call's name, kind and thread ride along from l (a narrow join side) rather than being looked up in
--- stg_events at the end, where DuckDB built that join's hash table from the wide kernel rows (~0.9 CPU-s of 5 at
--- 292 k kernels)
-kl AS (
-    SELECT
-        k.*,
-        l.event_id AS l_event_id,
-        l.thread_key AS launch_thread_key, l.ts_ns AS launch_ts_ns, l.dur_ns AS launch_dur_ns,
-        l.name AS launch_name, l.kind AS launch_kind, l.tid AS launch_tid,
-        p.shared_correlation_launches
-    FROM k LEFT JOIN l ON k.proc_key = l.proc_key AND k.correlation_id = l.correlation_id
-    LEFT JOIN l_pick p ON k.proc_key = p.proc_key AND k.correlation_id = p.correlation_id
-),
-fops AS (
-    SELECT event_id, thread_key, op_name AS name, ts_ns, end_ns, external_id
-    FROM stg_events WHERE kind = 'framework_op' AND is_dispatcher_op AND external_id IS NOT NULL
-),
-op_by_ext_all AS (
-    SELECT kl.event_id AS k_event_id, o.event_id, o.name, o.ts_ns, o.end_ns
-    FROM kl JOIN fops o ON kl.launch_thread_key = o.thread_key AND kl.external_id = o.external_id
-    WHERE o.ts_ns <= kl.launch_ts_ns AND kl.launch_ts_ns < o.end_ns
-),
-op_by_ext AS (
-    SELECT * FROM op_by_ext_all
-    WHERE k_event_id NOT IN (SELECT k_event_id FROM op_by_ext_all GROUP BY 1 HAVING count(*) > 1)
-    UNION ALL
-    SELECT * FROM (
-        SELECT * FROM op_by_ext_all
-        WHERE k_event_id IN (SELECT k_event_id FROM op_by_ext_all GROUP BY 1 HAVING count(*) > 1)
-        QUALIFY row_number() OVER (PARTITION BY k_event_id ORDER BY ts_ns DESC, event_id DESC) = 1
-    )
-),
--- Containment without cross joins (the depth trick): for properly nested ranges, sweep starts (+1), ends (-1)
--- and query points of one thread in time order; the innermost range open at a query of depth D is the latest
--- range of depth D that started at or before it.  Every range adds +1 and -1, so one running sum ordered by
--- (pk, time) equals the per-pk sum.  Start rows carry -end in ord2, so a range's end needs no join.  Only threads
--- that have both ranges and queries take part.  Sweep 1: family 1 dispatcher ops (framework ops and NVTX ranges
--- named ns::op, stg_events.is_dispatcher_op; queried only for launches without an External-id op) and family 2
--- library calls.
-iv1 AS (
-    SELECT event_id, hash(thread_key, 1) AS pk, ts_ns, end_ns
-    FROM stg_events
-    WHERE is_dispatcher_op AND dur_ns > 0
-    UNION ALL
-    SELECT event_id, hash(thread_key, 2), ts_ns, end_ns
-    FROM stg_events
-    WHERE host_call_class = 'library' AND dur_ns > 0
-),
-q1_all AS (
-    SELECT DISTINCT kl.l_event_id AS query_id, hash(kl.launch_thread_key, 1) AS pk, kl.launch_ts_ns AS t, 1 AS family
-    FROM kl ANTI JOIN op_by_ext x ON x.k_event_id = kl.event_id
-    WHERE kl.l_event_id IS NOT NULL
-    UNION ALL
-    SELECT DISTINCT l_event_id, hash(launch_thread_key, 2), launch_ts_ns, 2 FROM kl WHERE l_event_id IS NOT NULL
-),
-q1 AS (SELECT * FROM q1_all SEMI JOIN (SELECT DISTINCT pk FROM iv1) USING (pk)),
-iv1q AS (SELECT * FROM iv1 SEMI JOIN (SELECT DISTINCT pk FROM q1) USING (pk)),
-sweep1 AS (
-    SELECT pk, ts_ns AS t, 1 AS ord, -end_ns AS ord2, 1 AS delta, event_id AS ref, 0 AS family FROM iv1q
-    UNION ALL
-    SELECT pk, end_ns, 0, -ts_ns, -1, event_id, 0 FROM iv1q
-    UNION ALL
-    SELECT pk, t, 2, 0, 0, query_id, family FROM q1
-),
-depths1 AS (
-    SELECT pk, t, ord, ord2, ref, family,
-           sum(delta) OVER (ORDER BY pk, t, ord, ord2, ref ROWS UNBOUNDED PRECEDING) AS depth
-    FROM sweep1
-),
-enclosing1 AS (
-    SELECT q.family, q.query_id, i.event_id
-    FROM (SELECT pk, depth, t, ref AS query_id, family FROM depths1 WHERE ord = 2 AND depth > 0) q
-    ASOF JOIN (SELECT pk, depth, t AS ts_ns, -ord2 AS end_ns, ref AS event_id FROM depths1 WHERE ord = 1) i
-      ON q.pk = i.pk AND q.depth = i.depth AND q.t >= i.ts_ns
-    WHERE q.t < i.end_ns
-),
-enclosing AS (
-    SELECT
-        x.family, x.query_id, e.event_id, e.ts_ns, e.end_ns, e.kind, e.external_id,
-        coalesce(e.op_name, e.name) AS iv_name
-    FROM enclosing1 x JOIN stg_events e ON e.event_id = x.event_id
-),
+kl AS (SELECT * FROM int_kernel_launches),
+op_by_ext AS (SELECT * FROM int_kernel_ext_ops),
+enclosing AS (SELECT * FROM int_launch_enclosing),
 kop AS (
     SELECT
         kl.*,
