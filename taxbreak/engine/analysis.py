@@ -66,8 +66,8 @@ __all__ = ["MEMORY_ENV", "SQL_DIR", "AnalysisOutOfMemory", "RunConfig", "SqlFile
 class AnalysisOutOfMemory(RuntimeError):
     """DuckDB ran out of memory computing ``table`` at ``limit``: the run published nothing.  The message says which
     setting to change: the analysis spills to disk beyond the limit, and a lower one can finish where a higher one
-    ran out (DuckDB's joins of one statement do not share a large limit: int_kernel_links at 10 M kernels finishes
-    under 512MB, 2GB and 4GB and runs out under 6GB; README, benchmark table)."""
+    ran out (DuckDB held the steps of one statement in its memory: int_kernel_links at 10 M kernels, one statement
+    then, finished under 512MB, 2GB and 4GB and ran out under 6GB; its steps are run-local tables now)."""
 
     def __init__(self, table: str, limit: str, detail: str) -> None:
         self.table, self.limit, self.detail = table, limit, detail

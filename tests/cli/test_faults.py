@@ -308,7 +308,8 @@ def test_retry_whose_tables_fail_says_to_run_analyze(analyzed: Path, monkeypatch
 
 def test_analyze_out_of_memory_names_the_table_and_the_setting(analyzed: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """DuckDB's out-of-memory error (int_kernel_links at 10 M kernels under a 6GB memory_limit, for one) is
+    """DuckDB's out-of-memory error (int_kernel_links at 10 M kernels under a 6GB memory_limit, until its steps
+    became run-local tables, for one) is
     one line naming the table, the limit and the setting to change, exit 1, and nothing published: no traceback.
     A real one: a memory_limit too small for any statement."""
     home = analyzed
