@@ -449,8 +449,8 @@ def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], fil
 
 def _build_table(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], files: dict[str, SqlFile]) -> int:
     sf = files[name]
-    if sf.scope == "cross_trace":
-        return _build_cross_trace(con, sf, state, files)
+    if sf.scope == "cross_trace":  # named by _build already: not wrapped twice
+        return _build_cross_trace_table(con, sf, state, files)
     catalog = _catalog(con)
     for dep in sf.reads:
         if dep not in files or _exists(con, "temp", dep):
