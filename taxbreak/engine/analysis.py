@@ -60,7 +60,7 @@ from taxbreak.store.warehouse import MEMORY_ENV, connect, memory_limit, snapshot
 # the plan and the rules live in taxbreak.engine.plan and taxbreak.engine.rules, the connection policy in
 # taxbreak.store.warehouse; the engine's callers find them here too
 __all__ = ["MEMORY_ENV", "SQL_DIR", "AnalysisOutOfMemory", "RunConfig", "SqlFile", "connect", "memory_limit",
-           "plan_tables", "release_after", "settings_tables", "sql_files"]
+           "out_of_memory_names", "plan_tables", "release_after", "settings_tables", "sql_files"]
 
 
 class AnalysisOutOfMemory(RuntimeError):
@@ -81,9 +81,11 @@ class AnalysisOutOfMemory(RuntimeError):
 
 
 @contextlib.contextmanager
-def _out_of_memory_names(con: duckdb.DuckDBPyConnection, table: str) -> Iterator[None]:
+def out_of_memory_names(con: duckdb.DuckDBPyConnection, table: str) -> Iterator[None]:
     """DuckDB's out-of-memory error inside the block becomes ``AnalysisOutOfMemory`` naming ``table``; one raised
-    by an inner block (a table this one reads, built first) keeps that table's name.  The limit is read first: after
+    by an inner block (a table this one reads, built first) keeps that table's name.  Every statement that computes
+    a table runs in one: the plan's (``_build``, ``_stage``, ``publish_run``) and the request fit's
+    (``taxbreak.features.requests.refit``).  The limit is read first: after
     the error the connection's transaction is aborted and answers nothing."""
     limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
     try:
@@ -198,7 +200,7 @@ def _stage(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table | str], bo
             table = f"{name}__{generation}"
             if staging is not None:
                 staging(name, False)
-            with _out_of_memory_names(cur, name):
+            with out_of_memory_names(cur, name):
                 cur.execute(f"CREATE TABLE {_q(db)}.main.{_q(table)} AS {sf.text}", {p: bound[p] for p in sf.params})
             cur.execute(f"CREATE OR REPLACE TEMP VIEW {_q(name)} AS SELECT * FROM {_q(db)}.main.{_q(table)}")
             staged[name] = table
@@ -227,7 +229,7 @@ def prepare(
     them).  The run-local tables that ``tables`` (None: every table) need are computed into the scratch database
     (``scratch``, ``_stage``).  DuckDB running out of memory is ``AnalysisOutOfMemory`` naming the run-local table
     being computed, else ``prepare``."""
-    with _out_of_memory_names(con, "prepare"):
+    with out_of_memory_names(con, "prepare"):
         return _prepare(con, lake_root, trace_ids, config, tables, staging)
 
 
@@ -347,7 +349,7 @@ def _build_cross_trace(
 ) -> int:
     """A ``-- scope: cross_trace`` table: the statement over the warehouse's tables of every trace, replacing it
     (``_build``'s naming of an out-of-memory error too: publish_run, forget and the Dagster step call this)."""
-    with _out_of_memory_names(con, sf.name):
+    with out_of_memory_names(con, sf.name):
         return _build_cross_trace_table(con, sf, state, files)
 
 
@@ -443,7 +445,7 @@ def build_cross_trace(con: duckdb.DuckDBPyConnection, name: str, traces: list[st
 def _build(con: duckdb.DuckDBPyConnection, name: str, state: dict[str, Any], files: dict[str, SqlFile]) -> int:
     """Compute table ``name`` (and the tables it reads that are missing) for the run; its rows.  DuckDB running out
     of memory is ``AnalysisOutOfMemory`` naming the table whose statement it was."""
-    with _out_of_memory_names(con, name):
+    with out_of_memory_names(con, name):
         return _build_table(con, name, state, files)
 
 
@@ -827,7 +829,7 @@ def publish_run(
     try:
         with publication(con):
             for name in run.kept:  # the run's file also holds other traces' rows of an all_traces table: not those
-                with _out_of_memory_names(con, name):
+                with out_of_memory_names(con, name):
                     _replace_rows(con, files[name], "_computed", "(SELECT unnest($ids::VARCHAR[]))",
                                   {"ids": run.trace_ids})
                 fault_point(f"publish:{name}")

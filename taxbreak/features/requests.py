@@ -49,7 +49,7 @@ import pyarrow as pa
 
 from taxbreak.config import Paths, add_path_args
 from taxbreak.engine import plan, runner
-from taxbreak.engine.analysis import publication
+from taxbreak.engine.analysis import out_of_memory_names, publication
 from taxbreak.engine.plan import SqlFile
 from taxbreak.store.query import open_for_cli
 from taxbreak.store.tracenames import TraceNotFound, explain_unanalysed, resolve
@@ -564,7 +564,8 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
     now = datetime.now(UTC)
     skipped: list[str] = []
     for key in pairs:
-        fitted.extend(_fit_pair(con, key, now, skipped, grid_points, min_segment_steps))
+        with out_of_memory_names(con, "request_model_fit"):  # its steps read from serving_steps
+            fitted.extend(_fit_pair(con, key, now, skipped, grid_points, min_segment_steps))
     rows = pa.Table.from_pylist(fitted, schema=FIT_SCHEMA)
     files = request_sql_files()
     counts: dict[str, int] = {}
@@ -572,24 +573,13 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
     try:
         with publication(con):  # one transaction; joins the caller's (taxbreak.engine.runner.publish) when there is one
             first = files[0]
-            con.execute(f"CREATE OR REPLACE TEMP TABLE _new_fit AS {first.text}")
-            if _has_table(con, first.name):
-                old_cols = {r[0] for r in con.execute(
-                    "SELECT column_name FROM duckdb_columns() WHERE table_name = 'request_model_fit' "
-                    "AND schema_name = 'main'").fetchall()}
-                keep = ("SELECT * FROM main.request_model_fit o WHERE NOT EXISTS (SELECT 1 FROM (SELECT "
-                        "unnest($k::VARCHAR[][]) AS k) q WHERE q.k[1] = o.model_name AND q.k[2] = o.gpu_name)")
-                if "phase_steps" not in old_cols:  # stored before issue 26: its columns differ, refit all
-                    keep += " AND false"
-                con.execute(f"CREATE OR REPLACE TEMP TABLE _old_fit AS {keep}", {"k": [list(k) for k in pairs]})
-                con.execute("CREATE OR REPLACE TABLE main.request_model_fit AS SELECT * FROM _new_fit "
-                            "UNION ALL BY NAME SELECT * FROM _old_fit")
-            else:
-                con.execute("CREATE OR REPLACE TABLE main.request_model_fit AS SELECT * FROM _new_fit")
+            with out_of_memory_names(con, first.name):
+                _replace_fit(con, first, pairs)
             plan.comment_on(con, "main.request_model_fit", first)
             counts[first.name] = con.execute("SELECT count(*) FROM main.request_model_fit").fetchone()[0]
             for sf in files[1:]:
-                con.execute(f"CREATE OR REPLACE TABLE main.{sf.name} AS {sf.text}")
+                with out_of_memory_names(con, sf.name):
+                    con.execute(f"CREATE OR REPLACE TABLE main.{sf.name} AS {sf.text}")
                 plan.comment_on(con, f"main.{sf.name}", sf)
                 counts[sf.name] = con.execute(f"SELECT count(*) FROM main.{sf.name}").fetchone()[0]
             con.execute("DROP TABLE IF EXISTS temp._new_fit")
@@ -599,6 +589,24 @@ def refit(con: Any, groups: list[tuple[str, ...]] | None = None, *, grid_points:
     return {"fitted": [{k: r[k] for k in ("model_name", "gpu_name", "phase", "fit_basis", "steps_fitted")}
                        for r in fitted],
             "skipped": skipped, "rows": counts, "seconds": time.perf_counter() - t0}
+
+
+def _replace_fit(con: Any, first: SqlFile, pairs: list[tuple[str, str]]) -> None:
+    """main.request_model_fit: the new fits (``request_fit_rows`` through ``first``) and the other pairs' old rows."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _new_fit AS {first.text}")
+    if _has_table(con, first.name):
+        old_cols = {r[0] for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'request_model_fit' "
+            "AND schema_name = 'main'").fetchall()}
+        keep = ("SELECT * FROM main.request_model_fit o WHERE NOT EXISTS (SELECT 1 FROM (SELECT "
+                "unnest($k::VARCHAR[][]) AS k) q WHERE q.k[1] = o.model_name AND q.k[2] = o.gpu_name)")
+        if "phase_steps" not in old_cols:  # stored before issue 26: its columns differ, refit all
+            keep += " AND false"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _old_fit AS {keep}", {"k": [list(k) for k in pairs]})
+        con.execute("CREATE OR REPLACE TABLE main.request_model_fit AS SELECT * FROM _new_fit "
+                    "UNION ALL BY NAME SELECT * FROM _old_fit")
+    else:
+        con.execute("CREATE OR REPLACE TABLE main.request_model_fit AS SELECT * FROM _new_fit")
 
 
 # --- reading (CLI, report) -----------------------------------------------------------------------------------------

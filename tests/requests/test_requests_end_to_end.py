@@ -150,3 +150,41 @@ def test_prompt_tokens_survive_an_unfitted_prefill_step(tmp_path: Path, capsys: 
     row = next(line for line in out.splitlines() if line.strip().startswith(biggest))
     assert f" {prompts[biggest]:>7,} " in row  # the prompt column
     assert "3 of these ran in steps whose phase has no fit" in out
+
+
+@pytest.mark.parametrize("where", ["_fit_pair", "_replace_fit"])
+def test_refit_out_of_memory_is_one_line_and_keeps_the_fits(built, where: str, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """DuckDB running out of memory in the fit's read of serving_steps or in its publication is the analysis's one
+    line naming the table (not a traceback), exit 1, and the stored fits stay as they were."""
+    from taxbreak.features import requests as feature
+
+    wh, _ = built
+    assert main(["requests", "--refit", "--all", "--warehouse", str(wh)]) == 0  # fits to keep
+    capsys.readouterr()
+
+    def fits() -> list[tuple]:
+        con = duckdb.connect(str(wh), read_only=True)
+        try:
+            return con.execute("SELECT * FROM request_model_fit ORDER BY ALL").fetchall()
+        finally:
+            con.close()
+
+    before = fits()
+    assert before
+
+    def failing(*_args: object) -> None:
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block of size 256.0 KiB "
+                                          "(488.2 MiB/488.2 MiB used)")
+
+    monkeypatch.setattr(feature, where, failing)
+    monkeypatch.setenv("TAXBREAK_DUCKDB_MEMORY", "512MB")
+    assert main(["requests", "--refit", "--all", "--warehouse", str(wh)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err, err
+    assert err == ("taxbreak requests: request_model_fit: DuckDB ran out of memory at memory_limit 488.2 MiB (Out of "
+                   "Memory Error: could not allocate block of size 256.0 KiB (488.2 MiB/488.2 MiB used)); nothing of "
+                   "this run was published. Set analysis.duckdb_memory ($TAXBREAK_DUCKDB_MEMORY) to another size and "
+                   "run it again: lower where it was raised (the analysis spills to disk beyond it), higher where the "
+                   "machine has memory to spare"), err
+    assert fits() == before
