@@ -37,11 +37,15 @@ WITH
 -- only the columns read below: int_kernel_links' other texts (launch, Python and library names, link methods)
 -- would ride through every join for nothing.  The per-kernel joins below key on (tk, kernel_seq), tk the trace's
 -- run-local number (int_traces), not on the 64-character trace id text (1 M kernels: 3 such joins and a dedup took
--- 7 s of operator time on the text)
+-- 7 s of operator time on the text), and the per-process ones on ppk, a hash of (trace id, pid) (NULL without a pid,
+-- which matches nothing, as pid = pid did): keyed on the two texts, the lookup of each kernel's step levels was the
+-- part of this statement that needed the most memory (1 M kernels: it ran out under a 250MB memory_limit, the whole
+-- statement now finishes under 150MB; at 10 M kernels it ran out under the default 512MB)
 k AS (
     SELECT trace_id, t.trace_key AS tk, kernel_seq, pid, device_id, kernel_name, op_name, op_namespace, correlation_id, launch_tid,
            kernel_ts_ns, kernel_end_ns, kernel_dur_ns, launch_ts_ns, op_ts_ns, py_ts_ns, is_linked,
-           is_charged_launch, is_graph_launch, has_launch, has_py, has_lib
+           is_charged_launch, is_graph_launch, has_launch, has_py, has_lib,
+           CASE WHEN pid IS NOT NULL THEN hash(trace_id, pid) END AS ppk
     FROM int_kernel_links JOIN int_traces t USING (trace_id)
 ),
 lib_traces AS (SELECT DISTINCT trace_id FROM stg_events WHERE host_call_class = 'library'),
@@ -58,21 +62,22 @@ kernel_step_pid AS (
     FROM k JOIN main_step_pid m USING (trace_id) LEFT JOIN step_pids sp ON sp.trace_id = k.trace_id AND sp.pid = k.pid
 ),
 step_levels AS (
-    SELECT DISTINCT p.trace_id, p.pid, p.step_pid, s.step_level
+    SELECT DISTINCT CASE WHEN p.pid IS NOT NULL THEN hash(p.trace_id, p.pid) END AS ppk, p.trace_id, p.step_pid,
+           s.step_level
     FROM kernel_step_pid p JOIN int_steps s ON s.trace_id = p.trace_id AND s.pid = p.step_pid
 ),
 -- Correlation ids grow per process: a kernel without a launch whose id is below the first launch's was launched
 -- before the trace window (leftovers of a warm-up step, METHOD.md section 2) and belongs to no step.
 first_launch AS (
-    SELECT trace_id, pid, min(correlation_id) AS first_corr FROM k WHERE launch_ts_ns IS NOT NULL GROUP BY ALL
+    SELECT ppk, min(correlation_id) AS first_corr FROM k WHERE launch_ts_ns IS NOT NULL GROUP BY ALL
 ),
 kq AS (
-    SELECT k.tk, k.kernel_seq, hash(k.trace_id, s.step_pid) AS step_pk, s.step_level,
+    SELECT k.tk, k.kernel_seq, hash(s.trace_id, s.step_pid) AS step_pk, s.step_level,
            CASE WHEN k.launch_ts_ns IS NOT NULL THEN k.launch_ts_ns
                 WHEN k.correlation_id < f.first_corr THEN NULL
                 ELSE k.kernel_ts_ns END AS host_ts_ns
-    FROM k JOIN step_levels s ON k.trace_id = s.trace_id AND k.pid = s.pid AND s.step_pid IS NOT NULL
-    LEFT JOIN first_launch f ON f.trace_id = k.trace_id AND f.pid = k.pid
+    FROM k JOIN step_levels s ON k.ppk = s.ppk AND s.step_pid IS NOT NULL
+    LEFT JOIN first_launch f ON f.ppk = k.ppk
 ),
 kstep AS (
     SELECT q.tk, q.kernel_seq, st.step_id, st.step_name, st.phase
