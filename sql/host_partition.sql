@@ -1,6 +1,6 @@
 -- table: host_partition
 -- grain: one row per host thread (scope_kind 'thread'); per trace one row for the threads that launch its kernels (scope_kind 'trace'), one for every other thread ('other_threads') and, for traces with outlier steps (int_steps.is_outlier_step), the 'trace' row without the outermost outlier steps' windows ('trace_excl_outliers'); per step one row for the step's launching threads ('step')
--- reads: int_host_segments, int_steps, int_kernel_links, kernel_taxbreak
+-- reads: int_host_segments, int_host_threads, int_host_windows, int_window_parts
 -- description: The exact host-time partition (METHOD.md section 3, ours): a thread's wall time, from its first traced host event's start to its last one's end, split by nesting into disjoint self times of the innermost open event; the parts add up to wall_ns exactly. User annotations (ProfilerStep#N, record_function wrappers) are not parts: time under them and under no other event is host_untraced_ns. Launch calls that waited (longer than max(run_config.launch_blocked_min_ns, run_config.launch_blocked_median_factor x the thread's median launch-call duration)) are launch_blocked_ns, not launch_host_ns. The 'trace' and 'step' rows sum only the threads that launch the scope's kernels (a trace without kernels: every thread), the threads HDBI_wall is computed over; a thread that launches nothing (a Python threading.wait thread, a data loader) is reported in 'other_threads' and never enters them. Per step, each launching thread's parts are clipped to the step window [step_ts_ns, step_end_ns) (steps without kernels: the annotation's thread): wall_ns is the step's duration times the threads, and window time outside a thread's traced span is host_untraced_ns too.
 -- column: trace_id: trace key
 -- column: scope_kind: 'thread', 'trace', 'other_threads', 'trace_excl_outliers' or 'step'
@@ -20,71 +20,17 @@
 -- column: unresolved_ns: time where the events are not properly nested and the innermost event is ambiguous (ns)
 WITH
 labelled AS (SELECT pk, t, seg_ns, category FROM int_host_segments),
-launching AS (
-    SELECT DISTINCT hash(trace_id, pid, launch_tid) AS pk FROM int_kernel_links WHERE has_launch
-),
-threads AS MATERIALIZED (
-    SELECT t.*, l.pk IS NOT NULL AS launches_kernels
-    FROM (SELECT DISTINCT pk, trace_id, pid, tid FROM int_host_segments) t
-    LEFT JOIN launching l USING (pk)
-),
--- a step's window on each of its launching threads (the threads that launch kernels kernel_taxbreak puts in the
--- step; a step without kernels: its annotation's thread): the thread's segments clipped to it; what the clipped
--- parts leave of the window (before the thread's first event, after its last, between events) is untraced.  A
--- segment overlapping the window either starts inside it (found by ASOF per step nesting level: steps of one level
--- do not overlap) or is the one running at the step's start (found by ASOF from the step), so no segment x step
--- cross product.
-step_threads AS (
-    SELECT DISTINCT kt.trace_id, kt.step_id, hash(l.trace_id, l.pid, l.launch_tid) AS pk
-    FROM kernel_taxbreak kt JOIN int_kernel_links l USING (trace_id, kernel_seq)
-    WHERE kt.step_id IS NOT NULL AND l.has_launch
-),
+threads AS (SELECT * FROM int_host_threads),
+-- the windows (int_host_windows) and the host time clipped to them (int_window_parts)
 steps AS (
-    SELECT s.trace_id, s.step_id, s.step_level, s.step_ts_ns, s.step_end_ns, s.step_dur_ns,
-           coalesce(t.pk, hash(s.trace_id, s.pid, s.tid)) AS pk, t.pk IS NOT NULL AS launches_kernels
-    FROM int_steps s LEFT JOIN step_threads t USING (trace_id, step_id)
+    SELECT trace_id, step_id, step_level, step_ts_ns, step_end_ns, step_dur_ns, pk, launches_kernels
+    FROM int_host_windows WHERE wkind = 'step'
 ),
-trace_threads AS (
-    SELECT t.trace_id, t.pk,
-           t.launches_kernels OR NOT bool_or(t.launches_kernels) OVER (PARTITION BY t.trace_id) AS in_trace_row
-    FROM threads t
-),
--- the outermost outlier steps' windows on every thread of the trace row, to take them out of it
--- ('trace_excl_outliers'); level -1 keeps them apart from the step windows in the ASOF lookups below
 outlier_windows AS (
-    SELECT s.trace_id, s.step_id, -1 AS step_level, s.step_ts_ns, s.step_end_ns, s.step_dur_ns, t.pk,
-           true AS launches_kernels
-    FROM int_steps s JOIN trace_threads t ON t.trace_id = s.trace_id AND t.in_trace_row
-    WHERE s.is_outlier_step AND NOT EXISTS (
-        SELECT 1 FROM int_steps o WHERE o.trace_id = s.trace_id AND o.pid = s.pid AND o.is_outlier_step
-          AND o.step_id <> s.step_id AND o.step_ts_ns <= s.step_ts_ns AND s.step_end_ns <= o.step_end_ns
-    )
+    SELECT trace_id, step_id, step_level, step_ts_ns, step_end_ns, step_dur_ns, pk, launches_kernels
+    FROM int_host_windows WHERE wkind = 'excl'
 ),
-windows AS (
-    SELECT *, 'step' AS wkind FROM steps
-    UNION ALL
-    SELECT *, 'excl' FROM outlier_windows
-),
-traced AS (
-    SELECT pk, t, seg_ns, category FROM labelled WHERE category <> 6 AND pk IN (SELECT pk FROM windows)
-),
-starting AS (
-    SELECT st.trace_id, st.step_id, st.wkind, st.pk, l.category,
-           least(l.t + l.seg_ns, st.step_end_ns) - l.t AS part_ns
-    FROM (SELECT l.*, lv.step_level FROM traced l JOIN (SELECT DISTINCT pk, step_level FROM windows) lv USING (pk)) l
-    ASOF JOIN windows st ON l.pk = st.pk AND l.step_level = st.step_level AND l.t >= st.step_ts_ns
-    WHERE l.t < st.step_end_ns
-),
-straddling AS (
-    SELECT st.trace_id, st.step_id, st.wkind, st.pk, l.category,
-           least(l.t + l.seg_ns, st.step_end_ns) - st.step_ts_ns AS part_ns
-    FROM windows st ASOF JOIN traced l ON st.pk = l.pk AND st.step_ts_ns > l.t
-    WHERE l.t + l.seg_ns > st.step_ts_ns
-),
-clipped AS MATERIALIZED (
-    SELECT trace_id, step_id, wkind, pk, category, sum(part_ns) AS part_ns
-    FROM (SELECT * FROM starting UNION ALL SELECT * FROM straddling) GROUP BY ALL
-),
+clipped AS (SELECT * FROM int_window_parts),
 -- every piece of host time once, then one pivot into the partition's columns: a thread's segments, a step
 -- window's clipped parts, an outlier window's clipped parts
 pieces AS (
@@ -154,10 +100,7 @@ excl AS (
     GROUP BY w.trace_id
 ),
 per_thread_rows AS (
-    SELECT t.trace_id, t.pid, t.tid, t.launches_kernels,
-           -- the trace's kernel-launching threads; a trace whose threads launch nothing: every thread
-           t.launches_kernels OR NOT bool_or(t.launches_kernels) OVER (PARTITION BY t.trace_id) AS in_trace_row,
-           p.*
+    SELECT t.trace_id, t.pid, t.tid, t.launches_kernels, t.in_trace_row, p.*
     FROM per_thread p JOIN threads t USING (pk)
 )
 SELECT
