@@ -85,8 +85,8 @@ def out_of_memory_names(con: duckdb.DuckDBPyConnection, table: str) -> Iterator[
     """DuckDB's out-of-memory error inside the block becomes ``AnalysisOutOfMemory`` naming ``table``; one raised
     by an inner block (a table this one reads, built first) keeps that table's name.  Every statement that computes
     a table runs in one: the plan's (``_build``, ``_stage``, ``publish_run``) and the request fit's
-    (``taxbreak.features.requests.refit``).  The limit is read first: after
-    the error the connection's transaction is aborted and answers nothing."""
+    (``taxbreak.features.requests.refit``).  The limit is read first: after the error the connection's transaction
+    is aborted and answers nothing."""
     limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
     try:
         yield
